@@ -1,0 +1,1 @@
+"""texir's command-line interface (`texir --help`)."""

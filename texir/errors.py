@@ -1,0 +1,36 @@
+"""The typed error hierarchy every texir layer raises; callers catch `TexirError`."""
+
+from __future__ import annotations
+
+
+class TexirError(Exception):
+    """Base of every error texir raises on bad input. The message names the offending
+    node, tag or field and says how to fix it."""
+
+
+class IRError(TexirError):
+    """A Program breaks an IR invariant (raised by `texir.ir.verify`)."""
+
+
+class ConversionError(TexirError):
+    """A torch object could not be converted to or from the IR."""
+
+
+class UnsupportedError(ConversionError):
+    """The input uses a node, argument or value kind texir does not support."""
+
+
+class SnapshotError(TexirError):
+    """Snapshot bytes are corrupt, truncated or of an unknown schema version."""
+
+
+class LoweringError(TexirError):
+    """Partitioning, delegation or a backend failed."""
+
+
+class PteError(TexirError):
+    """A `.pte` file could not be emitted, encoded or decoded."""
+
+
+class ModelSpecError(TexirError):
+    """A MODEL argument (file.py:callable, module:callable or .pt2 file) could not be loaded."""

@@ -1,0 +1,38 @@
+"""texir's frozen IR: types, verifier, printer and canonical form. Imports neither torch nor flatbuffers."""
+
+from texir.ir.analysis import (
+    call_nodes,
+    iter_refs,
+    node_inputs,
+    node_map,
+    output_node,
+    placeholders,
+    users,
+    value_metas,
+    walk_graphs,
+)
+from texir.ir.blob import Blob
+from texir.ir.canonical import canonicalize
+from texir.ir.printer import format_lowered_module, format_program
+from texir.ir.types import *  # noqa: F403  (the IR's public names are exactly types.__all__)
+from texir.ir.types import __all__ as _types_all
+from texir.ir.verify import verify, verify_graph
+
+__all__ = [
+    "Blob",
+    "call_nodes",
+    "canonicalize",
+    "format_lowered_module",
+    "format_program",
+    "iter_refs",
+    "node_inputs",
+    "node_map",
+    "output_node",
+    "placeholders",
+    "users",
+    "value_metas",
+    "verify",
+    "verify_graph",
+    "walk_graphs",
+    *_types_all,
+]

@@ -1,0 +1,102 @@
+"""Read-only analyses over the IR: uses, value tables, argument walks. Nothing here builds IR."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from texir.ir.types import (
+    Argument,
+    CallFunction,
+    GetAttr,
+    Graph,
+    ListArg,
+    Node,
+    Output,
+    Placeholder,
+    Program,
+    Ref,
+    TupleArg,
+    ValueMeta,
+)
+
+
+def iter_refs(arg: Argument) -> Iterator[str]:
+    """Names referenced by an argument, in order (lists and tuples walked depth first)."""
+    if isinstance(arg, Ref):
+        yield arg.name
+    elif isinstance(arg, (ListArg, TupleArg)):
+        for item in arg.items:
+            yield from iter_refs(item)
+
+
+def node_args(node: Node) -> Iterator[Argument]:
+    """Positional then keyword arguments of a node."""
+    if isinstance(node, CallFunction):
+        yield from node.args
+        for _, value in node.kwargs:
+            yield value
+    elif isinstance(node, Output):
+        yield from node.args
+
+
+def node_inputs(node: Node) -> Iterator[str]:
+    """Names of the values a node reads, in argument order (with repeats)."""
+    for arg in node_args(node):
+        yield from iter_refs(arg)
+
+
+def users(graph: Graph) -> dict[str, tuple[str, ...]]:
+    """For each node name, the names of nodes that read it, in graph order, without repeats."""
+    result: dict[str, list[str]] = {node.name: [] for node in graph.nodes}
+    for node in graph.nodes:
+        seen: set[str] = set()
+        for name in node_inputs(node):
+            if name not in seen and name in result:
+                seen.add(name)
+                result[name].append(node.name)
+    return {name: tuple(us) for name, us in result.items()}
+
+
+def value_metas(graph: Graph) -> dict[str, ValueMeta]:
+    """Name-keyed table of the metadata of every node that has one."""
+    table: dict[str, ValueMeta] = {}
+    for node in graph.nodes:
+        if isinstance(node, (Placeholder, CallFunction, GetAttr)) and node.meta is not None:
+            table[node.name] = node.meta
+    return table
+
+
+def node_map(graph: Graph) -> dict[str, Node]:
+    return {node.name: node for node in graph.nodes}
+
+
+def placeholders(graph: Graph) -> tuple[Placeholder, ...]:
+    return tuple(n for n in graph.nodes if isinstance(n, Placeholder))
+
+
+def output_node(graph: Graph) -> Output:
+    last = graph.nodes[-1] if graph.nodes else None
+    if not isinstance(last, Output):
+        from texir.errors import IRError
+
+        raise IRError("graph has no output node; end every graph with one Output node")
+    return last
+
+
+def subgraph_map(graph: Graph) -> Mapping[str, Graph]:
+    return {sub.name: sub.graph for sub in graph.subgraphs}
+
+
+def state_map(program: Program) -> dict[str, object]:
+    return {entry.target: entry.value for entry in program.state}
+
+
+def walk_graphs(graph: Graph, path: str = "") -> Iterator[tuple[str, Graph]]:
+    """The graph and every nested graph, depth first, with a dotted path ('' for the top)."""
+    yield path, graph
+    for sub in graph.subgraphs:
+        yield from walk_graphs(sub.graph, f"{path}.{sub.name}" if path else sub.name)
+
+
+def call_nodes(graph: Graph) -> tuple[CallFunction, ...]:
+    return tuple(n for n in graph.nodes if isinstance(n, CallFunction))

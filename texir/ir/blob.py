@@ -1,0 +1,74 @@
+"""Immutable byte payloads that may alias another object's memory without copying it."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import final
+
+
+@final
+class Blob:
+    """A read-only run of bytes: tensor payloads and delegate blobs.
+
+    A Blob may be a zero-copy view of memory owned elsewhere (a torch parameter's storage),
+    exactly as `ExportedProgram.state_dict` aliases the module's tensors; texir never writes
+    through it. Equality compares content; the hash is the length (consistent with equality,
+    cheap); use `digest()` for a content hash.
+    """
+
+    __slots__ = ("_view", "_digest")
+
+    _view: memoryview
+    _digest: str | None
+
+    def __init__(self, data: bytes | bytearray | memoryview, *, digest: str | None = None) -> None:
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        object.__setattr__(self, "_view", view.toreadonly())
+        object.__setattr__(self, "_digest", digest)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Blob is immutable")
+
+    @property
+    def nbytes(self) -> int:
+        return self._view.nbytes
+
+    def view(self) -> memoryview:
+        """A read-only, 1-D, unsigned-byte view of the payload (no copy)."""
+        return self._view
+
+    def tobytes(self) -> bytes:
+        return self._view.tobytes()
+
+    def digest(self) -> str:
+        """SHA-256 of the content as lowercase hex (computed once, then cached)."""
+        digest = self._digest
+        if digest is None:
+            digest = hashlib.sha256(self._view).hexdigest()
+            object.__setattr__(self, "_digest", digest)
+        return digest
+
+    def __len__(self) -> int:
+        return self._view.nbytes
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Blob):
+            return NotImplemented
+        if self is other:
+            return True
+        if self._view.nbytes != other._view.nbytes:
+            return False
+        if self._digest is not None and other._digest is not None:
+            return self._digest == other._digest
+        return self._view == other._view
+
+    def __hash__(self) -> int:
+        return hash(self._view.nbytes)
+
+    def __repr__(self) -> str:
+        return f"Blob(nbytes={self.nbytes})"
+
+    def __reduce__(self) -> tuple[type[Blob], tuple[bytes]]:
+        return (Blob, (self.tobytes(),))

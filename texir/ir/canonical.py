@@ -1,0 +1,135 @@
+"""`canonicalize(program)`: a naming- and order-independent form for comparing programs.
+
+Steps: (1) keep the (topological) node order; (2) rename every node to %0, %1, ... in order, per
+graph, and rewrite every reference, signature entry and module-call argument to match; (3) sort the
+state and range-constraint tables; (4) drop unstable provenance (stack traces, which hold file paths
+and line numbers). Two programs that differ only in names compare equal once canonicalized.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from texir.ir.types import (
+    Argument,
+    CallFunction,
+    GetAttr,
+    Graph,
+    InputSpec,
+    ListArg,
+    ModuleCallEntry,
+    NamedLoweredModule,
+    Node,
+    Output,
+    OutputSpec,
+    Placeholder,
+    Program,
+    Provenance,
+    Ref,
+    Subgraph,
+    TupleArg,
+    UserInput,
+    UserOutput,
+)
+
+
+def _rename_arg(arg: Argument, names: dict[str, str]) -> Argument:
+    if isinstance(arg, Ref):
+        return Ref(name=names.get(arg.name, arg.name))
+    if isinstance(arg, ListArg):
+        return ListArg(items=tuple(_rename_arg(a, names) for a in arg.items))
+    if isinstance(arg, TupleArg):
+        return TupleArg(items=tuple(_rename_arg(a, names) for a in arg.items))
+    return arg
+
+
+def _stable_prov(prov: Provenance | None) -> Provenance | None:
+    if prov is None:
+        return None
+    return msgspec.structs.replace(prov, stack_trace=None)
+
+
+def _rename_node(node: Node, names: dict[str, str]) -> Node:
+    if isinstance(node, Placeholder):
+        return msgspec.structs.replace(node, name=names[node.name], prov=_stable_prov(node.prov))
+    if isinstance(node, CallFunction):
+        return msgspec.structs.replace(
+            node,
+            name=names[node.name],
+            args=tuple(_rename_arg(a, names) for a in node.args),
+            kwargs=tuple((k, _rename_arg(v, names)) for k, v in node.kwargs),
+            prov=_stable_prov(node.prov),
+        )
+    if isinstance(node, GetAttr):
+        return msgspec.structs.replace(node, name=names[node.name], prov=_stable_prov(node.prov))
+    return msgspec.structs.replace(
+        node, args=tuple(_rename_arg(a, names) for a in node.args), prov=_stable_prov(node.prov)
+    )
+
+
+def canonicalize_graph(graph: Graph) -> tuple[Graph, dict[str, str]]:
+    """The graph with nodes renamed %0.. in order; also returns the old -> new name map."""
+    names: dict[str, str] = {}
+    counter = 0
+    for node in graph.nodes:
+        if isinstance(node, Output):
+            names[node.name] = "output"
+        else:
+            names[node.name] = str(counter)
+            counter += 1
+    nodes = tuple(_rename_node(n, names) for n in graph.nodes)
+    subs = tuple(
+        Subgraph(name=s.name, graph=canonicalize_graph(s.graph)[0])
+        for s in sorted(graph.subgraphs, key=lambda s: s.name)
+    )
+    return Graph(nodes=nodes, subgraphs=subs), names
+
+
+def _rename_input(spec: InputSpec, names: dict[str, str]) -> InputSpec:
+    if isinstance(spec, UserInput):
+        return UserInput(arg=_rename_arg(spec.arg, names))
+    return msgspec.structs.replace(spec, name=names.get(spec.name, spec.name))
+
+
+def _rename_output(spec: OutputSpec, names: dict[str, str]) -> OutputSpec:
+    if isinstance(spec, UserOutput):
+        return UserOutput(arg=_rename_arg(spec.arg, names))
+    return msgspec.structs.replace(spec, name=names.get(spec.name, spec.name))
+
+
+def canonicalize(program: Program) -> Program:
+    """The canonical form of `program` (see the module docstring). Pure; idempotent."""
+    graph, names = canonicalize_graph(program.graph)
+    signature = msgspec.structs.replace(
+        program.signature,
+        inputs=tuple(_rename_input(s, names) for s in program.signature.inputs),
+        outputs=tuple(_rename_output(s, names) for s in program.signature.outputs),
+    )
+    calls = []
+    for entry in program.module_call_graph:
+        sig = entry.signature
+        if sig is not None:
+            sig = msgspec.structs.replace(
+                sig,
+                inputs=tuple(_rename_arg(a, names) for a in sig.inputs),
+                outputs=tuple(_rename_arg(a, names) for a in sig.outputs),
+            )
+        calls.append(ModuleCallEntry(fqn=entry.fqn, signature=sig))
+    lowered = tuple(
+        NamedLoweredModule(
+            name=m.name,
+            module=msgspec.structs.replace(
+                m.module, original_program=canonicalize(m.module.original_program)
+            ),
+        )
+        for m in sorted(program.lowered_modules, key=lambda m: m.name)
+    )
+    return msgspec.structs.replace(
+        program,
+        graph=graph,
+        signature=signature,
+        state=tuple(sorted(program.state, key=lambda e: e.target)),
+        range_constraints=tuple(sorted(program.range_constraints, key=lambda r: r.symbol)),
+        module_call_graph=tuple(calls),
+        lowered_modules=lowered,
+    )

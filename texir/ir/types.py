@@ -1,0 +1,579 @@
+"""Frozen IR data types: everything a `torch.export.ExportedProgram` holds, as msgspec Structs.
+
+Conventions (see STYLE.md):
+- every type is a frozen, keyword-only Struct; sum types are tagged unions on the field ``kind``;
+- references between nodes are by name (`Ref`); a graph is a topologically ordered tuple of nodes;
+- maps are tuples of pairs or of named entries, kept in a fixed order, so every object hashes;
+- each node defines exactly one value, named after the node, and carries that value's metadata
+  inline (`Node.meta`). torch serde keeps a separate name-keyed table instead; keeping it on the node
+  makes conversion a single pass and keeps a node and its type from drifting apart in passes.
+  `texir.ir.analysis.value_metas` builds the name-keyed view when a pass needs one.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal, TypeAlias, Union
+
+import msgspec
+
+from texir.ir.blob import Blob
+
+__all__ = [
+    "Argument",
+    "BoolArg",
+    "BufferInput",
+    "BufferMutation",
+    "CallFunction",
+    "CompileSpec",
+    "ConstantTensorInput",
+    "CustomObjInput",
+    "CustomObjMeta",
+    "DTYPE_ITEMSIZE",
+    "DType",
+    "DTypeArg",
+    "DebugHandleEntry",
+    "DelegateMeta",
+    "DeviceArg",
+    "Dim",
+    "FloatArg",
+    "FloatValue",
+    "GetAttr",
+    "GradientToParameter",
+    "GradientToUserInput",
+    "Graph",
+    "GraphSignature",
+    "InputSpec",
+    "IntArg",
+    "Layout",
+    "LayoutArg",
+    "ListArg",
+    "LossOutput",
+    "LoweredBackendModule",
+    "MemoryFormat",
+    "MemoryFormatArg",
+    "ModuleCallEntry",
+    "ModuleCallSignature",
+    "ModuleFrame",
+    "NamedLoweredModule",
+    "Node",
+    "NoneArg",
+    "NoneMeta",
+    "Output",
+    "OutputSpec",
+    "ParameterInput",
+    "Placeholder",
+    "Program",
+    "Provenance",
+    "RangeConstraint",
+    "Ref",
+    "SCHEMA_VERSION",
+    "ScalarMeta",
+    "SourceFn",
+    "SpecialFloat",
+    "StateEntry",
+    "StrArg",
+    "Subgraph",
+    "SubgraphMeta",
+    "SymBoolMeta",
+    "SymExprArg",
+    "SymFloatMeta",
+    "SymIntMeta",
+    "TensorData",
+    "TensorMeta",
+    "TokenInput",
+    "TokenMeta",
+    "TokenOutput",
+    "TupleArg",
+    "TupleMeta",
+    "UserInput",
+    "UserInputMutation",
+    "UserOutput",
+    "ValueMeta",
+]
+
+# Bump on any schema change (see tests/test_schema_version.py): a new defaulted field or type is a
+# minor bump; a removed field or a new required field is a major bump; a changed field type is forbidden.
+SCHEMA_VERSION: tuple[int, int] = (1, 0)
+
+
+class _Frozen(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of every non-union IR struct."""
+
+
+class _Tagged(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """Base of every tagged-union variant; the tag is the lower-case variant name unless given."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Scalar enums
+
+
+class DType(enum.StrEnum):
+    """torch dtypes by their torch name (``torch.float32`` -> ``"float32"``)."""
+
+    bool = "bool"
+    uint8 = "uint8"
+    int8 = "int8"
+    int16 = "int16"
+    int32 = "int32"
+    int64 = "int64"
+    uint16 = "uint16"
+    uint32 = "uint32"
+    uint64 = "uint64"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+    float32 = "float32"
+    float64 = "float64"
+    complex64 = "complex64"
+    complex128 = "complex128"
+    float8_e5m2 = "float8_e5m2"
+    float8_e4m3fn = "float8_e4m3fn"
+    float8_e5m2fnuz = "float8_e5m2fnuz"
+    float8_e4m3fnuz = "float8_e4m3fnuz"
+    qint8 = "qint8"
+    quint8 = "quint8"
+    qint32 = "qint32"
+    quint4x2 = "quint4x2"
+    quint2x4 = "quint2x4"
+    bits16 = "bits16"
+
+
+DTYPE_ITEMSIZE: dict[DType, int] = {
+    DType.bool: 1, DType.uint8: 1, DType.int8: 1, DType.int16: 2, DType.int32: 4, DType.int64: 8,
+    DType.uint16: 2, DType.uint32: 4, DType.uint64: 8, DType.float16: 2, DType.bfloat16: 2,
+    DType.float32: 4, DType.float64: 8, DType.complex64: 8, DType.complex128: 16,
+    DType.float8_e5m2: 1, DType.float8_e4m3fn: 1, DType.float8_e5m2fnuz: 1, DType.float8_e4m3fnuz: 1,
+    DType.qint8: 1, DType.quint8: 1, DType.qint32: 4, DType.quint4x2: 1, DType.quint2x4: 1,
+    DType.bits16: 2,
+}
+
+
+class Layout(enum.StrEnum):
+    strided = "strided"
+    sparse_coo = "sparse_coo"
+    sparse_csr = "sparse_csr"
+    sparse_csc = "sparse_csc"
+    sparse_bsr = "sparse_bsr"
+    sparse_bsc = "sparse_bsc"
+    mkldnn = "_mkldnn"
+    jagged = "jagged"
+
+
+class MemoryFormat(enum.StrEnum):
+    contiguous_format = "contiguous_format"
+    channels_last = "channels_last"
+    channels_last_3d = "channels_last_3d"
+    preserve_format = "preserve_format"
+
+
+# A dimension or stride: a concrete int, or a symbolic expression in sympy syntax ("s0", "2*s0 + 1").
+Dim: TypeAlias = Union[int, str]
+
+# Floats that JSON cannot hold (and NaN, which breaks structural equality) are spelled as strings.
+SpecialFloat: TypeAlias = Literal["inf", "-inf", "nan"]
+FloatValue: TypeAlias = Union[float, SpecialFloat]
+
+
+# --------------------------------------------------------------------------------------------------
+# Value metadata: what a node's value is (its FX ``meta["val"]``)
+
+
+class TensorMeta(_Tagged, tag="tensor"):
+    """A tensor's metadata. Shapes and strides may hold symbolic expressions."""
+
+    dtype: DType
+    shape: tuple[Dim, ...]
+    strides: tuple[Dim, ...]
+    """Element strides, same length as `shape`; the dim order follows from them."""
+    storage_offset: Dim = 0
+    layout: Layout = Layout.strided
+    device: str = "cpu"
+    requires_grad: bool = False
+
+
+class SymIntMeta(_Tagged, tag="symint"):
+    """A symbolic int; `expr` is its sympy expression, or an int once it is known."""
+
+    expr: Dim
+
+
+class SymFloatMeta(_Tagged, tag="symfloat"):
+    expr: str
+
+
+class SymBoolMeta(_Tagged, tag="symbool"):
+    expr: str
+
+
+class ScalarMeta(_Tagged, tag="scalar"):
+    """A plain Python value computed by a node (rare: most scalars are arguments)."""
+
+    value: Union[bool, int, FloatValue, str, None]
+
+
+class TupleMeta(_Tagged, tag="tuple"):
+    """Several values, as returned by multi-output ops (``max.dim``, ``split``)."""
+
+    items: tuple[ValueMeta, ...]
+    is_list: bool = False
+    """True when the op returns ``Tensor[]`` (a list), False for a tuple."""
+
+
+class NoneMeta(_Tagged, tag="none"):
+    """The value None (e.g. an in-place op's result or a missing optional output)."""
+
+
+class CustomObjMeta(_Tagged, tag="custom_obj"):
+    class_fqn: str
+
+
+class TokenMeta(_Tagged, tag="token"):
+    """An effect token threaded through side-effecting ops."""
+
+
+class SubgraphMeta(_Tagged, tag="subgraph"):
+    """The value of a `get_attr` node naming a nested graph (a torch.cond/torch.map branch)."""
+
+    graph: str
+
+
+class DelegateMeta(_Tagged, tag="delegate"):
+    """The value of a `get_attr` node naming a lowered backend module of the program."""
+
+    module: str
+
+
+ValueMeta: TypeAlias = Union[
+    TensorMeta, SymIntMeta, SymFloatMeta, SymBoolMeta, ScalarMeta, TupleMeta, NoneMeta,
+    CustomObjMeta, TokenMeta, SubgraphMeta, DelegateMeta,
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Provenance
+
+
+class ModuleFrame(_Frozen):
+    """One entry of FX ``nn_module_stack``: key -> (module path, module type)."""
+
+    key: str
+    path: str
+    type: str
+
+
+class SourceFn(_Frozen):
+    """One entry of FX ``source_fn_stack``: (name, target as a string)."""
+
+    name: str
+    target: str
+
+
+class Provenance(_Frozen):
+    """Where a node came from. Debug handles follow ExecuTorch's numbering: nodes sharing their
+    greatest ``from_node`` ancestor share one handle; placeholders and outputs have none."""
+
+    debug_handle: int | None = None
+    ancestor: str | None = None
+    """Identifier of the greatest ``from_node`` ancestor (its name and graph id)."""
+    stack_trace: str | None = None
+    nn_module_stack: tuple[ModuleFrame, ...] = ()
+    source_fn_stack: tuple[SourceFn, ...] = ()
+    torch_fn: tuple[str, str] | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Arguments
+
+
+class Ref(_Tagged, tag="ref"):
+    """A use of the value defined by node `name` (in the same graph)."""
+
+    name: str
+
+
+class NoneArg(_Tagged, tag="none"):
+    pass
+
+
+class IntArg(_Tagged, tag="int"):
+    value: int
+
+
+class FloatArg(_Tagged, tag="float"):
+    value: FloatValue
+
+
+class BoolArg(_Tagged, tag="bool"):
+    value: bool
+
+
+class StrArg(_Tagged, tag="str"):
+    value: str
+
+
+class ListArg(_Tagged, tag="list"):
+    items: tuple[Argument, ...]
+
+
+class TupleArg(_Tagged, tag="tuple"):
+    items: tuple[Argument, ...]
+
+
+class DTypeArg(_Tagged, tag="dtype"):
+    value: DType
+
+
+class DeviceArg(_Tagged, tag="device"):
+    value: str
+    """As torch prints it: ``"cpu"``, ``"cuda:0"``."""
+
+
+class LayoutArg(_Tagged, tag="layout"):
+    value: Layout
+
+
+class MemoryFormatArg(_Tagged, tag="memory_format"):
+    value: MemoryFormat
+
+
+class SymExprArg(_Tagged, tag="symexpr"):
+    """A symbolic int/float/bool expression used directly as an argument (not via a node)."""
+
+    expr: str
+    type: Literal["int", "float", "bool"] = "int"
+
+
+Argument: TypeAlias = Union[
+    Ref, NoneArg, IntArg, FloatArg, BoolArg, StrArg, ListArg, TupleArg, DTypeArg, DeviceArg,
+    LayoutArg, MemoryFormatArg, SymExprArg,
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Nodes and graphs
+
+
+class Placeholder(_Tagged, tag="placeholder"):
+    name: str
+    meta: ValueMeta | None = None
+    prov: Provenance | None = None
+
+
+class CallFunction(_Tagged, tag="call_function"):
+    """A call. `target` is a canonical op string: ``"aten::add.Tensor"`` for torch ops (default
+    overload spelled ``.default``), ``"higher_order::cond"``, ``"_operator::getitem"``, and
+    ``"texir::call_delegate"`` for delegate calls."""
+
+    name: str
+    target: str
+    args: tuple[Argument, ...] = ()
+    kwargs: tuple[tuple[str, Argument], ...] = ()
+    meta: ValueMeta | None = None
+    prov: Provenance | None = None
+
+
+class GetAttr(_Tagged, tag="get_attr"):
+    """Fetches a nested graph (`Graph.subgraphs`) or a lowered module (`Program.lowered_modules`)
+    by `target`; its meta is `SubgraphMeta` or `DelegateMeta`."""
+
+    name: str
+    target: str
+    meta: ValueMeta | None = None
+    prov: Provenance | None = None
+
+
+class Output(_Tagged, tag="output"):
+    """The graph's results; always the last node."""
+
+    name: str = "output"
+    args: tuple[Argument, ...] = ()
+    prov: Provenance | None = None
+
+
+Node: TypeAlias = Union[Placeholder, CallFunction, GetAttr, Output]
+
+
+class Subgraph(_Frozen):
+    name: str
+    graph: Graph
+
+
+class Graph(_Frozen):
+    """Topologically ordered nodes ending in one `Output`, plus nested graphs by name."""
+
+    nodes: tuple[Node, ...]
+    subgraphs: tuple[Subgraph, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------------
+# Signature
+
+
+class UserInput(_Tagged, tag="user_input"):
+    arg: Argument
+    """A `Ref` to the placeholder, or a literal for an input torch.export specialized away."""
+
+
+class ParameterInput(_Tagged, tag="parameter"):
+    name: str
+    target: str
+
+
+class BufferInput(_Tagged, tag="buffer"):
+    name: str
+    target: str
+    persistent: bool = True
+
+
+class ConstantTensorInput(_Tagged, tag="constant_tensor"):
+    name: str
+    target: str
+
+
+class CustomObjInput(_Tagged, tag="custom_obj"):
+    name: str
+    target: str
+
+
+class TokenInput(_Tagged, tag="token"):
+    name: str
+
+
+InputSpec: TypeAlias = Union[
+    UserInput, ParameterInput, BufferInput, ConstantTensorInput, CustomObjInput, TokenInput
+]
+
+
+class UserOutput(_Tagged, tag="user_output"):
+    arg: Argument
+
+
+class BufferMutation(_Tagged, tag="buffer_mutation"):
+    name: str
+    target: str
+
+
+class UserInputMutation(_Tagged, tag="user_input_mutation"):
+    name: str
+    target: str
+
+
+class LossOutput(_Tagged, tag="loss"):
+    name: str
+
+
+class GradientToParameter(_Tagged, tag="gradient_to_parameter"):
+    name: str
+    target: str
+
+
+class GradientToUserInput(_Tagged, tag="gradient_to_user_input"):
+    name: str
+    target: str
+
+
+class TokenOutput(_Tagged, tag="token"):
+    name: str
+
+
+OutputSpec: TypeAlias = Union[
+    UserOutput, BufferMutation, UserInputMutation, LossOutput, GradientToParameter,
+    GradientToUserInput, TokenOutput,
+]
+
+
+class GraphSignature(_Frozen):
+    """`inputs[i]` describes the i-th placeholder; `outputs[i]` the i-th output argument."""
+
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+
+
+# --------------------------------------------------------------------------------------------------
+# State
+
+
+class TensorData(_Frozen):
+    """A tensor's value. `data` is None in snapshots written without data; `sha256` always holds
+    the content hash of the contiguous little-endian bytes."""
+
+    meta: TensorMeta
+    sha256: str
+    nbytes: int
+    data: Blob | None = None
+
+
+class StateEntry(_Frozen):
+    """A parameter, buffer or lifted constant by fully qualified name. Which torch table it came
+    from (state_dict or constants) follows from the signature."""
+
+    target: str
+    value: TensorData
+
+
+class RangeConstraint(_Frozen):
+    symbol: str
+    min: int
+    max: int | None = None
+    """None means unbounded."""
+
+
+class ModuleCallSignature(_Frozen):
+    inputs: tuple[Argument, ...]
+    outputs: tuple[Argument, ...]
+    in_spec: str
+    """pytree TreeSpec JSON (``torch.utils._pytree.treespec_dumps``)."""
+    out_spec: str
+    forward_arg_names: tuple[str, ...] | None = None
+
+
+class ModuleCallEntry(_Frozen):
+    fqn: str
+    signature: ModuleCallSignature | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Delegation
+
+
+class CompileSpec(_Frozen):
+    key: str
+    value: bytes
+
+
+class DebugHandleEntry(_Frozen):
+    """A backend-side identifier and the debug handles of the nodes it implements."""
+
+    identifier: Union[int, str]
+    debug_handles: tuple[int, ...]
+
+
+class LoweredBackendModule(_Frozen):
+    """A partition compiled by a backend. `original_program` is the delegated sub-program
+    (placeholders ordered parameters, buffers, constants, user inputs)."""
+
+    backend_id: str
+    processed_bytes: bytes
+    compile_specs: tuple[CompileSpec, ...]
+    original_program: Program
+    debug_handle_map: tuple[DebugHandleEntry, ...] | None = None
+
+
+class NamedLoweredModule(_Frozen):
+    name: str
+    module: LoweredBackendModule
+
+
+class Program(_Frozen):
+    """One method of an exported program. Invariants are checked by `texir.ir.verify`."""
+
+    graph: Graph
+    signature: GraphSignature
+    state: tuple[StateEntry, ...] = ()
+    """Sorted by target."""
+    range_constraints: tuple[RangeConstraint, ...] = ()
+    module_call_graph: tuple[ModuleCallEntry, ...] = ()
+    lowered_modules: tuple[NamedLoweredModule, ...] = ()
+    """Lowered backend modules called from the graph, by `get_attr` target."""
+    dialect: str = "ATEN"
