@@ -258,9 +258,9 @@ def _format_program_lines(program: Program, indent: str) -> list[str]:
         for rc in program.range_constraints:
             hi = "inf" if rc.max is None else str(rc.max)
             lines.append(f"{indent}  {rc.symbol}: [{rc.min}, {hi}]")
-    for entry in program.lowered_modules:
-        lines.append(f"{indent}lowered_module {entry.name}:")
-        lines.extend(_format_lowered(entry.module, indent + "  "))
+    for lowered in program.lowered_modules:
+        lines.append(f"{indent}lowered_module {lowered.name}:")
+        lines.extend(_format_lowered(lowered.module, indent + "  "))
     return lines
 
 

@@ -179,7 +179,7 @@ FloatValue: TypeAlias = Union[float, SpecialFloat]
 # Value metadata: what a node's value is (its FX ``meta["val"]``)
 
 
-class TensorMeta(_Tagged, tag="tensor"):
+class TensorMeta(_Tagged, frozen=True, kw_only=True, tag="tensor"):
     """A tensor's metadata. Shapes and strides may hold symbolic expressions."""
 
     dtype: DType
@@ -192,27 +192,27 @@ class TensorMeta(_Tagged, tag="tensor"):
     requires_grad: bool = False
 
 
-class SymIntMeta(_Tagged, tag="symint"):
+class SymIntMeta(_Tagged, frozen=True, kw_only=True, tag="symint"):
     """A symbolic int; `expr` is its sympy expression, or an int once it is known."""
 
     expr: Dim
 
 
-class SymFloatMeta(_Tagged, tag="symfloat"):
+class SymFloatMeta(_Tagged, frozen=True, kw_only=True, tag="symfloat"):
     expr: str
 
 
-class SymBoolMeta(_Tagged, tag="symbool"):
+class SymBoolMeta(_Tagged, frozen=True, kw_only=True, tag="symbool"):
     expr: str
 
 
-class ScalarMeta(_Tagged, tag="scalar"):
+class ScalarMeta(_Tagged, frozen=True, kw_only=True, tag="scalar"):
     """A plain Python value computed by a node (rare: most scalars are arguments)."""
 
     value: Union[bool, int, FloatValue, str, None]
 
 
-class TupleMeta(_Tagged, tag="tuple"):
+class TupleMeta(_Tagged, frozen=True, kw_only=True, tag="tuple"):
     """Several values, as returned by multi-output ops (``max.dim``, ``split``)."""
 
     items: tuple[ValueMeta, ...]
@@ -220,25 +220,25 @@ class TupleMeta(_Tagged, tag="tuple"):
     """True when the op returns ``Tensor[]`` (a list), False for a tuple."""
 
 
-class NoneMeta(_Tagged, tag="none"):
+class NoneMeta(_Tagged, frozen=True, kw_only=True, tag="none"):
     """The value None (e.g. an in-place op's result or a missing optional output)."""
 
 
-class CustomObjMeta(_Tagged, tag="custom_obj"):
+class CustomObjMeta(_Tagged, frozen=True, kw_only=True, tag="custom_obj"):
     class_fqn: str
 
 
-class TokenMeta(_Tagged, tag="token"):
+class TokenMeta(_Tagged, frozen=True, kw_only=True, tag="token"):
     """An effect token threaded through side-effecting ops."""
 
 
-class SubgraphMeta(_Tagged, tag="subgraph"):
+class SubgraphMeta(_Tagged, frozen=True, kw_only=True, tag="subgraph"):
     """The value of a `get_attr` node naming a nested graph (a torch.cond/torch.map branch)."""
 
     graph: str
 
 
-class DelegateMeta(_Tagged, tag="delegate"):
+class DelegateMeta(_Tagged, frozen=True, kw_only=True, tag="delegate"):
     """The value of a `get_attr` node naming a lowered backend module of the program."""
 
     module: str
@@ -254,7 +254,7 @@ ValueMeta: TypeAlias = Union[
 # Provenance
 
 
-class ModuleFrame(_Frozen):
+class ModuleFrame(_Frozen, frozen=True, kw_only=True):
     """One entry of FX ``nn_module_stack``: key -> (module path, module type)."""
 
     key: str
@@ -262,14 +262,14 @@ class ModuleFrame(_Frozen):
     type: str
 
 
-class SourceFn(_Frozen):
+class SourceFn(_Frozen, frozen=True, kw_only=True):
     """One entry of FX ``source_fn_stack``: (name, target as a string)."""
 
     name: str
     target: str
 
 
-class Provenance(_Frozen):
+class Provenance(_Frozen, frozen=True, kw_only=True):
     """Where a node came from. Debug handles follow ExecuTorch's numbering: nodes sharing their
     greatest ``from_node`` ancestor share one handle; placeholders and outputs have none."""
 
@@ -286,58 +286,58 @@ class Provenance(_Frozen):
 # Arguments
 
 
-class Ref(_Tagged, tag="ref"):
+class Ref(_Tagged, frozen=True, kw_only=True, tag="ref"):
     """A use of the value defined by node `name` (in the same graph)."""
 
     name: str
 
 
-class NoneArg(_Tagged, tag="none"):
+class NoneArg(_Tagged, frozen=True, kw_only=True, tag="none"):
     pass
 
 
-class IntArg(_Tagged, tag="int"):
+class IntArg(_Tagged, frozen=True, kw_only=True, tag="int"):
     value: int
 
 
-class FloatArg(_Tagged, tag="float"):
+class FloatArg(_Tagged, frozen=True, kw_only=True, tag="float"):
     value: FloatValue
 
 
-class BoolArg(_Tagged, tag="bool"):
+class BoolArg(_Tagged, frozen=True, kw_only=True, tag="bool"):
     value: bool
 
 
-class StrArg(_Tagged, tag="str"):
+class StrArg(_Tagged, frozen=True, kw_only=True, tag="str"):
     value: str
 
 
-class ListArg(_Tagged, tag="list"):
+class ListArg(_Tagged, frozen=True, kw_only=True, tag="list"):
     items: tuple[Argument, ...]
 
 
-class TupleArg(_Tagged, tag="tuple"):
+class TupleArg(_Tagged, frozen=True, kw_only=True, tag="tuple"):
     items: tuple[Argument, ...]
 
 
-class DTypeArg(_Tagged, tag="dtype"):
+class DTypeArg(_Tagged, frozen=True, kw_only=True, tag="dtype"):
     value: DType
 
 
-class DeviceArg(_Tagged, tag="device"):
+class DeviceArg(_Tagged, frozen=True, kw_only=True, tag="device"):
     value: str
     """As torch prints it: ``"cpu"``, ``"cuda:0"``."""
 
 
-class LayoutArg(_Tagged, tag="layout"):
+class LayoutArg(_Tagged, frozen=True, kw_only=True, tag="layout"):
     value: Layout
 
 
-class MemoryFormatArg(_Tagged, tag="memory_format"):
+class MemoryFormatArg(_Tagged, frozen=True, kw_only=True, tag="memory_format"):
     value: MemoryFormat
 
 
-class SymExprArg(_Tagged, tag="symexpr"):
+class SymExprArg(_Tagged, frozen=True, kw_only=True, tag="symexpr"):
     """A symbolic int/float/bool expression used directly as an argument (not via a node)."""
 
     expr: str
@@ -354,13 +354,13 @@ Argument: TypeAlias = Union[
 # Nodes and graphs
 
 
-class Placeholder(_Tagged, tag="placeholder"):
+class Placeholder(_Tagged, frozen=True, kw_only=True, tag="placeholder"):
     name: str
     meta: ValueMeta | None = None
     prov: Provenance | None = None
 
 
-class CallFunction(_Tagged, tag="call_function"):
+class CallFunction(_Tagged, frozen=True, kw_only=True, tag="call_function"):
     """A call. `target` is a canonical op string: ``"aten::add.Tensor"`` for torch ops (default
     overload spelled ``.default``), ``"higher_order::cond"``, ``"_operator::getitem"``, and
     ``"texir::call_delegate"`` for delegate calls."""
@@ -373,7 +373,7 @@ class CallFunction(_Tagged, tag="call_function"):
     prov: Provenance | None = None
 
 
-class GetAttr(_Tagged, tag="get_attr"):
+class GetAttr(_Tagged, frozen=True, kw_only=True, tag="get_attr"):
     """Fetches a nested graph (`Graph.subgraphs`) or a lowered module (`Program.lowered_modules`)
     by `target`; its meta is `SubgraphMeta` or `DelegateMeta`."""
 
@@ -383,7 +383,7 @@ class GetAttr(_Tagged, tag="get_attr"):
     prov: Provenance | None = None
 
 
-class Output(_Tagged, tag="output"):
+class Output(_Tagged, frozen=True, kw_only=True, tag="output"):
     """The graph's results; always the last node."""
 
     name: str = "output"
@@ -394,12 +394,12 @@ class Output(_Tagged, tag="output"):
 Node: TypeAlias = Union[Placeholder, CallFunction, GetAttr, Output]
 
 
-class Subgraph(_Frozen):
+class Subgraph(_Frozen, frozen=True, kw_only=True):
     name: str
     graph: Graph
 
 
-class Graph(_Frozen):
+class Graph(_Frozen, frozen=True, kw_only=True):
     """Topologically ordered nodes ending in one `Output`, plus nested graphs by name."""
 
     nodes: tuple[Node, ...]
@@ -410,33 +410,33 @@ class Graph(_Frozen):
 # Signature
 
 
-class UserInput(_Tagged, tag="user_input"):
+class UserInput(_Tagged, frozen=True, kw_only=True, tag="user_input"):
     arg: Argument
     """A `Ref` to the placeholder, or a literal for an input torch.export specialized away."""
 
 
-class ParameterInput(_Tagged, tag="parameter"):
+class ParameterInput(_Tagged, frozen=True, kw_only=True, tag="parameter"):
     name: str
     target: str
 
 
-class BufferInput(_Tagged, tag="buffer"):
+class BufferInput(_Tagged, frozen=True, kw_only=True, tag="buffer"):
     name: str
     target: str
     persistent: bool = True
 
 
-class ConstantTensorInput(_Tagged, tag="constant_tensor"):
+class ConstantTensorInput(_Tagged, frozen=True, kw_only=True, tag="constant_tensor"):
     name: str
     target: str
 
 
-class CustomObjInput(_Tagged, tag="custom_obj"):
+class CustomObjInput(_Tagged, frozen=True, kw_only=True, tag="custom_obj"):
     name: str
     target: str
 
 
-class TokenInput(_Tagged, tag="token"):
+class TokenInput(_Tagged, frozen=True, kw_only=True, tag="token"):
     name: str
 
 
@@ -445,35 +445,35 @@ InputSpec: TypeAlias = Union[
 ]
 
 
-class UserOutput(_Tagged, tag="user_output"):
+class UserOutput(_Tagged, frozen=True, kw_only=True, tag="user_output"):
     arg: Argument
 
 
-class BufferMutation(_Tagged, tag="buffer_mutation"):
+class BufferMutation(_Tagged, frozen=True, kw_only=True, tag="buffer_mutation"):
     name: str
     target: str
 
 
-class UserInputMutation(_Tagged, tag="user_input_mutation"):
+class UserInputMutation(_Tagged, frozen=True, kw_only=True, tag="user_input_mutation"):
     name: str
     target: str
 
 
-class LossOutput(_Tagged, tag="loss"):
+class LossOutput(_Tagged, frozen=True, kw_only=True, tag="loss"):
     name: str
 
 
-class GradientToParameter(_Tagged, tag="gradient_to_parameter"):
-    name: str
-    target: str
-
-
-class GradientToUserInput(_Tagged, tag="gradient_to_user_input"):
+class GradientToParameter(_Tagged, frozen=True, kw_only=True, tag="gradient_to_parameter"):
     name: str
     target: str
 
 
-class TokenOutput(_Tagged, tag="token"):
+class GradientToUserInput(_Tagged, frozen=True, kw_only=True, tag="gradient_to_user_input"):
+    name: str
+    target: str
+
+
+class TokenOutput(_Tagged, frozen=True, kw_only=True, tag="token"):
     name: str
 
 
@@ -483,7 +483,7 @@ OutputSpec: TypeAlias = Union[
 ]
 
 
-class GraphSignature(_Frozen):
+class GraphSignature(_Frozen, frozen=True, kw_only=True):
     """`inputs[i]` describes the i-th placeholder; `outputs[i]` the i-th output argument."""
 
     inputs: tuple[InputSpec, ...]
@@ -494,7 +494,7 @@ class GraphSignature(_Frozen):
 # State
 
 
-class TensorData(_Frozen):
+class TensorData(_Frozen, frozen=True, kw_only=True):
     """A tensor's value. `data` is None in snapshots written without data; `sha256` always holds
     the content hash of the contiguous little-endian bytes."""
 
@@ -504,7 +504,7 @@ class TensorData(_Frozen):
     data: Blob | None = None
 
 
-class StateEntry(_Frozen):
+class StateEntry(_Frozen, frozen=True, kw_only=True):
     """A parameter, buffer or lifted constant by fully qualified name. Which torch table it came
     from (state_dict or constants) follows from the signature."""
 
@@ -512,14 +512,14 @@ class StateEntry(_Frozen):
     value: TensorData
 
 
-class RangeConstraint(_Frozen):
+class RangeConstraint(_Frozen, frozen=True, kw_only=True):
     symbol: str
     min: int
     max: int | None = None
     """None means unbounded."""
 
 
-class ModuleCallSignature(_Frozen):
+class ModuleCallSignature(_Frozen, frozen=True, kw_only=True):
     inputs: tuple[Argument, ...]
     outputs: tuple[Argument, ...]
     in_spec: str
@@ -528,7 +528,7 @@ class ModuleCallSignature(_Frozen):
     forward_arg_names: tuple[str, ...] | None = None
 
 
-class ModuleCallEntry(_Frozen):
+class ModuleCallEntry(_Frozen, frozen=True, kw_only=True):
     fqn: str
     signature: ModuleCallSignature | None = None
 
@@ -537,19 +537,19 @@ class ModuleCallEntry(_Frozen):
 # Delegation
 
 
-class CompileSpec(_Frozen):
+class CompileSpec(_Frozen, frozen=True, kw_only=True):
     key: str
     value: bytes
 
 
-class DebugHandleEntry(_Frozen):
+class DebugHandleEntry(_Frozen, frozen=True, kw_only=True):
     """A backend-side identifier and the debug handles of the nodes it implements."""
 
     identifier: Union[int, str]
     debug_handles: tuple[int, ...]
 
 
-class LoweredBackendModule(_Frozen):
+class LoweredBackendModule(_Frozen, frozen=True, kw_only=True):
     """A partition compiled by a backend. `original_program` is the delegated sub-program
     (placeholders ordered parameters, buffers, constants, user inputs)."""
 
@@ -560,12 +560,12 @@ class LoweredBackendModule(_Frozen):
     debug_handle_map: tuple[DebugHandleEntry, ...] | None = None
 
 
-class NamedLoweredModule(_Frozen):
+class NamedLoweredModule(_Frozen, frozen=True, kw_only=True):
     name: str
     module: LoweredBackendModule
 
 
-class Program(_Frozen):
+class Program(_Frozen, frozen=True, kw_only=True):
     """One method of an exported program. Invariants are checked by `texir.ir.verify`."""
 
     graph: Graph

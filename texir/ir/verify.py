@@ -100,7 +100,7 @@ def verify(program: Program) -> None:
             raise IRError(f"signature.inputs[{i}] names '{name}' but placeholder #{i} is '{ph.name}'")
         if isinstance(spec, (ParameterInput, BufferInput, ConstantTensorInput)) and spec.target not in state_targets:
             raise IRError(
-                f"signature.inputs[{i}] ({spec.kind} '{spec.name}') has target '{spec.target}' "
+                f"signature.inputs[{i}] ({type(spec).__name__} '{spec.name}') has target '{spec.target}' "
                 "missing from program.state; add its TensorData"
             )
 
