@@ -1,0 +1,8 @@
+"""The `.pte` layer: schema structs mirroring program.fbs, the codec and (separately) the emitter."""
+
+from __future__ import annotations
+
+from texir.serialize.pte.schema import *  # noqa: F403
+from texir.serialize.pte.schema import __all__ as _schema_all
+
+__all__ = list(_schema_all)

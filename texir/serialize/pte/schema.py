@@ -1,0 +1,533 @@
+"""Frozen msgspec mirror of ExecuTorch's `program.fbs` (the `.pte` flatbuffer schema, ET12).
+
+One Struct per flatbuffer table, same names, same field order as program.fbs (field position is the
+flatbuffer slot id; a union field occupies two slots, its type tag then its value). References between
+entries are int indices, as in the file. Vectors are tuples; byte payloads that may be large
+(`Buffer.storage`, `BackendDelegateInlineData.data`) are `texir.ir.Blob` views, never copies.
+
+Fields that ExecuTorch's exporter leaves out when they are None are `X | None = None` here; fields the
+1.5.1 runtime requires are plain values (absent in a file decodes as the empty value).
+
+`PteProgram` is the file-level container the emitter produces and `texir.serialize.pte.loads` returns;
+`PteFile` is the raw, as-stored view (segments and header) used by `inspect`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+from msgspec import Struct
+
+from texir.ir.blob import Blob
+
+__all__ = [
+    "SCHEMA_FILE_IDENTIFIER",
+    "EXTENDED_HEADER_MAGIC",
+    "ScalarType",
+    "TensorShapeDynamism",
+    "TensorDataLocation",
+    "DeviceType",
+    "DataLocation",
+    "ContainerMetadata",
+    "Null",
+    "AllocationDetails",
+    "ExtraTensorInfo",
+    "Tensor",
+    "Int",
+    "Bool",
+    "Double",
+    "String",
+    "IntList",
+    "DoubleList",
+    "BoolList",
+    "TensorList",
+    "OptionalTensorList",
+    "KernelTypes",
+    "KERNEL_TYPES",
+    "EValue",
+    "Operator",
+    "KernelCall",
+    "DelegateCall",
+    "MoveCall",
+    "JumpFalseCall",
+    "FreeCall",
+    "InstructionArguments",
+    "INSTRUCTION_ARGUMENTS",
+    "Instruction",
+    "Frame",
+    "FrameList",
+    "BackendDelegateDataReference",
+    "CompileSpec",
+    "BackendDelegate",
+    "Chain",
+    "ExecutionPlan",
+    "NonConstBufferDevice",
+    "Buffer",
+    "BackendDelegateInlineData",
+    "DataSegment",
+    "SubsegmentOffsets",
+    "NamedData",
+    "Program",
+    "NamedBlob",
+    "PteProgram",
+    "ExtendedHeader",
+    "PteFile",
+]
+
+SCHEMA_FILE_IDENTIFIER: Final = b"ET12"
+"""`file_identifier` of program.fbs; the 1.5.1 runtime accepts exactly this."""
+
+EXTENDED_HEADER_MAGIC: Final = b"eh00"
+
+
+class _Table(Struct, frozen=True, kw_only=True):
+    """Base of every table struct (frozen, keyword-only, hashable)."""
+
+
+# --- enums (see program.fbs / scalar_type.fbs) -------------------------------------------------
+
+
+class ScalarType(enum.IntEnum):
+    """See scalar_type.fbs (byte). Values 8-10 and 18-21 are not declared there."""
+
+    BYTE = 0
+    CHAR = 1
+    SHORT = 2
+    INT = 3
+    LONG = 4
+    HALF = 5
+    FLOAT = 6
+    DOUBLE = 7
+    BOOL = 11
+    QINT8 = 12
+    QUINT8 = 13
+    QINT32 = 14
+    BFLOAT16 = 15
+    QUINT4X2 = 16
+    QUINT2X4 = 17
+    BITS16 = 22
+    FLOAT8E5M2 = 23
+    FLOAT8E4M3FN = 24
+    FLOAT8E5M2FNUZ = 25
+    FLOAT8E4M3FNUZ = 26
+    UINT16 = 27
+    UINT32 = 28
+    UINT64 = 29
+
+
+class TensorShapeDynamism(enum.IntEnum):
+    """See program.fbs `enum TensorShapeDynamism : byte`."""
+
+    STATIC = 0
+    DYNAMIC_BOUND = 1
+    DYNAMIC_UNBOUND = 2
+
+
+class TensorDataLocation(enum.IntEnum):
+    """See program.fbs `enum TensorDataLocation : byte`."""
+
+    SEGMENT = 0
+    EXTERNAL = 1
+
+
+class DeviceType(enum.IntEnum):
+    """See program.fbs `enum DeviceType : byte`."""
+
+    CPU = 0
+    CUDA = 1
+
+
+class DataLocation(enum.IntEnum):
+    """See program.fbs `enum DataLocation : byte`."""
+
+    INLINE = 0
+    SEGMENT = 1
+
+
+# --- tables, in program.fbs order ---------------------------------------------------------------
+
+
+class ContainerMetadata(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table ContainerMetadata`: pytree specs of the method's inputs/outputs."""
+
+    encoded_inp_str: str = ""
+    encoded_out_str: str = ""
+
+
+class _KernelType(Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """Base of the members of the `KernelTypes` union (tag = member name)."""
+
+
+class Null(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table Null {}`."""
+
+
+class AllocationDetails(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table AllocationDetails`. `memory_id` is 1-based (0 is the constant arena)."""
+
+    memory_id: int
+    memory_offset_low: int
+    memory_offset_high: int = 0
+
+    @property
+    def memory_offset(self) -> int:
+        return (self.memory_offset_high << 32) | self.memory_offset_low
+
+
+class ExtraTensorInfo(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table ExtraTensorInfo`."""
+
+    mutable_data_segments_idx: int = 0
+    fully_qualified_name: str | None = None
+    location: TensorDataLocation = TensorDataLocation.SEGMENT
+    device_type: DeviceType = DeviceType.CPU
+    device_index: int = 0
+
+
+class Tensor(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table Tensor`.
+
+    Constant: data_buffer_idx >= 1, no allocation_info. Planned: allocation_info, data_buffer_idx 0
+    (or >= 1 for a mutable buffer initialised from the mutable-data segment). Neither: caller-provided.
+    """
+
+    scalar_type: ScalarType
+    storage_offset: int = 0
+    sizes: tuple[int, ...]
+    dim_order: tuple[int, ...]
+    requires_grad: bool = False
+    data_buffer_idx: int = 0
+    allocation_info: AllocationDetails | None = None
+    layout: int = 0
+    shape_dynamism: TensorShapeDynamism = TensorShapeDynamism.STATIC
+    extra_tensor_info: ExtraTensorInfo | None = None
+
+
+class Int(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table Int`."""
+
+    int_val: int
+
+
+class Bool(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table Bool`."""
+
+    bool_val: bool
+
+
+class Double(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table Double`; inf and nan are plain IEEE values.
+
+    Equality follows Python floats, so a NaN Double is not equal to itself; compare encoded bytes instead.
+    """
+
+    double_val: float
+
+
+class String(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table String`."""
+
+    string_val: str
+
+
+class IntList(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table IntList`: the items are value indices of Int values, not integers."""
+
+    items: tuple[int, ...]
+
+
+class DoubleList(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table DoubleList` (literal values)."""
+
+    items: tuple[float, ...]
+
+
+class BoolList(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table BoolList` (literal values)."""
+
+    items: tuple[bool, ...]
+
+
+class TensorList(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table TensorList`: value indices of Tensor values."""
+
+    items: tuple[int, ...]
+
+
+class OptionalTensorList(_KernelType, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table OptionalTensorList`: value indices, -1 meaning None."""
+
+    items: tuple[int, ...]
+
+
+KernelTypes = (
+    Null
+    | Int
+    | Bool
+    | Double
+    | Tensor
+    | String
+    | IntList
+    | DoubleList
+    | BoolList
+    | TensorList
+    | OptionalTensorList
+)
+"""See program.fbs `union KernelTypes`."""
+
+KERNEL_TYPES: Final[tuple[type[_KernelType], ...]] = (
+    Null,
+    Int,
+    Bool,
+    Double,
+    Tensor,
+    String,
+    IntList,
+    DoubleList,
+    BoolList,
+    TensorList,
+    OptionalTensorList,
+)
+"""Members in union order: the flatbuffer type tag of `KERNEL_TYPES[i]` is `i + 1` (0 is NONE)."""
+
+
+class EValue(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table EValue` (slots: val_type, val)."""
+
+    val: KernelTypes
+
+
+class Operator(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table Operator`: e.g. name "aten::add", overload "out" ("" for default)."""
+
+    name: str
+    overload: str = ""
+
+
+class _InstructionArgument(Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """Base of the members of the `InstructionArguments` union (tag = member name)."""
+
+
+class KernelCall(_InstructionArgument, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table KernelCall`: every schema argument, then the return slot."""
+
+    op_index: int
+    args: tuple[int, ...]
+
+
+class DelegateCall(_InstructionArgument, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table DelegateCall`: args are the inputs followed by the outputs."""
+
+    delegate_index: int
+    args: tuple[int, ...]
+
+
+class MoveCall(_InstructionArgument, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table MoveCall`."""
+
+    move_from: int
+    move_to: int
+
+
+class JumpFalseCall(_InstructionArgument, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table JumpFalseCall`."""
+
+    cond_value_index: int
+    destination_instruction: int
+
+
+class FreeCall(_InstructionArgument, frozen=True, kw_only=True, tag=True):
+    """See program.fbs `table FreeCall`."""
+
+    value_index: int
+
+
+InstructionArguments = KernelCall | DelegateCall | MoveCall | JumpFalseCall | FreeCall
+"""See program.fbs `union InstructionArguments`."""
+
+INSTRUCTION_ARGUMENTS: Final[tuple[type[_InstructionArgument], ...]] = (
+    KernelCall,
+    DelegateCall,
+    MoveCall,
+    JumpFalseCall,
+    FreeCall,
+)
+"""Members in union order: the flatbuffer type tag of `INSTRUCTION_ARGUMENTS[i]` is `i + 1`."""
+
+
+class Instruction(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table Instruction` (slots: instr_args_type, instr_args)."""
+
+    instr_args: InstructionArguments
+
+
+class Frame(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table Frame`."""
+
+    filename: str | None = None
+    lineno: int = 0
+    name: str | None = None
+    context: str | None = None
+
+
+class FrameList(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table FrameList`."""
+
+    items: tuple[Frame, ...] = ()
+
+
+class BackendDelegateDataReference(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table BackendDelegateDataReference`.
+
+    INLINE: index into `Program.backend_delegate_data`; SEGMENT: index into `Program.segments`.
+    """
+
+    location: DataLocation = DataLocation.INLINE
+    index: int = 0
+
+
+class CompileSpec(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table CompileSpec`."""
+
+    key: str
+    value: bytes
+
+
+class BackendDelegate(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table BackendDelegate`: `id` names a backend registered in the runtime."""
+
+    id: str
+    processed: BackendDelegateDataReference
+    compile_specs: tuple[CompileSpec, ...] = ()
+
+
+class Chain(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table Chain` (the runtime ignores inputs and outputs)."""
+
+    inputs: tuple[int, ...] = ()
+    outputs: tuple[int, ...] = ()
+    instructions: tuple[Instruction, ...] = ()
+    stacktrace: tuple[FrameList, ...] | None = None
+
+
+class ExecutionPlan(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table ExecutionPlan`: one method. `non_const_buffer_sizes[0]` is reserved (0)."""
+
+    name: str
+    container_meta_type: ContainerMetadata | None = None
+    values: tuple[EValue, ...] = ()
+    inputs: tuple[int, ...] = ()
+    outputs: tuple[int, ...] = ()
+    chains: tuple[Chain, ...] = ()
+    operators: tuple[Operator, ...] = ()
+    delegates: tuple[BackendDelegate, ...] = ()
+    non_const_buffer_sizes: tuple[int, ...] = ()
+    non_const_buffer_device: tuple[NonConstBufferDevice, ...] | None = None
+
+
+class NonConstBufferDevice(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table NonConstBufferDevice` (buffer_idx is 1-based like the sizes)."""
+
+    buffer_idx: int
+    device_type: DeviceType = DeviceType.CPU
+    device_index: int = 0
+
+
+class Buffer(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table Buffer` (storage is force_align'ed to constant_tensor_alignment)."""
+
+    storage: Blob
+
+
+class BackendDelegateInlineData(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table BackendDelegateInlineData` (data is force_align'ed to delegate_alignment)."""
+
+    data: Blob
+
+
+class DataSegment(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table DataSegment`: offset is relative to the segment base offset."""
+
+    offset: int
+    size: int
+
+
+class SubsegmentOffsets(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table SubsegmentOffsets`: offsets relative to the start of the segment."""
+
+    segment_index: int
+    offsets: tuple[int, ...]
+
+
+class NamedData(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table NamedData`."""
+
+    key: str
+    segment_index: int
+
+
+class Program(_Table, frozen=True, kw_only=True):
+    """See program.fbs `table Program` (the root; `version` must be 0 for the 1.5.1 runtime)."""
+
+    version: int = 0
+    execution_plan: tuple[ExecutionPlan, ...] = ()
+    constant_buffer: tuple[Buffer, ...] = ()
+    backend_delegate_data: tuple[BackendDelegateInlineData, ...] = ()
+    segments: tuple[DataSegment, ...] = ()
+    constant_segment: SubsegmentOffsets | None = None
+    mutable_data_segments: tuple[SubsegmentOffsets, ...] | None = None
+    named_data: tuple[NamedData, ...] | None = None
+
+
+# --- file-level containers (texir's, not in program.fbs) ----------------------------------------
+
+
+class NamedBlob(_Table, frozen=True, kw_only=True):
+    """A named-data payload (`NamedData.key` plus its bytes), stored in its own segment."""
+
+    key: str
+    data: Blob
+
+
+class PteProgram(_Table, frozen=True, kw_only=True):
+    """A `.pte` program in its logical form, independent of the on-disk segment layout.
+
+    Invariant (what the emitter produces and `loads` returns, like ExecuTorch's emitter output):
+    - `program.constant_buffer` holds every constant payload, entry 0 the empty placeholder; a
+      Tensor's `data_buffer_idx` indexes it. Each entry is exactly the tensor's bytes (no padding).
+    - every delegate is `processed=INLINE` into `program.backend_delegate_data`, whose entries are
+      distinct and ordered by first reference (plans in order, delegates in order).
+    - `program.segments == ()`, `program.constant_segment is None`, `program.mutable_data_segments is
+      None` and `program.named_data is None`: the codec derives them from the options at dumps time.
+    - `mutable_data` holds the initial values of planned mutable tensors (entry 0 the placeholder),
+      or is empty; `named_data` holds named payloads in key order of first appearance.
+
+    For such a value, `loads(dumps(x, options)) == x` for any options, and for bytes texir wrote with
+    options `o`, `dumps(loads(b), o) == b`.
+    """
+
+    program: Program
+    mutable_data: tuple[Buffer, ...] = ()
+    named_data: tuple[NamedBlob, ...] = ()
+
+
+class ExtendedHeader(_Table, frozen=True, kw_only=True):
+    """The `eh00` header at file offset 8 (32 bytes, little-endian, padded to the max force_align)."""
+
+    program_size: int
+    segment_base_offset: int
+    segment_data_size: int
+    header_length: int = 32
+
+
+class PteFile(_Table, frozen=True, kw_only=True):
+    """A `.pte` file as stored: the raw root table, the header and the segment payloads (views)."""
+
+    program: Program
+    header: ExtendedHeader | None
+    segment_data: tuple[Blob, ...]
+    """Payload of `program.segments[i]`, without padding."""
+    file_size: int
+    flatbuffer_size: int
+    """Bytes `[0, flatbuffer_size)` hold the flatbuffer (with the inserted header)."""
