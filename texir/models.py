@@ -17,7 +17,9 @@ class _ConvStack(nn.Module):
         self.relu2 = nn.ReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.relu2(self.conv2(self.relu1(self.conv1(x))))
+        hidden: torch.Tensor = self.relu1(self.conv1(x))
+        out: torch.Tensor = self.relu2(self.conv2(hidden))
+        return out
 
 
 class ConvReLUTan(nn.Module):

@@ -65,15 +65,15 @@ class DelegateMappingBuilder:
                 "no identifier given to a builder with explicit identifiers; pass identifier=, "
                 "or build with generated_identifiers=True"
             )
-        if identifier is not None and identifier in self._entries:
-            raise DelegateMappingError(
-                f"delegate debug identifier {identifier!r} was already inserted; identifiers must be unique"
-            )
         if isinstance(identifier, bool) or (
             identifier is not None and not isinstance(identifier, (int, str))
         ):
             raise DelegateMappingError(
                 f"delegate debug identifier {identifier!r} must be an int or a str"
+            )
+        if identifier is not None and identifier in self._entries:
+            raise DelegateMappingError(
+                f"delegate debug identifier {identifier!r} was already inserted; identifiers must be unique"
             )
         if (nodes is None) == (handles is None):
             raise DelegateMappingError(
