@@ -1,0 +1,183 @@
+"""Small hand-built Programs (no torch) for tests, demos and benchmarks of the debugging tools."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from texir.ir.types import (
+    BufferInput,
+    BufferMutation,
+    CallFunction,
+    CompileSpec,
+    DebugHandleEntry,
+    DelegateMeta,
+    DType,
+    GetAttr,
+    Graph,
+    GraphSignature,
+    InputSpec,
+    IntArg,
+    LoweredBackendModule,
+    NamedLoweredModule,
+    Node,
+    Output,
+    OutputSpec,
+    ParameterInput,
+    Placeholder,
+    Program,
+    Provenance,
+    Ref,
+    StateEntry,
+    TensorData,
+    TensorMeta,
+    TupleMeta,
+    UserInput,
+    UserOutput,
+)
+
+__all__ = ["chain_program", "delegated_program", "tensor_meta", "wide_program"]
+
+
+def tensor_meta(*shape: int, dtype: DType = DType.float32) -> TensorMeta:
+    strides: list[int] = []
+    acc = 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= size
+    return TensorMeta(dtype=dtype, shape=tuple(shape), strides=tuple(reversed(strides)))
+
+
+def _state(target: str, meta: TensorMeta, seed: str) -> StateEntry:
+    digest = hashlib.sha256(seed.encode()).hexdigest()
+    nbytes = 4
+    for size in meta.shape:
+        nbytes *= int(size)
+    return StateEntry(target=target, value=TensorData(meta=meta, sha256=digest, nbytes=nbytes))
+
+
+def chain_program(ops: Sequence[str] = ("aten::relu.default",), *, with_param: bool = True,
+                  with_buffer: bool = False, names: Sequence[str] | None = None) -> Program:
+    """x (+ parameter w) -> ops applied in a chain -> output; optional buffer mutated by add_."""
+    meta = tensor_meta(2, 3)
+    nodes: list[Node] = []
+    inputs: list[InputSpec] = []
+    state: list[StateEntry] = []
+    if with_param:
+        nodes.append(Placeholder(name="p_w", meta=meta))
+        inputs.append(ParameterInput(name="p_w", target="w"))
+        state.append(_state("w", meta, "w"))
+    if with_buffer:
+        nodes.append(Placeholder(name="b_count", meta=meta))
+        inputs.append(BufferInput(name="b_count", target="count"))
+        state.append(_state("count", meta, "count"))
+    nodes.append(Placeholder(name="x", meta=meta))
+    inputs.append(UserInput(arg=Ref(name="x")))
+    prev = "x"
+    if with_param:
+        nodes.append(CallFunction(name="add", target="aten::add.Tensor",
+                                  args=(Ref(name="x"), Ref(name="p_w")), meta=meta,
+                                  prov=Provenance(debug_handle=1)))
+        prev = "add"
+    for i, op in enumerate(ops):
+        name = names[i] if names is not None else f"{op.split('::')[1].split('.')[0]}_{i}"
+        nodes.append(CallFunction(name=name, target=op, args=(Ref(name=prev),), meta=meta,
+                                  prov=Provenance(debug_handle=i + 2)))
+        prev = name
+    outputs: list[OutputSpec] = []
+    out_args = []
+    if with_buffer:
+        nodes.append(CallFunction(name="add_1", target="aten::add.Tensor",
+                                  args=(Ref(name="b_count"), Ref(name=prev)), meta=meta))
+        outputs.append(BufferMutation(name="add_1", target="count"))
+        out_args.append(Ref(name="add_1"))
+    outputs.append(UserOutput(arg=Ref(name=prev)))
+    out_args.append(Ref(name=prev))
+    nodes.append(Output(args=tuple(out_args)))
+    return Program(
+        graph=Graph(nodes=tuple(nodes)),
+        signature=GraphSignature(inputs=tuple(inputs), outputs=tuple(outputs)),
+        state=tuple(state),
+    )
+
+
+def delegated_program(backend_id: str = "DemoBackend", processed: bytes = b"1#relu,0",
+                      partitions: int = 1) -> Program:
+    """x -> [delegate call -> getitem] * partitions -> sin -> output, each delegate running relu."""
+    meta = tensor_meta(2, 3)
+    inner = chain_program(("aten::relu.default",), with_param=False)
+    nodes: list[Node] = [Placeholder(name="x", meta=meta)]
+    lowered: list[NamedLoweredModule] = []
+    prev = "x"
+    for k in range(partitions):
+        mod = f"lowered_module_{k}"
+        module = LoweredBackendModule(
+            backend_id=backend_id, processed_bytes=processed + str(k).encode(),
+            compile_specs=(CompileSpec(key="level", value=b"\x01"),), original_program=inner,
+            debug_handle_map=(DebugHandleEntry(identifier=0, debug_handles=(2,)),),
+        )
+        lowered.append(NamedLoweredModule(name=mod, module=module))
+        nodes.append(GetAttr(name=mod, target=mod, meta=DelegateMeta(module=mod)))
+        call = f"executorch_call_delegate_{k}" if k else "executorch_call_delegate"
+        nodes.append(CallFunction(name=call, target="texir::call_delegate",
+                                  args=(Ref(name=mod), Ref(name=prev)), meta=TupleMeta(items=(meta,))))
+        item = f"getitem_{k}" if k else "getitem"
+        nodes.append(CallFunction(name=item, target="_operator::getitem",
+                                  args=(Ref(name=call), IntArg(value=0)), meta=meta))
+        prev = item
+    nodes.append(CallFunction(name="sin", target="aten::sin.default", args=(Ref(name=prev),),
+                              meta=meta, prov=Provenance(debug_handle=9)))
+    nodes.append(Output(args=(Ref(name="sin"),)))
+    return Program(
+        graph=Graph(nodes=tuple(nodes)),
+        signature=GraphSignature(inputs=(UserInput(arg=Ref(name="x")),),
+                                 outputs=(UserOutput(arg=Ref(name="sin")),)),
+        lowered_modules=tuple(lowered),
+    )
+
+
+def wide_program(n: int, *, width: int = 8, partitions: int = 4) -> Program:
+    """A generated DAG of about `n` nodes (elementwise ops reading the two previous values of a
+    lane, lanes mixing every few layers) with `partitions` delegate calls spread through it."""
+    meta = tensor_meta(4, 4)
+    ops = ("aten::add.Tensor", "aten::mul.Tensor", "aten::sub.Tensor")
+    nodes: list[Node] = [Placeholder(name="w", meta=meta), Placeholder(name="x", meta=meta)]
+    lanes = ["x"] * width
+    lowered: list[NamedLoweredModule] = []
+    inner = chain_program(("aten::relu.default",), with_param=False)
+    every = max(1, (n // width) // (partitions + 1))
+    count, layer = 2, 0
+    while count < n - 1:
+        layer += 1
+        for lane in range(width):
+            name = f"n{layer}_{lane}"
+            other = lanes[(lane + 1) % width] if layer % 3 == 0 else "w"
+            nodes.append(CallFunction(name=name, target=ops[(layer + lane) % 3],
+                                      args=(Ref(name=lanes[lane]), Ref(name=other)), meta=meta,
+                                      prov=Provenance(debug_handle=count)))
+            lanes[lane] = name
+            count += 1
+        if layer % every == 0 and len(lowered) < partitions:
+            mod = f"lowered_module_{len(lowered)}"
+            lowered.append(NamedLoweredModule(name=mod, module=LoweredBackendModule(
+                backend_id="DemoBackend", processed_bytes=mod.encode(), compile_specs=(),
+                original_program=inner)))
+            call = f"call_{mod}"
+            nodes.append(GetAttr(name=mod, target=mod, meta=DelegateMeta(module=mod)))
+            nodes.append(CallFunction(name=call, target="texir::call_delegate",
+                                      args=(Ref(name=mod), Ref(name=lanes[0])),
+                                      meta=TupleMeta(items=(meta,))))
+            nodes.append(CallFunction(name=f"{call}_0", target="_operator::getitem",
+                                      args=(Ref(name=call), IntArg(value=0)), meta=meta))
+            lanes[0] = f"{call}_0"
+            count += 3
+    nodes.append(Output(args=tuple(Ref(name=lane) for lane in lanes)))
+    return Program(
+        graph=Graph(nodes=tuple(nodes)),
+        signature=GraphSignature(
+            inputs=(ParameterInput(name="w", target="w"), UserInput(arg=Ref(name="x"))),
+            outputs=tuple(UserOutput(arg=Ref(name=lane)) for lane in lanes),
+        ),
+        state=(_state("w", meta, "w"),),
+        lowered_modules=tuple(lowered),
+    )
