@@ -1,0 +1,483 @@
+"""Deterministic, versioned JSON and msgpack snapshots of Programs and lowered backend modules.
+
+A snapshot is an envelope ``{"format": "texir-snapshot", "schema_version": [major, minor],
+"kind": "program" | "lowered_module", <kind>: ...}`` encoded by one module-level msgspec encoder per
+format (``order="deterministic"``; struct fields are written in declaration order), so the same value
+gives the same bytes in every process. The format is detected on load: JSON starts with ``{``, which
+is never the first byte of a msgpack envelope (a fixmap, 0x80-0x8f).
+
+Tensor payloads (`Blob`) are base64 strings in JSON and msgpack extension objects (type code 1) in
+msgpack; an extension rather than a plain ``bin`` lets the decoder hand each payload over as a view of
+the input buffer instead of a copy (when the input is immutable: ``bytes``, a read-only memoryview or
+an ``mmap`` opened read-only).
+
+Decoding reads the small header first (the program is skipped as raw bytes), so a foreign or
+wrong-version file is rejected with a clear message before the program is decoded. Every decoding
+failure is a `SnapshotError` naming the bad field (``$.graph.nodes[3].args[0]``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gc
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final, Literal, TypeAlias, TypeVar
+
+import msgspec
+
+from texir.errors import SnapshotError
+from texir.ir.blob import Blob
+from texir.ir.types import SCHEMA_VERSION, LoweredBackendModule, NamedLoweredModule, Program, StateEntry
+
+__all__ = [
+    "FORMAT_MARKER",
+    "SCHEMA_VERSION",
+    "LoweredModuleSnapshot",
+    "ProgramSnapshot",
+    "SnapshotFormat",
+    "SnapshotVersionError",
+    "detect_format",
+    "dump",
+    "dumps",
+    "dumps_lowered_module",
+    "dumps_value",
+    "load",
+    "loads",
+    "loads_lowered_module",
+    "loads_value",
+    "strip_data",
+]
+
+SnapshotFormat: TypeAlias = Literal["json", "msgpack"]
+
+FORMAT_MARKER: Final = "texir-snapshot"
+"""Value of the envelope's first field, ``format``; identifies texir snapshots."""
+
+_BLOB_EXT_CODE: Final = 1
+
+
+class SnapshotVersionError(SnapshotError):
+    """The snapshot was written with a schema version this texir cannot read."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Envelopes (their JSON schema is checked in under texir/serialize/schema/)
+
+
+class ProgramSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of one Program."""
+
+    format: Literal["texir-snapshot"] = "texir-snapshot"
+    schema_version: tuple[int, int]
+    kind: Literal["program"] = "program"
+    program: Program
+
+
+class LoweredModuleSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of one LoweredBackendModule (with its original program)."""
+
+    format: Literal["texir-snapshot"] = "texir-snapshot"
+    schema_version: tuple[int, int]
+    kind: Literal["lowered_module"] = "lowered_module"
+    module: LoweredBackendModule
+
+
+class _Header(msgspec.Struct, kw_only=True):
+    """The envelope as first read: loosely typed so foreign input gets a precise message, with the
+    payload kept as undecoded bytes (msgspec skips it without building objects)."""
+
+    format: Any = None
+    schema_version: Any = None
+    kind: Any = "program"
+    program: msgspec.Raw = msgspec.Raw()
+    """Empty when absent (msgspec cannot decode Raw inside a union)."""
+    module: msgspec.Raw = msgspec.Raw()
+
+
+# --------------------------------------------------------------------------------------------------
+# Blob hooks
+
+
+def _enc_hook_json(obj: Any) -> Any:
+    if isinstance(obj, Blob):
+        return obj.view()  # msgspec writes buffers as base64 strings in JSON
+    raise NotImplementedError(f"texir snapshots cannot encode {type(obj).__name__}")
+
+
+def _enc_hook_msgpack(obj: Any) -> Any:
+    if isinstance(obj, Blob):
+        return msgspec.msgpack.Ext(_BLOB_EXT_CODE, obj.view())
+    raise NotImplementedError(f"texir snapshots cannot encode {type(obj).__name__}")
+
+
+class _BadExtension(ValueError):
+    pass
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    # `data` is a view of the input buffer; `loads` only passes immutable buffers, so the Blob can
+    # alias it without a copy.
+    if code != _BLOB_EXT_CODE:
+        raise _BadExtension(f"unknown msgpack extension type {code} (texir writes only type 1, a tensor payload)")
+    return Blob(data)
+
+
+def _dec_hook(typ: type, obj: Any) -> Any:
+    if typ is Blob:
+        if isinstance(obj, Blob):
+            return obj
+        if isinstance(obj, str):
+            try:
+                return Blob(base64.b64decode(obj, validate=True))
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError(f"invalid base64 tensor payload ({exc})") from None
+        raise TypeError(f"expected a tensor payload, got {type(obj).__name__}")
+    raise NotImplementedError(f"no decoder for {typ!r}")
+
+
+_JSON_ENCODER: Final = msgspec.json.Encoder(enc_hook=_enc_hook_json, order="deterministic")
+_MSGPACK_ENCODER: Final = msgspec.msgpack.Encoder(enc_hook=_enc_hook_msgpack, order="deterministic")
+
+_JSON_HEADER: Final = msgspec.json.Decoder(_Header)
+_MSGPACK_HEADER: Final = msgspec.msgpack.Decoder(_Header, ext_hook=_ext_hook)
+_JSON_PROGRAM: Final = msgspec.json.Decoder(Program, dec_hook=_dec_hook)
+_MSGPACK_PROGRAM: Final = msgspec.msgpack.Decoder(Program, dec_hook=_dec_hook, ext_hook=_ext_hook)
+_JSON_MODULE: Final = msgspec.json.Decoder(LoweredBackendModule, dec_hook=_dec_hook)
+_MSGPACK_MODULE: Final = msgspec.msgpack.Decoder(
+    LoweredBackendModule, dec_hook=_dec_hook, ext_hook=_ext_hook
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Stripping payloads
+
+
+def _strip_module(module: LoweredBackendModule) -> LoweredBackendModule:
+    original = strip_data(module.original_program)
+    if original is module.original_program:
+        return module
+    return msgspec.structs.replace(module, original_program=original)
+
+
+def strip_data(program: Program) -> Program:
+    """`program` with every tensor payload dropped (metadata, sha256 and nbytes kept), including
+    the state of lowered modules' original programs. Returns `program` itself when it holds none.
+    Delegate `processed_bytes` are kept as they are: they are the backend's output, not state."""
+    state = program.state
+    if any(entry.value.data is not None for entry in state):
+        state = tuple(
+            entry
+            if entry.value.data is None
+            else StateEntry(target=entry.target, value=msgspec.structs.replace(entry.value, data=None))
+            for entry in state
+        )
+    lowered = program.lowered_modules
+    if lowered:
+        stripped = tuple(
+            NamedLoweredModule(name=m.name, module=_strip_module(m.module)) for m in lowered
+        )
+        if any(a.module is not b.module for a, b in zip(stripped, lowered)):
+            lowered = stripped
+    if state is program.state and lowered is program.lowered_modules:
+        return program
+    return msgspec.structs.replace(program, state=state, lowered_modules=lowered)
+
+
+# --------------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _encode(envelope: ProgramSnapshot | LoweredModuleSnapshot, format: SnapshotFormat) -> bytes:
+    if format == "json":
+        encoder: msgspec.json.Encoder | msgspec.msgpack.Encoder = _JSON_ENCODER
+    elif format == "msgpack":
+        encoder = _MSGPACK_ENCODER
+    else:
+        raise SnapshotError(f"unknown snapshot format {format!r}; use 'json' or 'msgpack'")
+    try:
+        return encoder.encode(envelope)
+    except RecursionError:
+        raise SnapshotError("cannot encode: the program's arguments are nested too deeply") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SnapshotError(f"cannot encode the program: {exc}") from None
+
+
+def dumps(
+    program: Program, *, format: SnapshotFormat = "json", include_data: bool = False
+) -> bytes:
+    """The snapshot of `program` as bytes. Without `include_data`, tensor payloads are left out
+    (each tensor keeps its metadata, sha256 and nbytes). Same program, same bytes, in any process."""
+    if not include_data:
+        program = strip_data(program)
+    return _encode(ProgramSnapshot(schema_version=SCHEMA_VERSION, program=program), format)
+
+
+def dumps_lowered_module(
+    module: LoweredBackendModule, *, format: SnapshotFormat = "json", include_data: bool = False
+) -> bytes:
+    """The snapshot of a lowered backend module (its original program's payloads only with
+    `include_data`; `processed_bytes` always)."""
+    if not include_data:
+        module = _strip_module(module)
+    return _encode(LoweredModuleSnapshot(schema_version=SCHEMA_VERSION, module=module), format)
+
+
+def dumps_value(
+    value: Program | LoweredBackendModule,
+    *,
+    format: SnapshotFormat = "json",
+    include_data: bool = False,
+) -> bytes:
+    """`dumps` or `dumps_lowered_module`, by the type of `value`."""
+    if isinstance(value, LoweredBackendModule):
+        return dumps_lowered_module(value, format=format, include_data=include_data)
+    if isinstance(value, Program):
+        return dumps(value, format=format, include_data=include_data)
+    raise SnapshotError(
+        f"cannot snapshot a {type(value).__name__}; pass a Program or a LoweredBackendModule"
+    )
+
+
+def dump(
+    value: Program | LoweredBackendModule,
+    path: str | os.PathLike[str],
+    *,
+    format: SnapshotFormat | None = None,
+    include_data: bool = False,
+) -> Path:
+    """Write the snapshot of `value` to `path` atomically (a temporary file in the same directory,
+    then `os.replace`): on any failure no partial file is left. `format` defaults to msgpack for
+    ``.msgpack``/``.texir`` paths and JSON otherwise. Returns the path."""
+    target = Path(path)
+    fmt: SnapshotFormat = format if format is not None else format_for_path(target)
+    data = dumps_value(value, format=fmt, include_data=include_data)
+    atomic_write_bytes(target, data)
+    return target
+
+
+def format_for_path(path: str | os.PathLike[str]) -> SnapshotFormat:
+    """The snapshot format a file name asks for: msgpack for ``.msgpack``/``.texir``, else JSON."""
+    return "msgpack" if Path(path).suffix.lower() in (".msgpack", ".texir") else "json"
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same directory and `os.replace`."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise SnapshotError(f"cannot write {target}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise SnapshotError(f"cannot write {target}: {exc.strerror or exc}") from None
+        raise
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoding
+
+
+def detect_format(data: bytes | bytearray | memoryview) -> SnapshotFormat:
+    """'json' if the first non-blank byte is ``{``, else 'msgpack'. Raises on empty input."""
+    view = memoryview(data)
+    if view.nbytes == 0:
+        raise SnapshotError("empty input: a snapshot holds at least its header")
+    head = bytes(view[:64]).lstrip()
+    if head[:1] in (b"{", b"["):
+        return "json"
+    if head[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte order mark before JSON
+        return "json"
+    return "msgpack"
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    # Decoding builds millions of small acyclic objects; the cyclic collector would otherwise run
+    # over and over while they are created, for nothing.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _immutable(data: bytes | bytearray | memoryview) -> bytes | memoryview:
+    # Payload Blobs alias the input buffer, so it must not change under them: copy writable input.
+    if isinstance(data, bytes):
+        return data
+    view = memoryview(data)
+    return view if view.readonly else view.tobytes()
+
+
+def _supported_versions() -> str:
+    major, minor = SCHEMA_VERSION
+    return f"{major}.0" if minor == 0 else f"{major}.0 to {major}.{minor}"
+
+
+def _check_header(header: _Header) -> None:
+    if header.format != FORMAT_MARKER:
+        found = "no format marker" if header.format is None else f"format marker {header.format!r}"
+        raise SnapshotError(
+            f"not a texir snapshot ({found}; expected \"format\": \"{FORMAT_MARKER}\"); "
+            "create one with `texir snapshot MODEL -o FILE` or texir.serialize.snapshot.dumps"
+        )
+    version = header.schema_version
+    if (
+        not isinstance(version, (list, tuple))
+        or len(version) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in version)
+    ):
+        raise SnapshotError(
+            f"bad snapshot header at $.schema_version: expected [major, minor], got {version!r}"
+        )
+    major, minor = int(version[0]), int(version[1])
+    our_major, our_minor = SCHEMA_VERSION
+    if major == our_major and 0 <= minor <= our_minor:
+        return
+    found = f"{major}.{minor}"
+    if (major, minor) > SCHEMA_VERSION:
+        advice = "upgrade texir, or re-create the snapshot with this texir (`texir snapshot MODEL -o FILE`)"
+        what = "newer than this texir"
+    else:
+        advice = "re-create the snapshot with this texir (`texir snapshot MODEL -o FILE`)"
+        what = "older than this texir can read"
+    raise SnapshotVersionError(
+        f"snapshot schema version {found} is {what} (this texir reads {_supported_versions()}); {advice}"
+    )
+
+
+_T = TypeVar("_T")
+
+
+def _decode_payload(
+    decoder: msgspec.json.Decoder[_T] | msgspec.msgpack.Decoder[_T], raw: msgspec.Raw, field: str
+) -> _T:
+    try:
+        with _no_gc():
+            return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        # msgspec reports paths relative to the decoded object: "... - at `$.graph.nodes[3]`".
+        message = str(exc).replace("`$", f"`$.{field}", 1)
+        raise SnapshotError(f"invalid snapshot: {message}") from None
+    except msgspec.DecodeError as exc:
+        raise SnapshotError(f"corrupt snapshot in $.{field}: {exc}") from None
+    except RecursionError:
+        raise SnapshotError(f"corrupt snapshot: $.{field} is nested too deeply") from None
+    except _BadExtension as exc:
+        raise SnapshotError(f"corrupt snapshot in $.{field}: {exc}") from None
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        raise SnapshotError(f"corrupt snapshot in $.{field}: {type(exc).__name__}: {exc}") from None
+
+
+def _read_header(data: bytes | memoryview, fmt: SnapshotFormat) -> _Header:
+    decoder = _JSON_HEADER if fmt == "json" else _MSGPACK_HEADER
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise SnapshotError(
+            f"not a texir snapshot ({fmt}): {exc}; expected the envelope "
+            f'{{"format": "{FORMAT_MARKER}", "schema_version": ..., "program": ...}}'
+        ) from None
+    except msgspec.DecodeError as exc:
+        raise SnapshotError(f"corrupt or truncated {fmt} snapshot: {exc}") from None
+    except RecursionError:
+        raise SnapshotError(f"corrupt {fmt} snapshot: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        raise SnapshotError(f"corrupt {fmt} snapshot: {type(exc).__name__}: {exc}") from None
+
+
+def _check_payloads(program: Program, where: str) -> None:
+    # A payload whose length disagrees with nbytes is corrupt. (Hashes are not recomputed here: that
+    # would read every byte; `Blob.digest()` is there for callers who want it.)
+    for i, entry in enumerate(program.state):
+        value = entry.value
+        if value.data is not None and value.data.nbytes != value.nbytes:
+            raise SnapshotError(
+                f"invalid snapshot: at `{where}.state[{i}].value.data` ({entry.target!r}) the payload "
+                f"holds {value.data.nbytes} bytes but nbytes says {value.nbytes}"
+            )
+    for j, named in enumerate(program.lowered_modules):
+        _check_payloads(
+            named.module.original_program, f"{where}.lowered_modules[{j}].module.original_program"
+        )
+
+
+def loads_value(data: bytes | bytearray | memoryview) -> Program | LoweredBackendModule:
+    """Decode any texir snapshot (format detected): a Program or a LoweredBackendModule."""
+    try:
+        buf = _immutable(data)
+    except TypeError as exc:
+        raise SnapshotError(f"cannot read a snapshot from {type(data).__name__}: {exc}") from None
+    fmt = detect_format(buf)
+    header = _read_header(buf, fmt)
+    _check_header(header)
+    if header.kind == "program":
+        if not header.program:
+            raise SnapshotError("invalid snapshot: the envelope has no `$.program`")
+        program = _decode_payload(
+            _JSON_PROGRAM if fmt == "json" else _MSGPACK_PROGRAM, header.program, "program"
+        )
+        _check_payloads(program, "$.program")
+        return program
+    if header.kind == "lowered_module":
+        if not header.module:
+            raise SnapshotError("invalid snapshot: the envelope has no `$.module`")
+        module = _decode_payload(
+            _JSON_MODULE if fmt == "json" else _MSGPACK_MODULE, header.module, "module"
+        )
+        _check_payloads(module.original_program, "$.module.original_program")
+        return module
+    raise SnapshotError(
+        f"invalid snapshot: unknown `$.kind` {header.kind!r} (expected 'program' or 'lowered_module')"
+    )
+
+
+def loads(data: bytes | bytearray | memoryview) -> Program:
+    """Decode a Program snapshot written by `dumps` (JSON or msgpack, detected). Corrupt, truncated,
+    foreign or wrong-version input raises `SnapshotError` naming the bad field."""
+    value = loads_value(data)
+    if not isinstance(value, Program):
+        raise SnapshotError(
+            "this snapshot holds a lowered backend module, not a program; use loads_lowered_module"
+        )
+    return value
+
+
+def loads_lowered_module(data: bytes | bytearray | memoryview) -> LoweredBackendModule:
+    """Decode a snapshot written by `dumps_lowered_module`."""
+    value = loads_value(data)
+    if not isinstance(value, LoweredBackendModule):
+        raise SnapshotError("this snapshot holds a program, not a lowered backend module; use loads")
+    return value
+
+
+def load(path: str | os.PathLike[str]) -> Program | LoweredBackendModule:
+    """Read a snapshot file (a Program or a LoweredBackendModule)."""
+    target = Path(path)
+    try:
+        data = target.read_bytes()
+    except OSError as exc:
+        raise SnapshotError(f"cannot read {target}: {exc.strerror or exc}") from None
+    try:
+        return loads_value(data)
+    except SnapshotError as exc:
+        raise type(exc)(f"{target}: {exc}") from None
+
