@@ -19,16 +19,18 @@ from typing import Literal
 import msgspec
 
 from texir.ir.canonical import canonicalize
-from texir.ir.printer import format_program
-from texir.ir.types import Graph, NamedLoweredModule, Program, Subgraph
+from texir.ir.printer import format_lowered_module, format_program
+from texir.ir.types import Graph, LoweredBackendModule, NamedLoweredModule, Program, Subgraph
 
 __all__ = [
     "Change",
     "ProgramDiff",
+    "canonical_module_text",
     "canonical_text",
     "diff_programs",
     "diff_texts",
     "format_diff",
+    "module_original_names",
     "original_names",
 ]
 
@@ -114,6 +116,21 @@ def canonical_text(program: Program) -> str:
     return format_program(canonicalize(program))
 
 
+def canonical_module_text(module: LoweredBackendModule) -> str:
+    """The canonical text form of a lowered backend module (its program canonicalized)."""
+    canon = msgspec.structs.replace(module, original_program=canonicalize(module.original_program))
+    return "lowered_module:\n" + format_lowered_module(canon)
+
+
+def _names_of(text: str) -> dict[int, str]:
+    names: dict[int, str] = {}
+    for i, line in enumerate(text.splitlines()):
+        m = _NODE_RE.match(line.strip())
+        if m:
+            names[i] = m.group(1)
+    return names
+
+
 _NODE_RE = re.compile(r"^%(\S+) : (.*?) = (.*)$")
 _REF_RE = re.compile(r"%([A-Za-z0-9_.]+)")
 _DH_RE = re.compile(r"  # dh=(\S+)$")
@@ -124,12 +141,15 @@ def original_names(program: Program) -> dict[int, str]:
 
     Canonicalization keeps node order and the printer prints one line per node, so the canonical
     text and the text of the same program with only its tables sorted correspond line by line."""
-    names: dict[int, str] = {}
-    for i, line in enumerate(format_program(_sorted_program(program)).splitlines()):
-        m = _NODE_RE.match(line.strip())
-        if m:
-            names[i] = m.group(1)
-    return names
+    return _names_of(format_program(_sorted_program(program)))
+
+
+def module_original_names(module: LoweredBackendModule) -> dict[int, str]:
+    """As `original_names`, for `canonical_module_text(module)`."""
+    sorted_module = msgspec.structs.replace(
+        module, original_program=_sorted_program(module.original_program)
+    )
+    return _names_of("lowered_module:\n" + format_lowered_module(sorted_module))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -450,11 +470,21 @@ def _node_label(c: Change) -> str:
     return pos + (f" ({names[0]})" if names and names[0] else "")
 
 
-def format_diff(diff: ProgramDiff, *, limit: int | None = 200) -> str:
-    """A readable report grouped by scope, ending with a one-line summary."""
+def summary_line(diff: ProgramDiff) -> str:
+    n = diff.counts()
+    total = len(diff.changes)
+    return (
+        f"{total} difference{'s' if total != 1 else ''}: {n['nodes_changed']} nodes changed, "
+        f"{n['nodes_added']} added, {n['nodes_removed']} removed; {n['other']} other"
+    )
+
+
+def format_diff(diff: ProgramDiff, *, limit: int | None = 200, header: bool = True) -> str:
+    """A readable report: a summary line, then the changes grouped by scope."""
     if diff.equal:
         return f"{diff.a_label} and {diff.b_label} are structurally equal\n"
-    out = [f"--- {diff.a_label}", f"+++ {diff.b_label}"]
+    out = [f"--- {diff.a_label}", f"+++ {diff.b_label}"] if header else []
+    out.append(summary_line(diff))
     scope: str | None = None
     shown = 0
     for c in diff.changes:
@@ -483,11 +513,6 @@ def format_diff(diff: ProgramDiff, *, limit: int | None = 200) -> str:
             out.append(f"  ~ {c.key}")
             out.append(f"      - {c.a}")
             out.append(f"      + {c.b}")
-    n = diff.counts()
-    out.append(
-        f"{len(diff.changes)} differences: {n['nodes_changed']} nodes changed, "
-        f"{n['nodes_added']} added, {n['nodes_removed']} removed, {n['other']} other"
-    )
     return "\n".join(out) + "\n"
 
 

@@ -1,0 +1,45 @@
+"""Canonical text views of Programs, lowered backend modules and `.pte` programs.
+
+A view is the text a snapshot stores and a diff compares, plus the original node names by line
+(canonical names are positions, so a report shows both)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from texir.errors import TexirError
+from texir.ir.diff import (
+    canonical_module_text,
+    canonical_text,
+    module_original_names,
+    original_names,
+)
+from texir.ir.types import LoweredBackendModule, Program
+
+__all__ = ["TextView", "text_view"]
+
+
+@dataclass(frozen=True)
+class TextView:
+    text: str
+    names: dict[int, str] = field(default_factory=dict)
+    """Line number -> original node name."""
+    kind: str = "program"
+
+
+def text_view(obj: Any) -> TextView:
+    """The canonical text view of a Program, a LoweredBackendModule or a PteProgram."""
+    if isinstance(obj, Program):
+        return TextView(canonical_text(obj), original_names(obj), "program")
+    if isinstance(obj, LoweredBackendModule):
+        return TextView(canonical_module_text(obj), module_original_names(obj), "lowered_module")
+    if type(obj).__name__ == "PteProgram":
+        from texir.viz.pte_view import pte_text
+
+        return TextView(pte_text(obj), {}, "pte")
+    raise TexirError(
+        f"cannot snapshot or diff a {type(obj).__name__}: pass a texir Program, a "
+        "LoweredBackendModule or a PteProgram (texir.adapters.fx.from_exported_program converts "
+        "an ExportedProgram)"
+    )
