@@ -1,0 +1,68 @@
+"""Pure partitioning and backend delegation over texir's frozen IR."""
+
+from texir.lowering.backend import (
+    Backend,
+    PreprocessResult,
+    get_backend,
+    register_backend,
+    registered_backends,
+)
+from texir.lowering.delegate import lower_plan, to_backend
+from texir.lowering.errors import (
+    BackendError,
+    BackendPreprocessError,
+    DelegateClaimedError,
+    MissingDelegationSpecError,
+    MutationOutsidePartitionError,
+    NonConvexPartitionError,
+    PartitionerError,
+    PlanError,
+    SharedConstantError,
+    SubgraphAttrError,
+    TaggedPlaceholderError,
+    UnknownBackendError,
+    UnknownNodeError,
+)
+from texir.lowering.lowered import delegate_wrapper_program, get_lowered_submodules
+from texir.lowering.partitioners import (
+    NodeGroupPartitioner,
+    OpSupportPartitioner,
+    WholeProgramPartitioner,
+    tag_constants,
+    tag_mutated_buffers,
+)
+from texir.lowering.plan import DelegationSpec, PartitionPlan, Partitioner, validate_plan
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "BackendPreprocessError",
+    "DelegateClaimedError",
+    "DelegationSpec",
+    "MissingDelegationSpecError",
+    "MutationOutsidePartitionError",
+    "NodeGroupPartitioner",
+    "NonConvexPartitionError",
+    "OpSupportPartitioner",
+    "PartitionPlan",
+    "Partitioner",
+    "PartitionerError",
+    "PlanError",
+    "PreprocessResult",
+    "SharedConstantError",
+    "SubgraphAttrError",
+    "TaggedPlaceholderError",
+    "UnknownBackendError",
+    "UnknownNodeError",
+    "WholeProgramPartitioner",
+    "delegate_wrapper_program",
+    "get_backend",
+    "get_lowered_submodules",
+    "lower_plan",
+    "register_backend",
+    "registered_backends",
+    "tag_constants",
+    "tag_mutated_buffers",
+    "to_backend",
+    "validate_plan",
+]

@@ -1,0 +1,97 @@
+"""Backend protocol and the process-wide registry of backends, looked up by backend id."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+from texir.ir import CompileSpec, DebugHandleEntry, LoweredBackendModule, Program
+from texir.lowering.errors import BackendPreprocessError, UnknownBackendError
+
+__all__ = [
+    "Backend",
+    "PreprocessResult",
+    "get_backend",
+    "lower_with_backend",
+    "register_backend",
+    "registered_backends",
+]
+
+
+class PreprocessResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a backend returns for one partition: its compiled blob and, optionally, which
+    backend identifiers implement which debug handles."""
+
+    processed_bytes: bytes
+    debug_handle_map: tuple[DebugHandleEntry, ...] | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A backend compiles a delegated sub-program into opaque bytes. `preprocess` must be pure."""
+
+    def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult: ...
+
+
+_REGISTRY: dict[str, Backend] = {}
+
+
+def register_backend(backend_id: str, backend: Backend, *, replace: bool = False) -> None:
+    """Make `backend` available under `backend_id`. Re-registering an id needs `replace=True`."""
+    if not backend_id:
+        raise UnknownBackendError("backend id must be a non-empty string")
+    existing = _REGISTRY.get(backend_id)
+    if existing is not None and existing is not backend and not replace:
+        raise BackendPreprocessError(
+            f"backend '{backend_id}' is already registered; pass replace=True to override it"
+        )
+    _REGISTRY[backend_id] = backend
+
+
+def registered_backends() -> tuple[str, ...]:
+    return tuple(sorted(_REGISTRY))
+
+
+def get_backend(backend_id: str, *, tag: str | None = None) -> Backend:
+    backend = _REGISTRY.get(backend_id)
+    if backend is None:
+        where = f" (partition '{tag}')" if tag is not None else ""
+        known = ", ".join(registered_backends()) or "none"
+        raise UnknownBackendError(
+            f"backend '{backend_id}'{where} is not registered (known: {known}); "
+            "call texir.lowering.register_backend first"
+        )
+    return backend
+
+
+def lower_with_backend(
+    backend_id: str,
+    program: Program,
+    compile_specs: Sequence[CompileSpec],
+    *,
+    tag: str | None = None,
+) -> LoweredBackendModule:
+    """Run one backend's preprocess on `program` and wrap the result; failures become typed errors."""
+    backend = get_backend(backend_id, tag=tag)
+    where = f" for partition '{tag}'" if tag is not None else ""
+    specs = tuple(compile_specs)
+    try:
+        result = backend.preprocess(program, specs)
+    except Exception as exc:  # a backend's failure of any kind becomes one typed error
+        raise BackendPreprocessError(
+            f"backend '{backend_id}' preprocess failed{where}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(result, PreprocessResult):
+        raise BackendPreprocessError(
+            f"backend '{backend_id}' preprocess returned {type(result).__name__}{where}; "
+            "return a texir.lowering.PreprocessResult"
+        )
+    return LoweredBackendModule(
+        backend_id=backend_id,
+        processed_bytes=bytes(result.processed_bytes),
+        compile_specs=specs,
+        original_program=program,
+        debug_handle_map=result.debug_handle_map,
+    )

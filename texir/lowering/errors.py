@@ -1,0 +1,57 @@
+"""Typed lowering errors: every message names the tag, backend id or nodes involved and the fix."""
+
+from __future__ import annotations
+
+from texir.errors import LoweringError
+
+
+class PlanError(LoweringError):
+    """A partition plan is invalid; raised before any backend runs."""
+
+
+class UnknownNodeError(PlanError):
+    """The plan tags a node the program does not have."""
+
+
+class MissingDelegationSpecError(PlanError):
+    """A tag is used by nodes but has no DelegationSpec."""
+
+
+class TaggedPlaceholderError(PlanError):
+    """A user input, a nested-graph placeholder or an output node is tagged."""
+
+
+class NonConvexPartitionError(PlanError):
+    """A path leaves a partition and comes back (or two partitions depend on each other)."""
+
+
+class DelegateClaimedError(PlanError):
+    """A node of an already lowered delegate call is tagged again."""
+
+
+class SharedConstantError(PlanError):
+    """A parameter, buffer or constant tagged for one partition is also used by another."""
+
+
+class MutationOutsidePartitionError(PlanError):
+    """A consumed buffer is mutated by a value the same partition does not compute."""
+
+
+class SubgraphAttrError(PlanError):
+    """A nested-graph get_attr and the node using it are tagged differently."""
+
+
+class BackendError(LoweringError):
+    """A backend could not be found or failed."""
+
+
+class UnknownBackendError(BackendError):
+    """No backend is registered under the requested id."""
+
+
+class BackendPreprocessError(BackendError):
+    """A backend's preprocess raised or returned something that is not a PreprocessResult."""
+
+
+class PartitionerError(LoweringError):
+    """A partitioner's options are invalid or the partitioner returned something unusable."""

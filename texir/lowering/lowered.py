@@ -1,0 +1,116 @@
+"""Lowered modules of a program: listing its delegate calls, and the single-delegate wrapper program."""
+
+from __future__ import annotations
+
+from texir.errors import LoweringError
+from texir.ir import (
+    CallFunction,
+    DelegateMeta,
+    GetAttr,
+    GraphSignature,
+    Graph,
+    IntArg,
+    LoweredBackendModule,
+    NamedLoweredModule,
+    Node,
+    Output,
+    Placeholder,
+    Program,
+    Ref,
+    TupleMeta,
+    UserInput,
+    UserOutput,
+    ValueMeta,
+)
+from texir.lowering.plan import CALL_DELEGATE, GETITEM
+
+__all__ = ["delegate_wrapper_program", "get_lowered_submodules"]
+
+
+def get_lowered_submodules(program: Program) -> tuple[tuple[str, LoweredBackendModule, CallFunction], ...]:
+    """``(lowered module name, module, call node)`` for each delegate call of the top-level graph,
+    in graph order (ExecuTorch's ``get_lowered_submodules``)."""
+    modules = {entry.name: entry.module for entry in program.lowered_modules}
+    targets = {
+        n.name: n.target for n in program.graph.nodes if isinstance(n, GetAttr) and isinstance(n.meta, DelegateMeta)
+    }
+    result: list[tuple[str, LoweredBackendModule, CallFunction]] = []
+    for node in program.graph.nodes:
+        if not isinstance(node, CallFunction) or node.target != CALL_DELEGATE:
+            continue
+        first = node.args[0] if node.args else None
+        target = targets.get(first.name) if isinstance(first, Ref) else None
+        if target is None or target not in modules:
+            raise LoweringError(
+                f"delegate call '{node.name}' does not name a lowered module of the program as its first "
+                "argument; its first argument must be a get_attr of Program.lowered_modules"
+            )
+        result.append((target, modules[target], node))
+    return tuple(result)
+
+
+def delegate_wrapper_program(name: str, module: LoweredBackendModule) -> Program:
+    """The program that only calls `module`: user inputs -> one delegate call -> one getitem per
+    output of the delegated program -> outputs. Parameters, buffers and constants stay inside the
+    delegate, so the state is empty (ExecuTorch's ``LoweredBackendModule.program()``)."""
+    original = module.original_program
+    inputs = [
+        node
+        for node, spec in zip(
+            (n for n in original.graph.nodes if isinstance(n, Placeholder)), original.signature.inputs
+        )
+        if isinstance(spec, UserInput)
+    ]
+    out = original.graph.nodes[-1]
+    if not isinstance(out, Output):
+        raise LoweringError(f"lowered module '{name}': its program has no trailing Output node")
+    metas: dict[str, ValueMeta | None] = {
+        n.name: n.meta for n in original.graph.nodes if isinstance(n, (Placeholder, CallFunction, GetAttr))
+    }
+    items: list[ValueMeta] = []
+    for arg in out.args:
+        meta = metas.get(arg.name) if isinstance(arg, Ref) else None
+        if meta is None:
+            raise LoweringError(
+                f"lowered module '{name}': output {arg!r} has no value metadata; delegate outputs need it"
+            )
+        items.append(meta)
+    used = {n.name for n in inputs} | {name}
+    call_name = _fresh("executorch_call_delegate", used)
+    nodes: list[Node] = [Placeholder(name=n.name, meta=n.meta, prov=n.prov) for n in inputs]
+    nodes.append(GetAttr(name=name, target=name, meta=DelegateMeta(module=name)))
+    nodes.append(
+        CallFunction(
+            name=call_name,
+            target=CALL_DELEGATE,
+            args=(Ref(name=name), *(Ref(name=n.name) for n in inputs)),
+            meta=TupleMeta(items=tuple(items)),
+        )
+    )
+    getitems = [_fresh("getitem", used) for _ in items]
+    nodes.extend(
+        CallFunction(name=g, target=GETITEM, args=(Ref(name=call_name), IntArg(value=i)), meta=items[i])
+        for i, g in enumerate(getitems)
+    )
+    nodes.append(Output(name="output", args=tuple(Ref(name=g) for g in getitems)))
+    return Program(
+        graph=Graph(nodes=tuple(nodes)),
+        signature=GraphSignature(
+            inputs=tuple(UserInput(arg=Ref(name=n.name)) for n in inputs),
+            outputs=tuple(UserOutput(arg=Ref(name=g)) for g in getitems),
+        ),
+        range_constraints=original.range_constraints,
+        module_call_graph=original.module_call_graph,
+        lowered_modules=(NamedLoweredModule(name=name, module=module),),
+        dialect=original.dialect,
+    )
+
+
+def _fresh(base: str, used: set[str]) -> str:
+    count = 0
+    while True:
+        candidate = base if count == 0 else f"{base}_{count}"
+        count += 1
+        if candidate not in used:
+            used.add(candidate)
+            return candidate

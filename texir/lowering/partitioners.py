@@ -1,0 +1,378 @@
+"""Built-in partitioners: whole program, maximal convex partitions of supported ops, explicit groups.
+
+Each is a frozen, pure callable `Program -> PartitionPlan`. Options are validated with pydantic
+when the partitioner is built, so a bad option fails at construction with a message naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+import pydantic
+
+from texir.ir import (
+    BufferInput,
+    BufferMutation,
+    CallFunction,
+    CompileSpec,
+    ConstantTensorInput,
+    DelegateMeta,
+    GetAttr,
+    Graph,
+    Output,
+    ParameterInput,
+    Placeholder,
+    Program,
+    Ref,
+    SubgraphMeta,
+)
+from texir.ir.analysis import node_inputs
+from texir.lowering.errors import PartitionerError
+from texir.lowering.plan import CALL_DELEGATE, GETITEM, DelegationSpec, PartitionPlan, node_key, walk_keyed_graphs
+
+__all__ = [
+    "NodeGroupPartitioner",
+    "OpSupportPartitioner",
+    "WholeProgramPartitioner",
+    "tag_constants",
+    "tag_mutated_buffers",
+]
+
+OpPredicate = Callable[[CallFunction], bool]
+
+
+class _Options(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+
+    backend_id: str = pydantic.Field(min_length=1)
+    compile_specs: tuple[CompileSpec, ...] = ()
+    tag_constants: bool = False
+    tag_mutated_buffers: bool = False
+
+
+def _options(**kwargs: Any) -> _Options:
+    try:
+        return _Options(**kwargs)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise PartitionerError(f"invalid partitioner option '{field}': {first['msg']}") from None
+
+
+def _is_delegate_call(node: CallFunction, delegate_calls: set[str]) -> bool:
+    if node.target == CALL_DELEGATE:
+        return True
+    first = node.args[0] if node.args else None
+    return node.target == GETITEM and isinstance(first, Ref) and first.name in delegate_calls
+
+
+def _with_subgraph_attrs(graph: Graph, tags: dict[str, str], path: tuple[str, ...]) -> None:
+    """Tag each nested-graph get_attr whose users all carry one tag with that tag."""
+    user_tags: dict[str, set[str | None]] = {}
+    attrs = {n.name for n in graph.nodes if isinstance(n, GetAttr) and isinstance(n.meta, SubgraphMeta)}
+    if not attrs:
+        return
+    for node in graph.nodes:
+        for name in node_inputs(node):
+            if name in attrs:
+                user_tags.setdefault(name, set()).add(tags.get(node_key(path, node.name)))
+    for name, found in user_tags.items():
+        if len(found) == 1:
+            (tag,) = found
+            if tag is not None:
+                tags[node_key(path, name)] = tag
+
+
+def tag_constants(program: Program, tags: Mapping[str, str]) -> dict[str, str]:
+    """`tags` plus each top-level parameter, buffer (not mutated) or constant whose tagged users all
+    carry one tag (as ExecuTorch's ``tag_constant_data``). A constant used by two partitions stays
+    untagged, so both delegates receive it as an input rather than one owning it."""
+    result = dict(tags)
+    mutated = {s.target for s in program.signature.outputs if isinstance(s, BufferMutation)}
+    _tag_placeholders(program, result, lambda spec: not (isinstance(spec, BufferInput) and spec.target in mutated))
+    return result
+
+
+def tag_mutated_buffers(program: Program, tags: Mapping[str, str]) -> dict[str, str]:
+    """`tags` plus each mutated buffer whose users and whose mutation all carry one tag (as
+    ExecuTorch's ``tag_mutated_buffer``): the delegate then owns the buffer and its update."""
+    result = dict(tags)
+    mutation_value = {s.target: s.name for s in program.signature.outputs if isinstance(s, BufferMutation)}
+
+    def wanted(spec: ParameterInput | BufferInput | ConstantTensorInput) -> bool:
+        return isinstance(spec, BufferInput) and spec.target in mutation_value
+
+    chosen = _tag_placeholders(program, result, wanted, dry_run=True)
+    for name, (tag, spec) in chosen.items():
+        if result.get(mutation_value[spec.target]) == tag:
+            result[name] = tag
+    return result
+
+
+def _tag_placeholders(
+    program: Program,
+    tags: dict[str, str],
+    wanted: Callable[[ParameterInput | BufferInput | ConstantTensorInput], bool],
+    *,
+    dry_run: bool = False,
+) -> dict[str, tuple[str, ParameterInput | BufferInput | ConstantTensorInput]]:
+    specs = {
+        s.name: s
+        for s in program.signature.inputs
+        if isinstance(s, (ParameterInput, BufferInput, ConstantTensorInput)) and wanted(s)
+    }
+    user_tags: dict[str, dict[str, None]] = {name: {} for name in specs}
+    for node in program.graph.nodes:
+        tag = tags.get(node.name)
+        if tag is None or isinstance(node, Output):
+            continue
+        for name in node_inputs(node):
+            if name in user_tags:
+                user_tags[name].setdefault(tag)
+    chosen = {}
+    for name, found in user_tags.items():
+        if len(found) == 1 and name not in tags:
+            chosen[name] = (next(iter(found)), specs[name])
+            if not dry_run:
+                tags[name] = chosen[name][0]
+    return chosen
+
+
+def _finish(program: Program, tags: dict[str, str], opts: _Options, tag_order: Sequence[str]) -> PartitionPlan:
+    if opts.tag_constants:
+        tags = tag_constants(program, tags)
+    if opts.tag_mutated_buffers:
+        tags = tag_mutated_buffers(program, tags)
+    spec = DelegationSpec(backend_id=opts.backend_id, compile_specs=opts.compile_specs)
+    return PartitionPlan.build(tags, [(tag, spec) for tag in tag_order])
+
+
+class WholeProgramPartitioner:
+    """Every top-level call (nested graphs go along with their cond/map) in one partition 'tag0'."""
+
+    def __init__(
+        self,
+        backend_id: str,
+        compile_specs: Sequence[CompileSpec] = (),
+        *,
+        tag_constants: bool = False,
+        tag_mutated_buffers: bool = False,
+    ) -> None:
+        self.options = _options(
+            backend_id=backend_id,
+            compile_specs=tuple(compile_specs),
+            tag_constants=tag_constants,
+            tag_mutated_buffers=tag_mutated_buffers,
+        )
+
+    def __repr__(self) -> str:
+        return f"WholeProgramPartitioner({self.options.backend_id!r})"
+
+    def __call__(self, program: Program) -> PartitionPlan:
+        tags: dict[str, str] = {}
+        delegate_calls: set[str] = set()
+        for node in program.graph.nodes:
+            if isinstance(node, CallFunction):
+                if _is_delegate_call(node, delegate_calls):
+                    if node.target == CALL_DELEGATE:
+                        delegate_calls.add(node.name)
+                    continue
+                tags[node.name] = "tag0"
+        _with_subgraph_attrs(program.graph, tags, ())
+        return _finish(program, tags, self.options, ["tag0"] if tags else [])
+
+
+class OpSupportPartitioner:
+    """Maximal convex partitions of supported call nodes, in every graph (nested ones included).
+
+    `ops` is a collection of canonical op names (``"aten::add.Tensor"``) or a predicate on the call
+    node. One greedy pass in graph order: a supported node joins the partitions of its supported
+    inputs that no path outside them connects to it (merging them), else starts a new partition.
+    Partitions are numbered 'tag0', 'tag1', ... in order of their first node, so plans do not
+    depend on PYTHONHASHSEED. A getitem follows the multi-output node it reads.
+    """
+
+    def __init__(
+        self,
+        backend_id: str,
+        ops: Collection[str] | OpPredicate,
+        compile_specs: Sequence[CompileSpec] = (),
+        *,
+        tag_constants: bool = False,
+        tag_mutated_buffers: bool = False,
+    ) -> None:
+        self.options = _options(
+            backend_id=backend_id,
+            compile_specs=tuple(compile_specs),
+            tag_constants=tag_constants,
+            tag_mutated_buffers=tag_mutated_buffers,
+        )
+        if callable(ops):
+            self._supported: OpPredicate = ops
+            self._ops: tuple[str, ...] = ()
+        else:
+            names = tuple(sorted(set(ops)))
+            bad = [op for op in names if not isinstance(op, str) or "::" not in op]
+            if bad:
+                raise PartitionerError(
+                    f"invalid op name(s) {bad[:3]}; use canonical names such as 'aten::add.Tensor'"
+                )
+            support = frozenset(names)
+            self._supported = lambda node: node.target in support
+            self._ops = names
+
+    def __repr__(self) -> str:
+        return f"OpSupportPartitioner({self.options.backend_id!r}, ops={list(self._ops) or 'predicate'})"
+
+    def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
+        del program
+        return self._ops
+
+    def __call__(self, program: Program) -> PartitionPlan:
+        tags: dict[str, str] = {}
+        order: list[str] = []
+        counter = 0
+        for path, graph in walk_keyed_graphs(program.graph):
+            roots = _convex_groups(graph, self._supported)
+            local: dict[int, str] = {}
+            for node in graph.nodes:
+                root = roots.get(node.name)
+                if root is None:
+                    continue
+                tag = local.get(root)
+                if tag is None:
+                    tag = local[root] = f"tag{counter}"
+                    counter += 1
+                    order.append(tag)
+                tags[node_key(path, node.name)] = tag
+            _with_subgraph_attrs(graph, tags, path)
+        return _finish(program, tags, self.options, order)
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+
+    def make(self) -> int:
+        self.parent.append(len(self.parent))
+        return len(self.parent) - 1
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+
+def _convex_groups(graph: Graph, supported: OpPredicate) -> dict[str, int]:
+    """Node name -> partition root for supported nodes; partitions are convex and mutually acyclic."""
+    uf = _UnionFind()
+    part: dict[str, int] = {}
+    reach: dict[str, set[int]] = {}  # partitions with a path to the node (its own included)
+    anc: dict[int, set[int]] = {}  # partitions with a path into the partition
+    delegate_calls: set[str] = set()
+
+    def norm(ids: set[int]) -> set[int]:
+        return {uf.find(i) for i in ids}
+
+    for node in graph.nodes:
+        inputs = list(dict.fromkeys(node_inputs(node)))
+        upstream: set[int] = set()
+        for name in inputs:
+            upstream |= reach.get(name, set())
+        upstream = norm(upstream)
+        ok = isinstance(node, CallFunction) and not _is_delegate_call(node, delegate_calls)
+        if isinstance(node, CallFunction) and node.target == CALL_DELEGATE:
+            delegate_calls.add(node.name)
+        if ok and isinstance(node, CallFunction):
+            if node.target == GETITEM:
+                first = node.args[0] if node.args else None
+                ok = isinstance(first, Ref) and first.name in part
+            else:
+                ok = bool(supported(node)) and not isinstance(node.meta, DelegateMeta)
+        if not ok:
+            reach[node.name] = upstream
+            continue
+        candidates = list(dict.fromkeys(uf.find(part[n]) for n in inputs if n in part))
+        chosen: list[int] = []
+        for cand in candidates:
+            # No path may leave `cand` and reach this node through another node.
+            if any(cand in norm(reach[n]) for n in inputs if n in reach and (n not in part or uf.find(part[n]) != cand)):
+                continue
+            # No other upstream partition may itself depend on `cand` (that would make a cycle).
+            if any(cand in norm(anc[q]) for q in upstream if q != cand and q not in chosen):
+                continue
+            if any(cand in norm(anc[q]) or q in norm(anc[cand]) for q in chosen):
+                continue
+            chosen.append(cand)
+        if chosen:
+            root = chosen[0]
+            merged_anc = set()
+            for c in chosen:
+                merged_anc |= norm(anc[c])
+            for c in chosen[1:]:
+                uf.parent[c] = root
+        else:
+            root = uf.make()
+            merged_anc = set()
+        members = set(chosen) | {root}
+        anc[root] = {q for q in norm(merged_anc | upstream) if q not in members and uf.find(q) != root}
+        part[node.name] = root
+        reach[node.name] = upstream | {root}
+    return {name: uf.find(root) for name, root in part.items()}
+
+
+class _GroupOptions(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    groups: dict[str, tuple[str, ...]]
+
+    @pydantic.field_validator("groups")
+    @classmethod
+    def _disjoint(cls, groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        owner: dict[str, str] = {}
+        for tag, names in groups.items():
+            if not tag:
+                raise ValueError("tags must be non-empty strings")
+            if not names:
+                raise ValueError(f"group '{tag}' is empty")
+            for name in names:
+                if name in owner:
+                    raise ValueError(f"node '{name}' is in groups '{owner[name]}' and '{tag}'")
+                owner[name] = tag
+        return groups
+
+
+class NodeGroupPartitioner:
+    """Explicit partitions: `groups` maps each tag to node keys (names; nested: 'branch/name')."""
+
+    def __init__(
+        self,
+        backend_id: str,
+        groups: Mapping[str, Sequence[str]],
+        compile_specs: Sequence[CompileSpec] = (),
+        *,
+        tag_constants: bool = False,
+        tag_mutated_buffers: bool = False,
+    ) -> None:
+        self.options = _options(
+            backend_id=backend_id,
+            compile_specs=tuple(compile_specs),
+            tag_constants=tag_constants,
+            tag_mutated_buffers=tag_mutated_buffers,
+        )
+        try:
+            self.groups = _GroupOptions(groups={k: tuple(v) for k, v in groups.items()}).groups
+        except pydantic.ValidationError as exc:
+            raise PartitionerError(f"invalid groups: {exc.errors()[0]['msg']}") from None
+
+    def __repr__(self) -> str:
+        return f"NodeGroupPartitioner({self.options.backend_id!r}, {len(self.groups)} groups)"
+
+    def __call__(self, program: Program) -> PartitionPlan:
+        tags = {name: tag for tag, names in self.groups.items() for name in names}
+        return _finish(program, tags, self.options, list(self.groups))

@@ -1,0 +1,322 @@
+"""Partition plans (node -> tag, tag -> DelegationSpec), the Partitioner protocol, and plan validation.
+
+A plan names nodes by key: the node name for the top-level graph, and ``"branch/name"`` (subgraph
+names joined by ``/``) for nodes of nested torch.cond / torch.map graphs. Validation runs over the
+whole program before any backend is called and raises one typed `PlanError` naming nodes and tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+from texir.ir import (
+    BufferInput,
+    BufferMutation,
+    CallFunction,
+    CompileSpec,
+    ConstantTensorInput,
+    DelegateMeta,
+    GetAttr,
+    Graph,
+    Node,
+    Output,
+    ParameterInput,
+    Placeholder,
+    Program,
+    SubgraphMeta,
+)
+from texir.ir.analysis import node_inputs
+from texir.lowering.errors import (
+    DelegateClaimedError,
+    MissingDelegationSpecError,
+    MutationOutsidePartitionError,
+    NonConvexPartitionError,
+    SharedConstantError,
+    SubgraphAttrError,
+    TaggedPlaceholderError,
+    UnknownNodeError,
+)
+
+__all__ = [
+    "CALL_DELEGATE",
+    "GETITEM",
+    "DelegationSpec",
+    "PartitionPlan",
+    "Partitioner",
+    "node_key",
+    "ops_to_not_decompose",
+    "validate_plan",
+    "walk_keyed_graphs",
+]
+
+CALL_DELEGATE = "texir::call_delegate"
+GETITEM = "_operator::getitem"
+
+
+class DelegationSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """Which backend compiles a partition, with which options."""
+
+    backend_id: str
+    compile_specs: tuple[CompileSpec, ...] = ()
+
+
+class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """A partitioner's answer. `tags` maps node keys to tags; `specs` maps every tag to its
+    DelegationSpec, in the order partitions are lowered (and lowered modules numbered)."""
+
+    tags: tuple[tuple[str, str], ...]
+    specs: tuple[tuple[str, DelegationSpec], ...]
+    ops_to_not_decompose: tuple[str, ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        tags: Mapping[str, str],
+        specs: Mapping[str, DelegationSpec] | Sequence[tuple[str, DelegationSpec]],
+        *,
+        ops_to_not_decompose: Sequence[str] = (),
+    ) -> PartitionPlan:
+        """A plan from mappings; tags are stored sorted by key so equal plans compare equal."""
+        spec_items = tuple(specs.items()) if isinstance(specs, Mapping) else tuple(specs)
+        return cls(
+            tags=tuple(sorted(tags.items())),
+            specs=spec_items,
+            ops_to_not_decompose=tuple(ops_to_not_decompose),
+        )
+
+    def tag_map(self) -> dict[str, str]:
+        return dict(self.tags)
+
+    def spec_map(self) -> dict[str, DelegationSpec]:
+        return dict(self.specs)
+
+
+@runtime_checkable
+class Partitioner(Protocol):
+    """A pure function from a Program to a PartitionPlan. It may also define
+    ``ops_to_not_decompose(program) -> Sequence[str]`` (see `ops_to_not_decompose`)."""
+
+    def __call__(self, program: Program, /) -> PartitionPlan: ...
+
+
+def ops_to_not_decompose(partitioner: object, program: Program) -> tuple[str, ...]:
+    """The canonical op names `partitioner` wants kept from decomposition (empty if it says none)."""
+    method = getattr(partitioner, "ops_to_not_decompose", None)
+    if method is None:
+        return ()
+    return tuple(sorted(set(method(program))))
+
+
+def node_key(path: tuple[str, ...], name: str) -> str:
+    return "/".join((*path, name))
+
+
+def walk_keyed_graphs(graph: Graph, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Graph]]:
+    """The graph and its nested graphs depth first, each with its subgraph-name path."""
+    yield path, graph
+    for sub in graph.subgraphs:
+        yield from walk_keyed_graphs(sub.graph, (*path, sub.name))
+
+
+def _is_delegate_node(node: Node, delegate_calls: set[str]) -> bool:
+    if isinstance(node, GetAttr):
+        return isinstance(node.meta, DelegateMeta)
+    if isinstance(node, CallFunction):
+        if node.target == CALL_DELEGATE:
+            return True
+        if node.target == GETITEM and node.args:
+            first = node.args[0]
+            return getattr(first, "name", None) in delegate_calls
+    return False
+
+
+def _cycle_path(
+    group_of: dict[str, str], preds: dict[str, list[tuple[str, str, str]]], remaining: set[str], order: list[str]
+) -> list[str]:
+    """A concrete node path around one cycle of the quotient graph among `remaining` groups."""
+    start = next(g for g in order if g in remaining)
+    # Walk backwards along predecessor edges inside the remaining set until a group repeats.
+    seen: dict[str, int] = {}
+    walk: list[tuple[str, str, str]] = []  # (pred group, pred node, node)
+    group = start
+    while group not in seen:
+        seen[group] = len(walk)
+        edge = next(e for e in preds[group] if e[0] in remaining)
+        walk.append(edge)
+        group = edge[0]
+    cycle = list(reversed(walk[seen[group]:]))  # edges in forward order
+    nodes: list[str] = []
+    for _, src, dst in cycle:
+        if not nodes or nodes[-1] != src:
+            if nodes:
+                nodes.append("...")
+            nodes.append(src)
+        nodes.append(dst)
+    del group_of
+    return nodes
+
+
+def validate_plan(program: Program, plan: PartitionPlan) -> None:
+    """Raise a `PlanError` for the first problem of `plan` on `program`; return None when every
+    partition can be lowered in one pass."""
+    tags = plan.tag_map()
+    specs = plan.spec_map()
+    seen_keys: set[str] = set()
+    missing: dict[str, str] = {}
+    sig = program.signature
+    consumable = {
+        spec.name: spec
+        for spec in sig.inputs
+        if isinstance(spec, (ParameterInput, BufferInput, ConstantTensorInput))
+    }
+    out = program.graph.nodes[-1]
+    mutation_of: dict[str, str] = {}  # buffer target -> mutated value name
+    if isinstance(out, Output):
+        for arg, ospec in zip(out.args, sig.outputs):
+            if isinstance(ospec, BufferMutation):
+                mutation_of[ospec.target] = ospec.name
+
+    for path, graph in walk_keyed_graphs(program.graph):
+        delegate_calls: set[str] = set()
+        group_of: dict[str, str] = {}
+        tag_of: dict[str, str] = {}
+        for node in graph.nodes:
+            key = node_key(path, node.name)
+            if isinstance(node, CallFunction) and node.target == CALL_DELEGATE:
+                delegate_calls.add(node.name)
+            tag = tags.get(key)
+            if tag is None:
+                group_of[node.name] = "\0" + node.name
+                continue
+            seen_keys.add(key)
+            if tag not in specs:
+                missing.setdefault(tag, key)
+            if isinstance(node, Output):
+                raise TaggedPlaceholderError(
+                    f"output node '{key}' is tagged '{tag}'; outputs are never delegated, untag it"
+                )
+            if isinstance(node, Placeholder) and (path or node.name not in consumable):
+                what = "a placeholder of nested graph" if path else "a user input"
+                raise TaggedPlaceholderError(
+                    f"placeholder '{key}' is tagged '{tag}' but is {what}; only top-level parameters, "
+                    "buffers and constants can be tagged (consumed by a delegate)"
+                )
+            if _is_delegate_node(node, delegate_calls):
+                raise DelegateClaimedError(
+                    f"node '{key}' belongs to an already lowered delegate call and is tagged '{tag}'; "
+                    "lowered calls cannot be claimed again, untag it"
+                )
+            tag_of[node.name] = tag
+            group_of[node.name] = tag
+        if missing:
+            tag, key = next(iter(missing.items()))
+            raise MissingDelegationSpecError(
+                f"tag '{tag}' (node '{key}') has no DelegationSpec; add it to the plan's specs"
+            )
+        _check_graph(graph, path, tag_of, group_of, consumable, mutation_of)
+
+    unknown = sorted(set(tags) - seen_keys)
+    if unknown:
+        raise UnknownNodeError(
+            f"the plan tags node(s) {unknown[:5]} (tag '{tags[unknown[0]]}') that the program does not "
+            "have; use node names (nested graphs: 'branch/name')"
+        )
+
+
+def _check_graph(
+    graph: Graph,
+    path: tuple[str, ...],
+    tag_of: dict[str, str],
+    group_of: dict[str, str],
+    consumable: Mapping[str, ParameterInput | BufferInput | ConstantTensorInput],
+    mutation_of: Mapping[str, str],
+) -> None:
+    if not tag_of:
+        return
+    where = f" in nested graph '{'/'.join(path)}'" if path else ""
+    nodes_by_name = {node.name: node for node in graph.nodes}
+    # Constants and subgraph get_attrs go with their users' partition.
+    for node in graph.nodes:
+        tag = tag_of.get(node.name)
+        if isinstance(node, (CallFunction, Output)):
+            for name in node_inputs(node):
+                src = nodes_by_name.get(name)
+                src_tag = tag_of.get(name)
+                if src is None:
+                    continue
+                if isinstance(src, Placeholder) and src_tag is not None and tag is not None and src_tag != tag:
+                    raise SharedConstantError(
+                        f"'{name}' is tagged '{src_tag}' (consumed by that delegate) but node '{node.name}' "
+                        f"of partition '{tag}' also uses it{where}; tag it for one partition only, or "
+                        "leave it untagged so both delegates receive it as an input"
+                    )
+                if isinstance(src, GetAttr) and isinstance(src.meta, SubgraphMeta) and src_tag != tag and (
+                    src_tag is not None or tag is not None
+                ):
+                    raise SubgraphAttrError(
+                        f"node '{node.name}' (tag {tag!r}) uses nested graph get_attr '{name}' "
+                        f"(tag {src_tag!r}){where}; tag the get_attr with its user"
+                    )
+        if isinstance(node, Placeholder) and tag is not None:
+            spec = consumable[node.name]
+            if isinstance(spec, BufferInput) and spec.target in mutation_of:
+                value = mutation_of[spec.target]
+                if tag_of.get(value) != tag:
+                    raise MutationOutsidePartitionError(
+                        f"buffer '{node.name}' ({spec.target}) is tagged '{tag}' but its mutation '{value}' "
+                        f"is {'tagged ' + repr(tag_of[value]) if value in tag_of else 'not delegated'}; "
+                        f"tag '{value}' with '{tag}' too, or leave the buffer untagged"
+                    )
+    _check_acyclic(graph, group_of, tag_of, where)
+
+
+def _check_acyclic(graph: Graph, group_of: dict[str, str], tag_of: dict[str, str], where: str) -> None:
+    """Every partition contracted to one node must leave the graph acyclic (Kahn's algorithm)."""
+    succs: dict[str, list[str]] = {}
+    preds: dict[str, list[tuple[str, str, str]]] = {}
+    indegree: dict[str, int] = {}
+    order: list[str] = []
+    seen_edges: set[tuple[str, str]] = set()
+    for node in graph.nodes:
+        g = group_of[node.name]
+        if g not in indegree:
+            indegree[g] = 0
+            succs[g] = []
+            preds[g] = []
+            order.append(g)
+        for name in node_inputs(node):
+            src = group_of.get(name)
+            if src is None or src == g:
+                continue
+            preds[g].append((src, name, node.name))
+            if (src, g) not in seen_edges:
+                seen_edges.add((src, g))
+                succs[src].append(g)
+                indegree[g] += 1
+    ready = [g for g in order if indegree[g] == 0]
+    done = 0
+    while ready:
+        g = ready.pop()
+        done += 1
+        for s in succs[g]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                ready.append(s)
+    if done == len(order):
+        return
+    remaining = {g for g in order if indegree[g] > 0}
+    path = _cycle_path(group_of, preds, remaining, order)
+    involved = sorted({tag_of[n] for n in path if n in tag_of})
+    text = " -> ".join(path)
+    if len(involved) == 1:
+        raise NonConvexPartitionError(
+            f"partition '{involved[0]}' is not convex{where}: the path {text} leaves it and comes back; "
+            "tag the nodes in between with the same tag or split the partition"
+        )
+    raise NonConvexPartitionError(
+        f"partitions {involved} depend on each other{where} along {text}; "
+        "merge them or move the nodes between them out of one partition"
+    )
