@@ -1,0 +1,120 @@
+"""`texir diff A B`: structural diff of two snapshots, .pte files or MODEL specs (exit 1 if they differ)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from texir.cli.progress import Progress
+from texir.errors import TexirError
+from texir.ir.diff import ProgramDiff, diff_texts, format_diff, summary_line
+from texir.ir.types import LoweredBackendModule, Program
+from texir.viz.views import text_view
+
+EPILOG = """\
+examples:
+  texir diff before.json after.json            # two snapshots (texir snapshot MODEL -o before.json)
+  texir diff model_a.pte model_b.pte --json    # two .pte files, machine-readable
+  texir diff texir.models:conv_relu_tan lowered.msgpack
+
+A and B are each a snapshot (.json/.msgpack, written by `texir snapshot` or `texir lower --snapshot`),
+a .pte file, or a MODEL spec (file.py:callable, package.module:callable, file.pt2). Programs are
+compared in canonical form: node names do not matter, content does. A program compared with a .pte
+file is emitted to .pte first. Exit status: 0 equal, 1 different, 2 error.
+"""
+
+SNAPSHOT_SUFFIXES = (".json", ".msgpack", ".mpk")
+
+
+def load_input(spec: str) -> Any:
+    """A Program, LoweredBackendModule or PteProgram from a snapshot, .pte file or MODEL spec."""
+    path = Path(spec)
+    if spec.endswith(".pte"):
+        data = _read(path)
+        codec = importlib.import_module("texir.serialize.pte.codec")
+        return codec.loads(data)
+    if path.suffix in SNAPSHOT_SUFFIXES:
+        from texir.serialize.snapshot import loads_value
+
+        return loads_value(_read(path))
+    try:
+        model_spec = importlib.import_module("texir.adapters.model_spec")
+    except ImportError as exc:  # pragma: no cover - only while the adapter is missing
+        raise TexirError(f"cannot load MODEL spec {spec!r}: {exc}") from exc
+    return model_spec.load_program(spec)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise TexirError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _as_pte(value: Any) -> Any:
+    if isinstance(value, Program):
+        emit = importlib.import_module("texir.serialize.pte.emit")
+        return emit.emit(value)
+    return value
+
+
+def compare(a: Any, b: Any, *, a_label: str, b_label: str) -> ProgramDiff:
+    kinds = (type(a).__name__, type(b).__name__)
+    if "PteProgram" in kinds and kinds[0] != kinds[1]:
+        a, b = _as_pte(a), _as_pte(b)
+    elif isinstance(a, LoweredBackendModule) != isinstance(b, LoweredBackendModule):
+        raise TexirError(
+            f"cannot compare a {kinds[0]} ({a_label}) with a {kinds[1]} ({b_label}): compare two "
+            "programs or two lowered modules"
+        )
+    va, vb = text_view(a), text_view(b)
+    return diff_texts(va.text, vb.text, a_label=a_label, b_label=b_label, a_names=va.names,
+                      b_names=vb.names)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "diff",
+        help="structural diff of two snapshots, .pte files or MODEL specs",
+        description="Compare A and B in canonical form and print nodes added, removed or changed, "
+        "signature, state, partitions (backend, compile specs, blobs by hash); for .pte files: "
+        "methods, operators, delegates, values and instructions.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("a", metavar="A", help="snapshot, .pte file or MODEL spec")
+    parser.add_argument("b", metavar="B", help="snapshot, .pte file or MODEL spec")
+    parser.add_argument("--json", action="store_true", help="print the diff as JSON")
+    parser.add_argument("--limit", type=int, default=200, metavar="N",
+                        help="show at most N changes in the text report (default 200; 0: all)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.limit < 0:
+        raise TexirError("--limit must be 0 (no limit) or a positive number of changes")
+    with Progress("texir diff") as progress:
+        with progress.phase(f"loading {args.a}"):
+            a = load_input(args.a)
+        with progress.phase(f"loading {args.b}"):
+            b = load_input(args.b)
+        with progress.phase("comparing"):
+            result = compare(a, b, a_label=args.a, b_label=args.b)
+    if args.json:
+        doc = {
+            "equal": result.equal,
+            "a": result.a_label,
+            "b": result.b_label,
+            "summary": summary_line(result) if not result.equal else "equal",
+            "counts": result.counts(),
+            "changes": result.changes,
+        }
+        sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
+    else:
+        sys.stdout.write(format_diff(result, limit=args.limit or None))
+    return 0 if result.equal else 1
