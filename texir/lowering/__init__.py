@@ -33,6 +33,10 @@ from texir.lowering.partitioners import (
 )
 from texir.lowering.plan import DelegationSpec, PartitionPlan, Partitioner, validate_plan
 
+# The built-in backends register themselves under their ids on import.
+from texir.lowering import demo_backends as _demo_backends  # noqa: E402,F401
+from texir.lowering import reference_backend as _reference_backend  # noqa: E402,F401
+
 __all__ = [
     "Backend",
     "BackendError",

@@ -1,0 +1,50 @@
+"""The 'texir-reference' backend: processed bytes are the delegated program's msgpack snapshot.
+
+Nothing is compiled, so a delegate can always be decoded back into the exact Program it was given
+(`decode_reference`) and run through `texir.adapters`. The debug handle map has one entry per
+call_function that carries a debug handle, keyed by the node's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from texir.errors import LoweringError, SnapshotError
+from texir.ir import CallFunction, CompileSpec, Program
+from texir.lowering.backend import PreprocessResult, register_backend
+from texir.lowering.debug_mapping import DelegateMappingBuilder
+from texir.serialize import snapshot
+
+BACKEND_ID: Final = "texir-reference"
+
+
+def encode_reference(program: Program) -> PreprocessResult:
+    builder = DelegateMappingBuilder(generated_identifiers=False)
+    for node in program.graph.nodes:
+        if isinstance(node, CallFunction) and node.prov is not None and node.prov.debug_handle is not None:
+            builder.insert_delegate_mapping_entry(nodes=node, identifier=node.name)
+    data = snapshot.dumps(program, format="msgpack", include_data=True)
+    return PreprocessResult(processed_bytes=data, debug_handle_map=builder.get_delegate_mapping())
+
+
+def decode_reference(processed_bytes: bytes) -> Program:
+    """The Program a 'texir-reference' delegate was built from."""
+    try:
+        return snapshot.loads(processed_bytes)
+    except SnapshotError as exc:
+        raise LoweringError(f"{BACKEND_ID} processed bytes do not decode: {exc}") from exc
+
+
+class ReferenceBackend:
+    """Backend protocol implementation; registered under `BACKEND_ID` when texir.lowering loads."""
+
+    backend_id: Final = BACKEND_ID
+
+    @staticmethod
+    def preprocess(program: Program, compile_specs: Sequence[CompileSpec]) -> PreprocessResult:
+        del compile_specs  # the reference backend takes no options
+        return encode_reference(program)
+
+
+register_backend(BACKEND_ID, ReferenceBackend(), replace=True)
