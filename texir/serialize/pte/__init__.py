@@ -2,7 +2,33 @@
 
 from __future__ import annotations
 
+from texir.serialize.pte.codec import (
+    PteDecodeError,
+    PteEncodeError,
+    PteOptions,
+    dump,
+    dumps,
+    iter_chunks,
+    load,
+    loads,
+    read_pte,
+    tensor_nbytes,
+    to_logical,
+)
 from texir.serialize.pte.schema import *  # noqa: F403
 from texir.serialize.pte.schema import __all__ as _schema_all
 
-__all__ = list(_schema_all)
+__all__ = [
+    *_schema_all,
+    "PteDecodeError",
+    "PteEncodeError",
+    "PteOptions",
+    "dump",
+    "dumps",
+    "iter_chunks",
+    "load",
+    "loads",
+    "read_pte",
+    "tensor_nbytes",
+    "to_logical",
+]
