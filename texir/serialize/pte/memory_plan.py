@@ -1,0 +1,157 @@
+"""Memory planning for .pte methods: lifetime intervals packed into one arena (greedy or naive)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from texir.errors import PteError
+
+__all__ = [
+    "Interval",
+    "MemoryPlan",
+    "MemoryPlanError",
+    "PlannerName",
+    "align_up",
+    "check_plan",
+    "plan_greedy",
+    "plan_memory",
+    "plan_naive",
+]
+
+PlannerName = Literal["greedy", "naive"]
+
+
+class MemoryPlanError(PteError):
+    """A memory plan is invalid (two live tensors overlap, or a tensor leaves the arena)."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A tensor to place: `size` bytes, live from node index `start` to `end` inclusive."""
+
+    size: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """`offsets[i]` is where `intervals[i]` lives; `total` is the arena size in bytes."""
+
+    offsets: tuple[int, ...]
+    total: int
+
+
+def align_up(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def plan_naive(intervals: Sequence[Interval], *, alignment: int = 16) -> MemoryPlan:
+    """One slot per tensor, no reuse."""
+    offsets = []
+    total = 0
+    for interval in intervals:
+        offsets.append(total)
+        total += align_up(interval.size, alignment)
+    return MemoryPlan(offsets=tuple(offsets), total=total)
+
+
+class _SharedObject:
+    """A region whose tensors are stacked; `tops[t]` is the highest byte used at time t."""
+
+    __slots__ = ("size", "tops", "lo")
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.size = 0
+        self.lo = lo
+        self.tops = [0] * (hi - lo + 1)
+
+    def highest(self, start: int, end: int) -> int:
+        return max(self.tops[start - self.lo:end - self.lo + 1])
+
+    def place(self, start: int, end: int, top: int) -> None:
+        a, b = start - self.lo, end - self.lo + 1
+        self.tops[a:b] = [t if t > top else top for t in self.tops[a:b]]
+
+
+def plan_greedy(intervals: Sequence[Interval], *, alignment: int = 16) -> MemoryPlan:
+    """ExecuTorch's default strategy: largest tensors first, each into the first shared object with
+    no tensor live at the same time (at offset 0, growing the object), else stacked above the tensors
+    it overlaps inside an object where it still fits, else into a new object. Objects are then laid
+    out one after another."""
+    if not intervals:
+        return MemoryPlan(offsets=(), total=0)
+    lo = min(i.start for i in intervals)
+    hi = max(i.end for i in intervals)
+    order = sorted(range(len(intervals)), key=lambda k: -intervals[k].size)
+    objects: list[_SharedObject] = []
+    placed: list[tuple[int, int]] = [(0, 0)] * len(intervals)  # (object index, offset in object)
+    for k in order:
+        iv = intervals[k]
+        size = align_up(iv.size, alignment)
+        choice: tuple[int, int] | None = None
+        for index, obj in enumerate(objects):
+            if obj.highest(iv.start, iv.end) == 0:
+                choice = (index, 0)
+                obj.size = max(obj.size, size)
+                break
+        if choice is None:
+            for index, obj in enumerate(objects):
+                offset = obj.highest(iv.start, iv.end)
+                if offset + size <= obj.size:
+                    choice = (index, offset)
+                    break
+        if choice is None:
+            objects.append(_SharedObject(lo, hi))
+            objects[-1].size = size
+            choice = (len(objects) - 1, 0)
+        objects[choice[0]].place(iv.start, iv.end, choice[1] + size)
+        placed[k] = choice
+    bases = []
+    base = 0
+    for obj in objects:
+        bases.append(base)
+        base += obj.size
+    offsets = tuple(bases[index] + offset for index, offset in placed)
+    return MemoryPlan(offsets=offsets, total=base)
+
+
+def plan_memory(
+    intervals: Sequence[Interval], *, planner: PlannerName = "greedy", alignment: int = 16
+) -> MemoryPlan:
+    if planner == "greedy":
+        return plan_greedy(intervals, alignment=alignment)
+    if planner == "naive":
+        return plan_naive(intervals, alignment=alignment)
+    raise MemoryPlanError(f"unknown memory planner {planner!r}; use 'greedy' or 'naive'")
+
+
+def check_plan(intervals: Sequence[Interval], plan: MemoryPlan) -> None:
+    """Raise `MemoryPlanError` if two tensors live at the same time share bytes, or a tensor
+    ends past the arena."""
+    if len(plan.offsets) != len(intervals):
+        raise MemoryPlanError(
+            f"memory plan has {len(plan.offsets)} offsets for {len(intervals)} tensors"
+        )
+    for k, (iv, off) in enumerate(zip(intervals, plan.offsets)):
+        if off < 0 or off + iv.size > plan.total:
+            raise MemoryPlanError(
+                f"tensor {k} at [{off}, {off + iv.size}) leaves the arena of {plan.total} bytes"
+            )
+    # Sweep over time: a tensor only needs checking against those live when it starts.
+    order = sorted(range(len(intervals)), key=lambda k: (intervals[k].start, k))
+    active: list[int] = []
+    for k in order:
+        iv = intervals[k]
+        active = [j for j in active if intervals[j].end >= iv.start]
+        a0, a1 = plan.offsets[k], plan.offsets[k] + iv.size
+        for j in active:
+            b0, b1 = plan.offsets[j], plan.offsets[j] + intervals[j].size
+            if iv.size and intervals[j].size and a0 < b1 and b0 < a1:
+                raise MemoryPlanError(
+                    f"tensors {j} (live {intervals[j].start}..{intervals[j].end}, bytes [{b0}, {b1})) "
+                    f"and {k} (live {iv.start}..{iv.end}, bytes [{a0}, {a1})) overlap"
+                )
+        active.append(k)
