@@ -1,0 +1,193 @@
+"""Conversions between torch tensors / fake tensors and the IR's DType, TensorMeta and TensorData."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import warnings
+from typing import Any, Union
+
+import torch
+
+from texir.errors import ConversionError, UnsupportedError
+from texir.ir.blob import Blob
+from texir.ir.types import (
+    DType,
+    Dim,
+    FloatValue,
+    Layout,
+    MemoryFormat,
+    TensorData,
+    TensorMeta,
+)
+
+__all__ = [
+    "DTYPE_FROM_TORCH",
+    "DTYPE_TO_TORCH",
+    "LAYOUT_FROM_TORCH",
+    "LAYOUT_TO_TORCH",
+    "MEMORY_FORMAT_FROM_TORCH",
+    "MEMORY_FORMAT_TO_TORCH",
+    "dim_from_torch",
+    "float_from_python",
+    "float_to_python",
+    "tensor_data_from_tensor",
+    "tensor_from_data",
+    "tensor_meta_from_tensor",
+]
+
+
+def _dtype_table() -> dict[torch.dtype, DType]:
+    table: dict[torch.dtype, DType] = {}
+    for member in DType:
+        dtype = getattr(torch, member.value, None)
+        if isinstance(dtype, torch.dtype):
+            table[dtype] = member
+    return table
+
+
+DTYPE_FROM_TORCH: dict[torch.dtype, DType] = _dtype_table()
+DTYPE_TO_TORCH: dict[DType, torch.dtype] = {v: k for k, v in DTYPE_FROM_TORCH.items()}
+
+LAYOUT_FROM_TORCH: dict[torch.layout, Layout] = {
+    getattr(torch, member.value): member for member in Layout if hasattr(torch, member.value)
+}
+LAYOUT_TO_TORCH: dict[Layout, torch.layout] = {v: k for k, v in LAYOUT_FROM_TORCH.items()}
+
+MEMORY_FORMAT_FROM_TORCH: dict[torch.memory_format, MemoryFormat] = {
+    getattr(torch, member.value): member for member in MemoryFormat
+}
+MEMORY_FORMAT_TO_TORCH: dict[MemoryFormat, torch.memory_format] = {
+    v: k for k, v in MEMORY_FORMAT_FROM_TORCH.items()
+}
+
+# str(torch.device) is surprisingly slow; devices are few, so remember their spelling.
+_DEVICE_STR: dict[torch.device, str] = {}
+
+
+def device_str(device: torch.device) -> str:
+    s = _DEVICE_STR.get(device)
+    if s is None:
+        s = _DEVICE_STR[device] = str(device)
+    return s
+
+
+def float_from_python(value: float) -> FloatValue:
+    """A Python float as the IR spells it (non-finite values as strings)."""
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "nan"
+    return "inf" if value > 0 else "-inf"
+
+
+def float_to_python(value: FloatValue) -> float:
+    return value if isinstance(value, float) else float(value)
+
+
+def dim_from_torch(d: Union[int, torch.SymInt]) -> Dim:
+    """A size/stride: an int, or the sympy expression of a SymInt as a string."""
+    if type(d) is int:
+        return d
+    expr = d.node.expr  # type: ignore[union-attr]  # SymInt carries its SymNode
+    if expr.is_Integer:
+        return int(expr)
+    return str(expr)
+
+
+def _dims(values: Any) -> tuple[Dim, ...]:
+    out = tuple(values)
+    for d in out:
+        if type(d) is not int:
+            return tuple(dim_from_torch(x) for x in out)
+    return out
+
+
+def tensor_meta_from_tensor(t: torch.Tensor, *, where: str = "tensor") -> TensorMeta:
+    """TensorMeta of a real or fake tensor."""
+    dtype = DTYPE_FROM_TORCH.get(t.dtype)
+    if dtype is None:
+        raise UnsupportedError(f"{where}: dtype {t.dtype} has no texir DType; cast it before export")
+    layout = LAYOUT_FROM_TORCH.get(t.layout)
+    if layout is None:
+        raise UnsupportedError(f"{where}: layout {t.layout} is not supported; use a strided tensor")
+    if layout is Layout.strided:
+        strides = _dims(t.stride())
+        offset = t.storage_offset()
+        storage_offset: Dim = offset if type(offset) is int else dim_from_torch(offset)
+    else:
+        strides = ()
+        storage_offset = 0
+    return TensorMeta(
+        dtype=dtype,
+        shape=_dims(t.shape),
+        strides=strides,
+        storage_offset=storage_offset,
+        layout=layout,
+        device=device_str(t.device),
+        requires_grad=t.requires_grad,
+    )
+
+
+def tensor_data_from_tensor(t: torch.Tensor, *, where: str = "tensor") -> TensorData:
+    """A real CPU tensor's value. The payload aliases the tensor's storage when it is contiguous
+    (zero-copy, read-only view); only non-contiguous tensors are copied."""
+    if isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or t.device.type == "meta":
+        raise UnsupportedError(
+            f"{where}: holds a fake/meta tensor, not data; export the model with real weights"
+        )
+    meta = tensor_meta_from_tensor(t, where=where)
+    if meta.layout is not Layout.strided:
+        raise UnsupportedError(f"{where}: only strided tensors can be stored, got {t.layout}")
+    if t.device.type != "cpu":
+        raise UnsupportedError(f"{where}: tensor on {t.device}; move the model to CPU before export")
+    flat = t.detach()
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    try:
+        array = flat.reshape(-1).view(torch.uint8).numpy()
+    except (RuntimeError, TypeError) as exc:
+        raise UnsupportedError(f"{where}: cannot view {t.dtype} data as bytes ({exc})") from exc
+    array.flags.writeable = False
+    view = array.data
+    digest = hashlib.sha256(view).hexdigest()
+    return TensorData(meta=meta, sha256=digest, nbytes=view.nbytes, data=Blob(view, digest=digest))
+
+
+def tensor_from_data(data: TensorData, *, where: str = "tensor", copy: bool = False) -> torch.Tensor:
+    """A CPU tensor holding `data`. Zero-copy over the Blob unless `copy` (use it for values the
+    runtime may write to, such as mutable buffers) or the recorded strides are not contiguous."""
+    if data.data is None:
+        raise ConversionError(
+            f"{where}: the snapshot holds no tensor data (only its hash); "
+            "write it with include_data=True to rebuild a runnable program"
+        )
+    meta = data.meta
+    dtype = DTYPE_TO_TORCH.get(meta.dtype)
+    if dtype is None:
+        raise UnsupportedError(f"{where}: dtype {meta.dtype} is not available in this torch build")
+    shape = [_static_dim(d, where) for d in meta.shape]
+    view = data.data.view()
+    if view.nbytes == 0:
+        flat = torch.empty((0,), dtype=torch.uint8)
+    else:
+        with warnings.catch_warnings():
+            # torch warns that the buffer is read-only; texir never writes through it and copies
+            # whatever the runtime may write to.
+            warnings.simplefilter("ignore", UserWarning)
+            flat = torch.frombuffer(view, dtype=torch.uint8)
+    t = flat.view(dtype).reshape(shape)
+    strides = [_static_dim(d, where) for d in meta.strides]
+    if tuple(t.stride()) != tuple(strides) and t.numel() > 1:
+        out = torch.empty_strided(shape, strides, dtype=dtype)
+        out.copy_(t)
+        t = out
+    elif copy:
+        t = t.clone()
+    return t
+
+
+def _static_dim(d: Dim, where: str) -> int:
+    if isinstance(d, int):
+        return d
+    raise ConversionError(f"{where}: stored tensor has a symbolic size {d!r}; state must be static")
