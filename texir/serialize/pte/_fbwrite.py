@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import flatbuffers
 
@@ -20,28 +21,142 @@ class PteEncodeError(PteError):
     """A schema value cannot be written (out-of-range integer, bad index kind, ...)."""
 
 
-class _Writer:
-    """One flatbuffer build. Equal strings, scalar vectors and non-tensor EValues are written once
-    and shared by offset (legal in flatbuffers: a buffer is a DAG), which keeps big programs small
-    and fast to build; the output depends only on the input, so it is deterministic."""
+_SIZE = {"b": 1, "B": 1, "?": 1, "i": 4, "I": 4, "O": 4, "q": 8, "Q": 8, "d": 8}
 
-    __slots__ = ("b", "strings", "vectors", "evalues", "tensor_align", "delegate_align")
+# A field of a table being written: (slot, struct code, value); code "O" is an offset (uoffset_t)
+# whose value is the target's builder offset (distance from the buffer end).
+_Field = tuple[int, str, object]
+_UNION = ((0, "B"), (1, "O"))
+_CALL = ((0, "i"), (1, "O"))
+_CALL0 = ((1, "O"),)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """Precomputed byte layout of a table with a given set of present fields."""
+
+    packer: struct.Struct
+    order: tuple[int, ...]
+    """Field indices (into the caller's list) in layout order."""
+    positions: tuple[int, ...]
+    """Byte position of each field (same order as `order`) inside the table."""
+    is_offset: tuple[bool, ...]
+    has_offsets: bool
+    size: int
+    align: int
+    vtable: bytes
+
+
+def _shape(key: tuple[tuple[int, str], ...]) -> _Shape:
+    sizes = [_SIZE[code] for _, code in key]
+    # Widest fields first after the 4-byte vtable soffset, so padding is at most 4 bytes.
+    order = sorted(range(len(key)), key=lambda k: (-sizes[k], key[k][0]))
+    fmt = "<i"
+    pos = 4
+    positions = []
+    for k in order:
+        pad = -pos % sizes[k]
+        if pad:
+            fmt += f"{pad}x"
+            pos += pad
+        code = key[k][1]
+        fmt += "I" if code == "O" else code
+        positions.append(pos)
+        pos += sizes[k]
+    nslots = max((slot for slot, _ in key), default=-1) + 1
+    slots = [0] * nslots
+    for k, p in zip(order, positions, strict=True):
+        slots[key[k][0]] = p
+    vtable = struct.pack(f"<HH{nslots}H", 4 + 2 * nslots, pos, *slots)
+    return _Shape(
+        packer=struct.Struct(fmt),
+        order=tuple(order),
+        positions=tuple(positions),
+        is_offset=tuple(key[k][1] == "O" for k in order),
+        has_offsets=any(code == "O" for _, code in key),
+        size=pos,
+        align=max([4, *sizes]),
+        vtable=vtable,
+    )
+
+
+class _Writer:
+    """One flatbuffer build on a `flatbuffers.Builder`.
+
+    Tables are laid out from a cached per-shape struct and written with one `pack_into` (the
+    Builder's per-field Prepend*Slot calls cost ~10x more); vtables are deduplicated by content.
+    Equal strings, scalar vectors, EValues and allocation tables are written once and shared by
+    offset (legal in flatbuffers: a buffer is a DAG). The output depends only on the input.
+    """
+
+    __slots__ = ("b", "strings", "vectors", "evalues", "vtables", "shapes", "tensor_align", "delegate_align")
 
     def __init__(self, tensor_align: int, delegate_align: int, size_hint: int) -> None:
         self.b = flatbuffers.Builder(max(1024, size_hint))
         self.strings: dict[str, int] = {}
         self.vectors: dict[tuple[str, tuple[object, ...]], int] = {}
-        self.evalues: dict[s.EValue, int] = {}
+        self.evalues: dict[object, int] = {}
+        self.vtables: dict[bytes, int] = {}
+        self.shapes: dict[tuple[tuple[int, str], ...], _Shape] = {}
         self.tensor_align = tensor_align
         self.delegate_align = delegate_align
 
-    # -- leaves ---------------------------------------------------------------------------------
+    # -- primitives -----------------------------------------------------------------------------
+
+    def reserve(self, align: int, size: int) -> int:
+        """Make room for `size` bytes ending aligned to `align` (like Builder.Prep, minus zero-filling:
+        bytes below the head are still the zeros the buffer was allocated with); returns the head."""
+        b = self.b
+        if align > b.minalign:
+            b.minalign = align
+        buf = b.Bytes
+        head: int = b.head
+        pad = -(len(buf) - head + size) & (align - 1)
+        while head < pad + size:
+            old = len(buf)
+            b.GrowByteBuffer()
+            buf = b.Bytes
+            head += len(buf) - old
+        b.head = head = head - pad - size
+        return head
+
+    def table(self, key: tuple[tuple[int, str], ...], values: list[object]) -> int:
+        """Write a table whose present (non-default) fields are `key` = ((slot, code), ...) with
+        `values` (offset fields hold the target's offset); returns the table's offset."""
+        shape = self.shapes.get(key)
+        if shape is None:
+            shape = self.shapes[key] = _shape(key)
+        head = self.reserve(shape.align, shape.size)
+        buf = self.b.Bytes
+        table_off = len(buf) - head
+        if shape.has_offsets:
+            ordered = [
+                table_off - pos - values[k] if is_off else values[k]  # type: ignore[operator]  # ints
+                for k, pos, is_off in zip(shape.order, shape.positions, shape.is_offset)
+            ]
+        else:
+            ordered = [values[k] for k in shape.order]
+        vt_off = self.vtables.get(shape.vtable)
+        if vt_off is not None:
+            shape.packer.pack_into(buf, head, vt_off - table_off, *ordered)
+            return table_off
+        shape.packer.pack_into(buf, head, 0, *ordered)
+        n = len(shape.vtable)
+        vt_head = self.reserve(2, n)
+        buf = self.b.Bytes
+        buf[vt_head : vt_head + n] = shape.vtable
+        vt_off = len(buf) - vt_head
+        self.vtables[shape.vtable] = vt_off
+        struct.pack_into("<i", buf, len(buf) - table_off, vt_off - table_off)
+        return table_off
+
+    def fields(self, fields: list[_Field]) -> int:
+        return self.table(tuple((f[0], f[1]) for f in fields), [f[2] for f in fields])
 
     def string(self, value: str) -> int:
         off = self.strings.get(value)
         if off is None:
-            off = self.b.CreateString(value)
-            self.strings[value] = off
+            off = self.strings[value] = int(self.b.CreateString(value))
         return off
 
     def scalars(self, code: str, items: Sequence[object]) -> int:
@@ -50,16 +165,18 @@ class _Writer:
         off = self.vectors.get(key)
         if off is not None:
             return off
-        b = self.b
-        size = struct.calcsize(code)
+        size = _SIZE[code]
         n = len(items)
-        b.StartVector(size, n, size)
-        b.head = b.head - n * size
+        nbytes = n * size
+        # Elements aligned to their size (at least 4), the u32 length right before them.
+        head = self.reserve(max(size, 4), nbytes)
         if n:
-            struct.pack_into(f"<{n}{code}", b.Bytes, b.head, *items)
-        off = b.EndVector()
-        self.vectors[key] = off
-        return int(off)
+            struct.pack_into(f"<{n}{code}", self.b.Bytes, head, *items)
+        head = self.reserve(4, 4)
+        buf = self.b.Bytes
+        struct.pack_into("<I", buf, head, n)
+        off = self.vectors[key] = len(buf) - head
+        return off
 
     def blob(self, data: Blob | bytes, alignment: int) -> int:
         """A [ubyte] vector whose data starts at a multiple of `alignment` (force_align)."""
@@ -72,18 +189,22 @@ class _Writer:
         return int(b.EndVector())
 
     def tables(self, offsets: Sequence[int]) -> int:
+        """A vector of tables (or strings), all offsets written in one call."""
         b = self.b
-        b.StartVector(4, len(offsets), 4)
-        for off in reversed(offsets):
-            b.PrependUOffsetTRelative(off)
+        n = len(offsets)
+        b.StartVector(4, n, 4)
+        b.head = head = b.head - 4 * n
+        first = len(b.Bytes) - head
+        if n:
+            struct.pack_into(f"<{n}I", b.Bytes, head, *[first - 4 * i - o for i, o in enumerate(offsets)])
         return int(b.EndVector())
 
     # -- tables ---------------------------------------------------------------------------------
 
     def evalue(self, ev: s.EValue) -> int:
         val = ev.val
-        # Tensors are nearly always distinct; Double(0.0) == Double(-0.0) must not share bytes.
-        cacheable = not isinstance(val, s.Tensor | s.Double)
+        # Double(0.0) == Double(-0.0) and nan != nan: never share Doubles.
+        cacheable = not isinstance(val, s.Double)
         if cacheable:
             cached = self.evalues.get(ev)
             if cached is not None:
@@ -92,283 +213,218 @@ class _Writer:
         if tag is None:
             raise PteEncodeError(f"EValue.val: {type(val).__name__} is not a KernelTypes member")
         member = self.kernel_type(val)
-        b = self.b
-        b.StartObject(2)
-        b.PrependUOffsetTRelativeSlot(1, member, 0)
-        b.PrependUint8Slot(0, tag, 0)
-        off = b.EndObject()
+        off = self.table(_UNION, [tag, member])
         if cacheable:
             self.evalues[ev] = off
-        return int(off)
+        return off
 
     def kernel_type(self, val: s.KernelTypes) -> int:
-        b = self.b
         if isinstance(val, s.Tensor):
             return self.tensor(val)
         if isinstance(val, s.Int):
-            b.StartObject(1)
-            b.PrependInt64Slot(0, val.int_val, 0)
-        elif isinstance(val, s.Null):
-            b.StartObject(0)
-        elif isinstance(val, s.Bool):
-            b.StartObject(1)
-            b.PrependBoolSlot(0, val.bool_val, False)
-        elif isinstance(val, s.Double):
-            b.StartObject(1)
+            return self.fields([(0, "q", val.int_val)] if val.int_val else [])
+        if isinstance(val, s.Null):
+            return self.fields([])
+        if isinstance(val, s.Bool):
+            return self.fields([(0, "?", True)] if val.bool_val else [])
+        if isinstance(val, s.Double):
             x = float(val.double_val)
-            if x == 0.0 and math.copysign(1.0, x) < 0:
-                b.PrependFloat64(x)  # -0.0 equals the default but must survive the round trip
-                b.Slot(0)
-            else:
-                b.PrependFloat64Slot(0, x, 0.0)
-        elif isinstance(val, s.String):
-            so = self.string(val.string_val)
-            b.StartObject(1)
-            b.PrependUOffsetTRelativeSlot(0, so, 0)
-        else:
-            if isinstance(val, s.IntList):
-                vo = self.scalars("q", val.items)
-            elif isinstance(val, s.DoubleList):
-                vo = self.scalars("d", val.items)
-            elif isinstance(val, s.BoolList):
-                vo = self.scalars("?", val.items)
-            else:  # TensorList, OptionalTensorList
-                vo = self.scalars("i", val.items)
-            b.StartObject(1)
-            b.PrependUOffsetTRelativeSlot(0, vo, 0)
-        return int(b.EndObject())
+            # -0.0 equals the default 0.0 but must survive the round trip.
+            keep = x != 0.0 or math.copysign(1.0, x) < 0
+            return self.fields([(0, "d", x)] if keep else [])
+        if isinstance(val, s.String):
+            return self.fields([(0, "O", self.string(val.string_val))])
+        if isinstance(val, s.IntList):
+            vo = self.scalars("q", val.items)
+        elif isinstance(val, s.DoubleList):
+            vo = self.scalars("d", val.items)
+        elif isinstance(val, s.BoolList):
+            vo = self.scalars("?", val.items)
+        else:  # TensorList, OptionalTensorList
+            vo = self.scalars("i", val.items)
+        return self.fields([(0, "O", vo)])
 
     def tensor(self, t: s.Tensor) -> int:
-        b = self.b
-        sizes = self.scalars("i", t.sizes)
-        dim_order = self.scalars("B", t.dim_order)
-        alloc = 0
-        if t.allocation_info is not None:
-            a = t.allocation_info
-            b.StartObject(3)
-            b.PrependUint32Slot(0, a.memory_id, 0)
-            b.PrependUint32Slot(1, a.memory_offset_low, 0)
-            b.PrependUint32Slot(2, a.memory_offset_high, 0)
-            alloc = b.EndObject()
-        extra = 0
+        fields: list[_Field] = []
+        if t.scalar_type:
+            fields.append((0, "b", int(t.scalar_type)))
+        if t.storage_offset:
+            fields.append((1, "i", t.storage_offset))
+        fields.append((2, "O", self.scalars("i", t.sizes)))
+        fields.append((3, "O", self.scalars("B", t.dim_order)))
+        if t.requires_grad:
+            fields.append((4, "?", True))
+        if t.data_buffer_idx:
+            fields.append((5, "I", t.data_buffer_idx))
+        a = t.allocation_info
+        if a is not None:
+            off = self.evalues.get(a)
+            if off is None:
+                af: list[_Field] = []
+                if a.memory_id:
+                    af.append((0, "I", a.memory_id))
+                if a.memory_offset_low:
+                    af.append((1, "I", a.memory_offset_low))
+                if a.memory_offset_high:
+                    af.append((2, "I", a.memory_offset_high))
+                off = self.evalues[a] = self.fields(af)
+            fields.append((6, "O", off))
+        if t.layout:
+            fields.append((7, "b", t.layout))
+        if t.shape_dynamism:
+            fields.append((8, "b", int(t.shape_dynamism)))
         if t.extra_tensor_info is not None:
-            extra = self.extra_tensor_info(t.extra_tensor_info)
-        b.StartObject(10)
-        b.PrependUOffsetTRelativeSlot(2, sizes, 0)
-        b.PrependUOffsetTRelativeSlot(3, dim_order, 0)
-        b.PrependUOffsetTRelativeSlot(6, alloc, 0)
-        b.PrependUOffsetTRelativeSlot(9, extra, 0)
-        b.PrependInt32Slot(1, t.storage_offset, 0)
-        b.PrependUint32Slot(5, t.data_buffer_idx, 0)
-        b.PrependInt8Slot(0, int(t.scalar_type), 0)
-        b.PrependBoolSlot(4, t.requires_grad, False)
-        b.PrependInt8Slot(7, t.layout, 0)
-        b.PrependInt8Slot(8, int(t.shape_dynamism), 0)
-        return int(b.EndObject())
+            fields.append((9, "O", self.extra_tensor_info(t.extra_tensor_info)))
+        return self.fields(fields)
 
     def extra_tensor_info(self, e: s.ExtraTensorInfo) -> int:
-        b = self.b
-        fqn = self.string(e.fully_qualified_name) if e.fully_qualified_name is not None else 0
-        b.StartObject(5)
-        b.PrependUint64Slot(0, e.mutable_data_segments_idx, 0)
-        b.PrependUOffsetTRelativeSlot(1, fqn, 0)
-        b.PrependInt8Slot(2, int(e.location), 0)
-        b.PrependInt8Slot(3, int(e.device_type), 0)
-        b.PrependInt8Slot(4, e.device_index, 0)
-        return int(b.EndObject())
+        fields: list[_Field] = []
+        if e.mutable_data_segments_idx:
+            fields.append((0, "Q", e.mutable_data_segments_idx))
+        if e.fully_qualified_name is not None:
+            fields.append((1, "O", self.string(e.fully_qualified_name)))
+        if e.location:
+            fields.append((2, "b", int(e.location)))
+        if e.device_type:
+            fields.append((3, "b", int(e.device_type)))
+        if e.device_index:
+            fields.append((4, "b", e.device_index))
+        return self.fields(fields)
 
     def instruction(self, ins: s.Instruction) -> int:
-        b = self.b
         a = ins.instr_args
         tag = _INSTR_TAG.get(type(a))
         if tag is None:
             raise PteEncodeError(
                 f"Instruction.instr_args: {type(a).__name__} is not an InstructionArguments member"
             )
+        fields: list[_Field]
         if isinstance(a, s.KernelCall | s.DelegateCall):
+            index = a.op_index if isinstance(a, s.KernelCall) else a.delegate_index
             args = self.scalars("i", a.args)
-            b.StartObject(2)
-            b.PrependUOffsetTRelativeSlot(1, args, 0)
-            b.PrependInt32Slot(0, a.op_index if isinstance(a, s.KernelCall) else a.delegate_index, 0)
+            member = self.table(_CALL, [index, args]) if index else self.table(_CALL0, [args])
+            return self.table(_UNION, [tag, member])
         elif isinstance(a, s.MoveCall):
-            b.StartObject(2)
-            b.PrependInt32Slot(0, a.move_from, 0)
-            b.PrependInt32Slot(1, a.move_to, 0)
+            fields = _nonzero_i32((a.move_from, a.move_to))
         elif isinstance(a, s.JumpFalseCall):
-            b.StartObject(2)
-            b.PrependInt32Slot(0, a.cond_value_index, 0)
-            b.PrependInt32Slot(1, a.destination_instruction, 0)
+            fields = _nonzero_i32((a.cond_value_index, a.destination_instruction))
         else:
-            b.StartObject(1)
-            b.PrependInt32Slot(0, a.value_index, 0)
-        member = b.EndObject()
-        b.StartObject(2)
-        b.PrependUOffsetTRelativeSlot(1, member, 0)
-        b.PrependUint8Slot(0, tag, 0)
-        return int(b.EndObject())
+            fields = _nonzero_i32((a.value_index,))
+        member = self.fields(fields)
+        return self.table(_UNION, [tag, member])
+
+    def opt_string(self, slot: int, value: str | None, fields: list[_Field]) -> None:
+        if value is not None:
+            fields.append((slot, "O", self.string(value)))
 
     def frame_list(self, fl: s.FrameList) -> int:
-        b = self.b
         frames = []
         for f in fl.items:
-            fn = self.string(f.filename) if f.filename is not None else 0
-            nm = self.string(f.name) if f.name is not None else 0
-            cx = self.string(f.context) if f.context is not None else 0
-            b.StartObject(4)
-            b.PrependUOffsetTRelativeSlot(0, fn, 0)
-            b.PrependInt32Slot(1, f.lineno, 0)
-            b.PrependUOffsetTRelativeSlot(2, nm, 0)
-            b.PrependUOffsetTRelativeSlot(3, cx, 0)
-            frames.append(b.EndObject())
-        items = self.tables(frames)
-        b.StartObject(1)
-        b.PrependUOffsetTRelativeSlot(0, items, 0)
-        return int(b.EndObject())
+            fields: list[_Field] = []
+            self.opt_string(0, f.filename, fields)
+            if f.lineno:
+                fields.append((1, "i", f.lineno))
+            self.opt_string(2, f.name, fields)
+            self.opt_string(3, f.context, fields)
+            frames.append(self.fields(fields))
+        return self.fields([(0, "O", self.tables(frames))])
 
     def chain(self, c: s.Chain) -> int:
-        b = self.b
-        inputs = self.scalars("i", c.inputs)
-        outputs = self.scalars("i", c.outputs)
-        instrs = self.tables([self.instruction(i) for i in c.instructions])
-        stack = 0
+        fields: list[_Field] = [
+            (0, "O", self.scalars("i", c.inputs)),
+            (1, "O", self.scalars("i", c.outputs)),
+            (2, "O", self.tables([self.instruction(i) for i in c.instructions])),
+        ]
         if c.stacktrace is not None:
-            stack = self.tables([self.frame_list(fl) for fl in c.stacktrace])
-        b.StartObject(4)
-        b.PrependUOffsetTRelativeSlot(0, inputs, 0)
-        b.PrependUOffsetTRelativeSlot(1, outputs, 0)
-        b.PrependUOffsetTRelativeSlot(2, instrs, 0)
-        b.PrependUOffsetTRelativeSlot(3, stack, 0)
-        return int(b.EndObject())
+            fields.append((3, "O", self.tables([self.frame_list(fl) for fl in c.stacktrace])))
+        return self.fields(fields)
 
     def delegate(self, d: s.BackendDelegate) -> int:
-        b = self.b
-        ident = self.string(d.id)
-        specs = []
-        for cs in d.compile_specs:
-            key = self.string(cs.key)
-            value = self.scalars("B", cs.value)
-            b.StartObject(2)
-            b.PrependUOffsetTRelativeSlot(0, key, 0)
-            b.PrependUOffsetTRelativeSlot(1, value, 0)
-            specs.append(b.EndObject())
+        specs = [
+            self.fields([(0, "O", self.string(cs.key)), (1, "O", self.scalars("B", cs.value))])
+            for cs in d.compile_specs
+        ]
         spec_vec = self.tables(specs)
-        b.StartObject(2)
-        b.PrependInt8Slot(0, int(d.processed.location), 0)
-        b.PrependUint32Slot(1, d.processed.index, 0)
-        processed = b.EndObject()
-        b.StartObject(3)
-        b.PrependUOffsetTRelativeSlot(0, ident, 0)
-        b.PrependUOffsetTRelativeSlot(1, processed, 0)
-        b.PrependUOffsetTRelativeSlot(2, spec_vec, 0)
-        return int(b.EndObject())
+        ident = self.string(d.id)
+        pf: list[_Field] = []
+        if d.processed.location:
+            pf.append((0, "b", int(d.processed.location)))
+        if d.processed.index:
+            pf.append((1, "I", d.processed.index))
+        processed = self.fields(pf)
+        return self.fields([(0, "O", ident), (1, "O", processed), (2, "O", spec_vec)])
 
     def plan(self, p: s.ExecutionPlan) -> int:
-        b = self.b
-        name = self.string(p.name)
-        meta = 0
+        fields: list[_Field] = [(0, "O", self.string(p.name))]
         if p.container_meta_type is not None:
             inp = self.string(p.container_meta_type.encoded_inp_str)
             out = self.string(p.container_meta_type.encoded_out_str)
-            b.StartObject(2)
-            b.PrependUOffsetTRelativeSlot(0, inp, 0)
-            b.PrependUOffsetTRelativeSlot(1, out, 0)
-            meta = b.EndObject()
-        values = self.tables([self.evalue(v) for v in p.values])
-        inputs = self.scalars("i", p.inputs)
-        outputs = self.scalars("i", p.outputs)
-        chains = self.tables([self.chain(c) for c in p.chains])
-        ops = []
-        for op in p.operators:
-            on = self.string(op.name)
-            ov = self.string(op.overload)
-            b.StartObject(2)
-            b.PrependUOffsetTRelativeSlot(0, on, 0)
-            b.PrependUOffsetTRelativeSlot(1, ov, 0)
-            ops.append(b.EndObject())
-        operators = self.tables(ops)
-        delegates = self.tables([self.delegate(d) for d in p.delegates])
-        sizes = self.scalars("q", p.non_const_buffer_sizes)
-        devices = 0
+            fields.append((1, "O", self.fields([(0, "O", inp), (1, "O", out)])))
+        fields.append((2, "O", self.tables([self.evalue(v) for v in p.values])))
+        fields.append((3, "O", self.scalars("i", p.inputs)))
+        fields.append((4, "O", self.scalars("i", p.outputs)))
+        fields.append((5, "O", self.tables([self.chain(c) for c in p.chains])))
+        ops = [
+            self.fields([(0, "O", self.string(op.name)), (1, "O", self.string(op.overload))])
+            for op in p.operators
+        ]
+        fields.append((6, "O", self.tables(ops)))
+        fields.append((7, "O", self.tables([self.delegate(d) for d in p.delegates])))
+        fields.append((8, "O", self.scalars("q", p.non_const_buffer_sizes)))
         if p.non_const_buffer_device is not None:
             devs = []
             for dv in p.non_const_buffer_device:
-                b.StartObject(3)
-                b.PrependInt32Slot(0, dv.buffer_idx, 0)
-                b.PrependInt8Slot(1, int(dv.device_type), 0)
-                b.PrependInt8Slot(2, dv.device_index, 0)
-                devs.append(b.EndObject())
-            devices = self.tables(devs)
-        b.StartObject(10)
-        b.PrependUOffsetTRelativeSlot(0, name, 0)
-        b.PrependUOffsetTRelativeSlot(1, meta, 0)
-        b.PrependUOffsetTRelativeSlot(2, values, 0)
-        b.PrependUOffsetTRelativeSlot(3, inputs, 0)
-        b.PrependUOffsetTRelativeSlot(4, outputs, 0)
-        b.PrependUOffsetTRelativeSlot(5, chains, 0)
-        b.PrependUOffsetTRelativeSlot(6, operators, 0)
-        b.PrependUOffsetTRelativeSlot(7, delegates, 0)
-        b.PrependUOffsetTRelativeSlot(8, sizes, 0)
-        b.PrependUOffsetTRelativeSlot(9, devices, 0)
-        return int(b.EndObject())
+                df: list[_Field] = _nonzero_i32((dv.buffer_idx,))
+                if dv.device_type:
+                    df.append((1, "b", int(dv.device_type)))
+                if dv.device_index:
+                    df.append((2, "b", dv.device_index))
+                devs.append(self.fields(df))
+            fields.append((9, "O", self.tables(devs)))
+        return self.fields(fields)
 
     def subsegment_offsets(self, so: s.SubsegmentOffsets) -> int:
-        b = self.b
-        offsets = self.scalars("Q", so.offsets)
-        b.StartObject(2)
-        b.PrependUint32Slot(0, so.segment_index, 0)
-        b.PrependUOffsetTRelativeSlot(1, offsets, 0)
-        return int(b.EndObject())
+        fields: list[_Field] = [(0, "I", so.segment_index)] if so.segment_index else []
+        fields.append((1, "O", self.scalars("Q", so.offsets)))
+        return self.fields(fields)
 
     def program(self, p: s.Program) -> int:
-        b = self.b
         plans = self.tables([self.plan(x) for x in p.execution_plan])
-        bufs = []
-        for buf in p.constant_buffer:
-            data = self.blob(buf.storage, self.tensor_align)
-            b.StartObject(1)
-            b.PrependUOffsetTRelativeSlot(0, data, 0)
-            bufs.append(b.EndObject())
+        bufs = [self.fields([(0, "O", self.blob(b.storage, self.tensor_align))]) for b in p.constant_buffer]
         constant_buffer = self.tables(bufs)
-        inl = []
-        for d in p.backend_delegate_data:
-            data = self.blob(d.data, self.delegate_align)
-            b.StartObject(1)
-            b.PrependUOffsetTRelativeSlot(0, data, 0)
-            inl.append(b.EndObject())
-        delegate_data = self.tables(inl)
+        inline = [
+            self.fields([(0, "O", self.blob(d.data, self.delegate_align))]) for d in p.backend_delegate_data
+        ]
+        delegate_data = self.tables(inline)
         segs = []
         for seg in p.segments:
-            b.StartObject(2)
-            b.PrependUint64Slot(0, seg.offset, 0)
-            b.PrependUint64Slot(1, seg.size, 0)
-            segs.append(b.EndObject())
-        segments = self.tables(segs)
-        constant_segment = 0
+            sf: list[_Field] = []
+            if seg.offset:
+                sf.append((0, "Q", seg.offset))
+            if seg.size:
+                sf.append((1, "Q", seg.size))
+            segs.append(self.fields(sf))
+        fields: list[_Field] = [(0, "I", p.version)] if p.version else []
+        fields += [(1, "O", plans), (2, "O", constant_buffer), (3, "O", delegate_data)]
+        fields.append((4, "O", self.tables(segs)))
         if p.constant_segment is not None:
-            constant_segment = self.subsegment_offsets(p.constant_segment)
-        mutable = 0
+            fields.append((5, "O", self.subsegment_offsets(p.constant_segment)))
         if p.mutable_data_segments is not None:
-            mutable = self.tables([self.subsegment_offsets(x) for x in p.mutable_data_segments])
-        named = 0
+            mutable = [self.subsegment_offsets(x) for x in p.mutable_data_segments]
+            fields.append((6, "O", self.tables(mutable)))
         if p.named_data is not None:
             entries = []
             for nd in p.named_data:
-                key = self.string(nd.key)
-                b.StartObject(2)
-                b.PrependUOffsetTRelativeSlot(0, key, 0)
-                b.PrependUint32Slot(1, nd.segment_index, 0)
-                entries.append(b.EndObject())
-            named = self.tables(entries)
-        b.StartObject(8)
-        b.PrependUint32Slot(0, p.version, 0)
-        b.PrependUOffsetTRelativeSlot(1, plans, 0)
-        b.PrependUOffsetTRelativeSlot(2, constant_buffer, 0)
-        b.PrependUOffsetTRelativeSlot(3, delegate_data, 0)
-        b.PrependUOffsetTRelativeSlot(4, segments, 0)
-        b.PrependUOffsetTRelativeSlot(5, constant_segment, 0)
-        b.PrependUOffsetTRelativeSlot(6, mutable, 0)
-        b.PrependUOffsetTRelativeSlot(7, named, 0)
-        return int(b.EndObject())
+                nf: list[_Field] = [(0, "O", self.string(nd.key))]
+                if nd.segment_index:
+                    nf.append((1, "I", nd.segment_index))
+                entries.append(self.fields(nf))
+            fields.append((7, "O", self.tables(entries)))
+        return self.fields(fields)
+
+
+def _nonzero_i32(values: tuple[int, ...]) -> list[_Field]:
+    return [(slot, "i", v) for slot, v in enumerate(values) if v]
 
 
 def encode_program(program: s.Program, *, tensor_alignment: int, delegate_alignment: int) -> bytes:
