@@ -151,6 +151,15 @@ class _Names:
         self.used = used
         self.counters: dict[str, int] = {}
 
+    def fresh_indexed(self, base: str) -> str:
+        """``base_0``, ``base_1``, ... (ExecuTorch's lowered module names)."""
+        count = self.counters.get(base, 0)
+        while f"{base}_{count}" in self.used:
+            count += 1
+        self.counters[base] = count + 1
+        self.used.add(f"{base}_{count}")
+        return f"{base}_{count}"
+
     def fresh(self, base: str) -> str:
         count = self.counters.get(base, 0)
         while True:
@@ -283,7 +292,7 @@ def lower_plan(program: Program, plan: PartitionPlan, *, _cache: _Cache | None =
                 suffix[i] = max(suffix[i + 1], max((_handle(n) for n in work.parts[i].members), default=0))
         for i, part in enumerate(work.parts):
             _build_sub_program(program, work, part, top_consumable if is_top else {}, state_by_target)
-            part.module_name = module_names.fresh("lowered_module")
+            part.module_name = module_names.fresh_indexed("lowered_module")
             names.used.add(part.module_name)
             part.call_name = names.fresh("executorch_call_delegate")
             part.getitem_names = [names.fresh("getitem") for _ in part.user_outputs]
@@ -438,13 +447,20 @@ def _emit_partition(part: _Part, renames: Mapping[str, str]) -> list[Node]:
         GetAttr(name=part.module_name, target=part.module_name, meta=DelegateMeta(module=part.module_name)),
         call,
     ]
-    for i, name in enumerate(part.getitem_names):
+    members = {n.name: n for n in part.members}
+    for i, (name, source) in enumerate(zip(part.getitem_names, part.user_outputs)):
+        # As in ExecuTorch, a result keeps the provenance of the value it replaces, minus the
+        # module and source-function stacks, which describe the delegated op, not the getitem.
+        prov = members[source].prov
+        if prov is not None:
+            prov = msgspec.structs.replace(prov, nn_module_stack=(), source_fn_stack=())
         nodes.append(
             CallFunction(
                 name=name,
                 target=GETITEM,
                 args=(Ref(name=part.call_name), IntArg(value=i)),
                 meta=metas[n_mut + i],
+                prov=prov,
             )
         )
     return nodes
