@@ -19,7 +19,6 @@ import pytest
 from texir.errors import TexirError
 from texir.ir import verify
 from texir.testing.programs import chain_program, delegated_program, wide_program
-from texir.viz import html as viz_html
 from texir.viz.html import build_model, render_html, write_html
 
 CHROMIUM_FLAGS = (
@@ -155,7 +154,7 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     def failing_replace(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(viz_html.os, "replace", failing_replace)
+    monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(TexirError, match="cannot write"):
         write_html(chain_program(), out)
     assert out.read_text() == "old page"

@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TextIO, TypeVar
@@ -101,7 +101,7 @@ class Progress:
         self._done += n  # read by the drawing thread; an int store is atomic under the GIL
 
     def iterate(self, items: Iterable[_T], name: str, total: int | None = None) -> Iterator[_T]:
-        if total is None and hasattr(items, "__len__"):
+        if total is None and isinstance(items, Sized):
             total = len(items)
         with self.phase(name, total):
             for item in items:

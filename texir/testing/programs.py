@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from texir.ir.blob import Blob
 from texir.ir.types import (
     BufferInput,
     BufferMutation,
@@ -49,11 +50,16 @@ def tensor_meta(*shape: int, dtype: DType = DType.float32) -> TensorMeta:
 
 
 def _state(target: str, meta: TensorMeta, seed: str) -> StateEntry:
-    digest = hashlib.sha256(seed.encode()).hexdigest()
-    nbytes = 4
+    """A float32 tensor whose bytes are derived from `seed` (so different seeds differ)."""
+    numel = 1
     for size in meta.shape:
-        nbytes *= int(size)
-    return StateEntry(target=target, value=TensorData(meta=meta, sha256=digest, nbytes=nbytes))
+        numel *= int(size)
+    base = hashlib.sha256(seed.encode()).digest()
+    data = (base * (numel * 4 // len(base) + 1))[: numel * 4]
+    # Clear each float's exponent high bits so the payload holds small finite numbers, not NaNs.
+    data = bytes(b & 0x3F if i % 4 == 3 else b for i, b in enumerate(data))
+    return StateEntry(target=target, value=TensorData(
+        meta=meta, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data), data=Blob(data)))
 
 
 def chain_program(ops: Sequence[str] = ("aten::relu.default",), *, with_param: bool = True,
