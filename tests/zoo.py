@@ -553,7 +553,7 @@ ZOO: tuple[ZooModel, ...] = (
     _m("cond_closure_nested", CondClosureNested, lambda: (_randn(2, 4).abs(), _randn(2, 4, seed=3)),
        alt_args=lambda: (-_randn(2, 4).abs(), _randn(2, 4, seed=3)), tags={"cond", "params", "buffers"}),
     _m("cond_multi_output", CondMultiOutput, lambda: (torch.tensor(True), _randn(3, 4)),
-       alt_args=lambda: (torch.tensor(False), _randn(3, 4)), tags={"cond", "multi_output"}),
+       alt_args=lambda: (torch.tensor(False), _randn(3, 4)), tags={"cond", "cond_multi_output"}),
 )
 
 
