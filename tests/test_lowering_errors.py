@@ -1,0 +1,279 @@
+"""Plan validation and backend failures: each a typed error naming nodes, tag and backend id,
+raised before any backend runs; goldens hold the program and the message."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import check_golden
+from tests.lowering_helpers import TEST_BACKEND, export_program
+from texir.errors import LoweringError
+from texir.ir import CompileSpec, Program, format_program
+from texir.lowering import (
+    BackendPreprocessError,
+    DelegateClaimedError,
+    DelegationSpec,
+    MissingDelegationSpecError,
+    MutationOutsidePartitionError,
+    NodeGroupPartitioner,
+    NonConvexPartitionError,
+    OpSupportPartitioner,
+    PartitionerError,
+    PartitionPlan,
+    PreprocessResult,
+    SharedConstantError,
+    SubgraphAttrError,
+    TaggedPlaceholderError,
+    UnknownBackendError,
+    UnknownNodeError,
+    WholeProgramPartitioner,
+    register_backend,
+    to_backend,
+)
+from texir.serialize import snapshot
+
+X = torch.randn(4)
+Y = torch.randn(4)
+SPEC = DelegationSpec(backend_id=TEST_BACKEND)
+
+
+class AddMul(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.sin((x + y) * y) + x
+
+
+class Crossed(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a1 = x + 1.0
+        b1 = y * 2.0
+        a2 = b1 + 1.0
+        b2 = a1 * 2.0
+        return a2, b2
+
+
+class LiftedConstant(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x + self.c) * self.c
+
+
+class Counter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.count.add_(x)
+        return torch.sin(x) * self.count
+
+
+class Cond(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda x: x + 1.0, lambda x: x - 1.0, (x,)) * 2.0
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec]) -> PreprocessResult:
+        self.calls += 1
+        return PreprocessResult(processed_bytes=b"rec")
+
+
+def _expect(name: str, program: Program, partitioner: object, error: type[LoweringError], match: str) -> str:
+    before = snapshot.dumps(program, format="msgpack", include_data=True)
+    with pytest.raises(error, match=match) as info:
+        to_backend(program, partitioner)  # type: ignore[call-overload]  # partitioners of every shape
+    assert snapshot.dumps(program, format="msgpack", include_data=True) == before
+    message = str(info.value)
+    stable = re.sub(r"\(known: [^)]*\)", "(known: ...)", message)  # the registry depends on imports
+    check_golden(f"lowering/error_{name}.txt", "# before\n" + format_program(program) + "# error\n" + stable + "\n")
+    return message
+
+
+def test_non_convex_partition_names_the_path() -> None:
+    program = export_program(AddMul(), (X, Y))
+    message = _expect(
+        "non_convex",
+        program,
+        NodeGroupPartitioner(TEST_BACKEND, {"tagA": ["add", "add_1"]}),
+        NonConvexPartitionError,
+        "partition 'tagA' is not convex",
+    )
+    assert "add -> mul -> sin -> add_1" in message
+
+
+def test_partitions_depending_on_each_other() -> None:
+    program = export_program(Crossed(), (X, Y))
+    message = _expect(
+        "mutual_dependency",
+        program,
+        NodeGroupPartitioner(TEST_BACKEND, {"p": ["add", "add_1"], "q": ["mul", "mul_1"]}),
+        NonConvexPartitionError,
+        r"partitions \['p', 'q'\] depend on each other",
+    )
+    assert "add" in message and "mul" in message
+
+
+def test_whole_program_over_a_delegate_is_not_convex() -> None:
+    program = to_backend(export_program(AddMul(), (X, Y)), OpSupportPartitioner(TEST_BACKEND, {"aten::mul.Tensor"}))
+    _expect(
+        "whole_over_delegate",
+        program,
+        WholeProgramPartitioner(TEST_BACKEND),
+        NonConvexPartitionError,
+        "executorch_call_delegate",
+    )
+
+
+def test_tagged_user_input() -> None:
+    program = export_program(AddMul(), (X, Y))
+    _expect(
+        "tagged_user_input",
+        program,
+        NodeGroupPartitioner(TEST_BACKEND, {"t": ["x", "add"]}),
+        TaggedPlaceholderError,
+        "placeholder 'x' is tagged 't' but is a user input",
+    )
+
+
+def test_tagged_output() -> None:
+    program = export_program(AddMul(), (X, Y))
+    _expect(
+        "tagged_output",
+        program,
+        NodeGroupPartitioner(TEST_BACKEND, {"t": ["output"]}),
+        TaggedPlaceholderError,
+        "output node 'output' is tagged 't'",
+    )
+
+
+def test_tag_without_spec() -> None:
+    program = export_program(AddMul(), (X, Y))
+    _expect(
+        "tag_without_spec",
+        program,
+        lambda p: PartitionPlan.build({"add": "orphan"}, {}),
+        MissingDelegationSpecError,
+        "tag 'orphan' \\(node 'add'\\) has no DelegationSpec",
+    )
+
+
+def test_lowered_call_claimed_again() -> None:
+    program = to_backend(export_program(AddMul(), (X, Y)), OpSupportPartitioner(TEST_BACKEND, {"aten::mul.Tensor"}))
+    _expect(
+        "claimed_again",
+        program,
+        NodeGroupPartitioner(TEST_BACKEND, {"again": ["executorch_call_delegate"]}),
+        DelegateClaimedError,
+        "node 'executorch_call_delegate' belongs to an already lowered delegate call",
+    )
+
+
+def test_shared_constant_tagged_for_two_partitions() -> None:
+    program = export_program(LiftedConstant(), (X,))
+    const = next(s.name for s in program.signature.inputs if type(s).__name__ == "ConstantTensorInput")
+    plan = PartitionPlan.build({const: "a", "add": "a", "mul": "b"}, {"a": SPEC, "b": SPEC})
+    message = _expect(
+        "shared_constant", program, lambda p: plan, SharedConstantError, f"'{const}' is tagged 'a'"
+    )
+    assert "'mul' of partition 'b'" in message
+
+
+def test_consumed_buffer_mutated_outside_partition() -> None:
+    program = export_program(Counter(), (X,))
+    plan = PartitionPlan.build({"b_count": "t", "mul": "t"}, {"t": SPEC})
+    _expect(
+        "mutation_outside",
+        program,
+        lambda p: plan,
+        MutationOutsidePartitionError,
+        "buffer 'b_count' \\(count\\) is tagged 't' but its mutation 'add' is not delegated",
+    )
+
+
+def test_unknown_node() -> None:
+    program = export_program(AddMul(), (X, Y))
+    _expect(
+        "unknown_node",
+        program,
+        NodeGroupPartitioner(TEST_BACKEND, {"t": ["add", "nope"]}),
+        UnknownNodeError,
+        r"\['nope'\] \(tag 't'\)",
+    )
+
+
+def test_subgraph_get_attr_tagged_apart_from_cond() -> None:
+    program = export_program(Cond(), (X,))
+    _expect(
+        "subgraph_attr",
+        program,
+        NodeGroupPartitioner(TEST_BACKEND, {"t": ["cond"]}),
+        SubgraphAttrError,
+        "node 'cond' \\(tag 't'\\) uses nested graph get_attr 'true_graph_0'",
+    )
+
+
+def test_unknown_backend() -> None:
+    program = export_program(AddMul(), (X, Y))
+    _expect(
+        "unknown_backend",
+        program,
+        OpSupportPartitioner("no-such-backend", {"aten::mul.Tensor"}),
+        UnknownBackendError,
+        "backend 'no-such-backend' \\(partition 'tag0'\\) is not registered",
+    )
+
+
+def test_raising_preprocess() -> None:
+    program = export_program(AddMul(), (X, Y))
+    _expect(
+        "raising_preprocess",
+        program,
+        OpSupportPartitioner("texir-failing", {"aten::mul.Tensor"}),
+        BackendPreprocessError,
+        "backend 'texir-failing' preprocess failed for partition 'tag0': RuntimeError: this backend always fails",
+    )
+
+
+def test_validation_runs_before_any_backend() -> None:
+    recording = Recording()
+    register_backend("texir-recording", recording, replace=True)
+    program = export_program(AddMul(), (X, Y))
+    spec = DelegationSpec(backend_id="texir-recording")
+    plan = PartitionPlan.build({"mul": "ok", "add": "bad", "add_1": "bad"}, {"ok": spec, "bad": spec})
+    with pytest.raises(NonConvexPartitionError):
+        to_backend(program, lambda p: plan)
+    assert recording.calls == 0
+    to_backend(program, lambda p: PartitionPlan.build({"mul": "ok"}, {"ok": spec}))
+    assert recording.calls == 1
+
+
+def test_partitioner_options_are_validated() -> None:
+    with pytest.raises(PartitionerError, match="backend_id"):
+        WholeProgramPartitioner("")
+    with pytest.raises(PartitionerError, match="canonical names"):
+        OpSupportPartitioner(TEST_BACKEND, {"add"})
+    with pytest.raises(PartitionerError, match="node 'add' is in groups 'a' and 'b'"):
+        NodeGroupPartitioner(TEST_BACKEND, {"a": ["add"], "b": ["add"]})
+    with pytest.raises(PartitionerError, match="returned dict"):
+        to_backend(export_program(AddMul(), (X, Y)), lambda p: {})  # type: ignore[arg-type,return-value]  # deliberately wrong
+
+
+def test_backend_returning_wrong_type() -> None:
+    class Bad:
+        def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec]) -> PreprocessResult:
+            return b"raw"  # type: ignore[return-value]  # deliberately wrong
+
+    register_backend("texir-bad", Bad(), replace=True)
+    with pytest.raises(BackendPreprocessError, match="backend 'texir-bad' preprocess returned bytes"):
+        to_backend(export_program(AddMul(), (X, Y)), OpSupportPartitioner("texir-bad", {"aten::mul.Tensor"}))
