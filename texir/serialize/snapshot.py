@@ -203,7 +203,7 @@ def _encode(envelope: ProgramSnapshot | LoweredModuleSnapshot, format: SnapshotF
         return encoder.encode(envelope)
     except RecursionError:
         raise SnapshotError("cannot encode: the program's arguments are nested too deeply") from None
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, NotImplementedError) as exc:
         raise SnapshotError(f"cannot encode the program: {exc}") from None
 
 
@@ -294,14 +294,14 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 def detect_format(data: bytes | bytearray | memoryview) -> SnapshotFormat:
-    """'json' if the first non-blank byte is ``{``, else 'msgpack'. Raises on empty input."""
+    """'json' if the input starts with ``{``, ``[`` or a blank, else 'msgpack'. Raises on empty input."""
     view = memoryview(data)
     if view.nbytes == 0:
         raise SnapshotError("empty input: a snapshot holds at least its header")
-    head = bytes(view[:64]).lstrip()
-    if head[:1] in (b"{", b"["):
-        return "json"
-    if head[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte order mark before JSON
+    # JSON may start with blanks; msgpack envelopes start with a map header (0x80-0x8f, 0xde, 0xdf),
+    # never with one of these bytes.
+    first = view[0]
+    if first in b"{[ \t\r\n":
         return "json"
     return "msgpack"
 
@@ -375,7 +375,11 @@ def _decode_payload(
             return decoder.decode(raw)
     except msgspec.ValidationError as exc:
         # msgspec reports paths relative to the decoded object: "... - at `$.graph.nodes[3]`".
-        message = str(exc).replace("`$", f"`$.{field}", 1)
+        message = str(exc)
+        if "`$" in message:
+            message = message.replace("`$", f"`$.{field}", 1)
+        else:
+            message = f"{message} - at `$.{field}`"
         raise SnapshotError(f"invalid snapshot: {message}") from None
     except msgspec.DecodeError as exc:
         raise SnapshotError(f"corrupt snapshot in $.{field}: {exc}") from None
