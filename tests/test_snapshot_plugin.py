@@ -8,8 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from texir.ir.diff import canonical_text
-from texir.testing.programs import delegated_program
+from texir.testing.programs import chain_program
+
 
 USER_TEST = textwrap.dedent(
     '''
@@ -19,20 +19,33 @@ USER_TEST = textwrap.dedent(
     from texir.testing.programs import chain_program, delegated_program
 
 
-    def lower(program, variant):
-        """Stands in for a lowering whose output changed between two versions of a backend."""
-        if variant == "changed":
-            return delegated_program(processed=b"2#relu,0,tanh,1")
-        return delegated_program()
+    from texir.lowering import OpSupportPartitioner, to_backend
+
+    OPS = ("aten::relu.default", "aten::sin.default", "aten::cos.default")
+
+
+    def lower(variant):
+        """A lowering whose partitioner changed between two versions: it now also claims cos."""
+        supported = set(OPS[:2]) if variant == "base" else set(OPS)
+        return to_backend(chain_program(OPS), OpSupportPartitioner("texir-reference", ops=supported))
 
 
     def test_lowering(ir_snapshot):
-        assert lower(chain_program(), os.environ.get("VARIANT", "base")) == ir_snapshot
+        assert lower(os.environ.get("VARIANT", "base")) == ir_snapshot
 
 
     def test_lowered_module(ir_snapshot):
         module = delegated_program().lowered_modules[0].module
         assert module == ir_snapshot
+
+
+    def test_pte_program(ir_snapshot):
+        from pathlib import Path
+
+        from texir.serialize.pte import codec
+
+        name = "changed.pte" if os.environ.get("VARIANT") == "changed" else "base.pte"
+        assert codec.loads((Path(__file__).parent / name).read_bytes()) == ir_snapshot
 
 
     def test_graph_change(ir_snapshot):
@@ -51,8 +64,19 @@ def _run(root: Path, *args: str, variant: str = "base") -> subprocess.CompletedP
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)
 
 
+def _write_pte_files(root: Path) -> None:
+    from texir.serialize.pte import codec
+    from texir.serialize.pte.emit import emit
+
+    base = ("aten::relu.default", "aten::sin.default")
+    changed = ("aten::relu.default", "aten::tanh.default")
+    (root / "base.pte").write_bytes(codec.dumps(emit(chain_program(base, with_param=False))))
+    (root / "changed.pte").write_bytes(codec.dumps(emit(chain_program(changed, with_param=False))))
+
+
 def test_snapshot_lifecycle(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    _write_pte_files(tmp_path)
     (tmp_path / "test_user.py").write_text(USER_TEST)
     snap_dir = tmp_path / "__snapshots__" / "test_user"
 
@@ -63,31 +87,37 @@ def test_snapshot_lifecycle(tmp_path: Path) -> None:
     created = _run(tmp_path, "--snapshot-update")
     assert created.returncode == 0, created.stdout + created.stderr
     stored = (snap_dir / "test_lowering.texir").read_text()
-    assert stored == canonical_text(delegated_program())
+    assert "backend=texir-reference" in stored and "%0 : f32[2, 3] = placeholder" in stored
     assert (snap_dir / "test_lowered_module.texir").read_text().startswith("lowered_module:\n  backend=DemoBackend")
 
     # Unchanged: passes.
     again = _run(tmp_path)
     assert again.returncode == 0, again.stdout
-    assert "3 passed" in again.stdout, again.stdout
+    assert "4 passed" in again.stdout, again.stdout
+    assert (snap_dir / "test_pte_program.texir").read_text().startswith("pte version=0\nmethod forward:")
 
     # A changed lowering: fails with a structural diff naming what changed.
     changed = _run(tmp_path, "-vv", variant="changed")
     assert changed.returncode == 1
     out = changed.stdout
-    assert "2 failed, 1 passed" in out, out
+    assert "3 failed, 1 passed" in out, out
     assert "lowered_module lowered_module_0:" in out
-    assert "~ backend" in out and "processed=16B" in out
-    # A changed node is named by canonical position and by its original name.
+    assert "~ backend" in out and "backend=texir-reference" in out
+    # Changed nodes are named by canonical position and by their original names.
+    assert "- node %6: %6 : f32[2, 3] = aten::cos.default(%5)" in out  # stored side: no names
+    assert "lowered_module lowered_module_0 > graph:" in out
+    assert "+ node %3 (cos_2)" in out
     assert "~ node %4 (my_sin) [op]" in out
     assert "aten::cos.default(%3)" in out
     assert "text diff (- snapshot, + received):" in out
+    # .pte programs: operators and instructions by name.
+    assert "method forward > operators:" in out and "+ aten::tanh.out" in out
     # The stored snapshot is untouched by a failing run.
     assert (snap_dir / "test_lowering.texir").read_text() == stored
 
     # The usual update flag rewrites it, and then the changed version passes.
     updated = _run(tmp_path, "--snapshot-update", variant="changed")
     assert updated.returncode == 0, updated.stdout
-    assert "2 snapshots updated" in updated.stdout
-    assert "processed=16B" in (snap_dir / "test_lowering.texir").read_text()
+    assert "3 snapshots updated" in updated.stdout
+    assert "aten::cos.default(%2)  # dh=4" in (snap_dir / "test_lowering.texir").read_text()
     assert _run(tmp_path, variant="changed").returncode == 0

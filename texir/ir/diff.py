@@ -381,24 +381,27 @@ def _diff_level(scope: str, a: list[_Line], b: list[_Line], ctx: _Ctx,
         nb = [_Node(x) for x in gb.children if _is_node(x)]
         level_map = {na[i].name: nb[j].name for i, j in _pair_nodes(na, nb, ra, rb)
                      if i is not None and j is not None}
+    # This level's own lines first, then the sections below it, so each scope is reported once.
+    nested: list[tuple[str, _Line, _Line]] = []
     for key in [*ka, *(k for k in kb if k not in ka)]:
         la, lb = ka.get(key), kb.get(key)
         if la is not None and lb is not None:
             if la.text != lb.text:
                 ctx.changes.append(Change(scope=scope, kind="changed", key=key, a=la.text, b=lb.text))
-            if not (la.children or lb.children):
-                continue
-            inner = _join(scope, key)
-            if key in ("inputs:", "outputs:") and a_to_b is not None:
-                _diff_sequence(inner, la.children, lb.children, a_to_b, ctx)
-            elif key == _GRAPH_KEY:
-                _diff_level(inner, la.children, lb.children, ctx, roles=(_roles(a), _roles(b)))
-            else:
-                _diff_level(inner, la.children, lb.children, ctx, level_map or a_to_b)
+            if la.children or lb.children:
+                nested.append((key, la, lb))
         elif la is not None:
             ctx.changes.append(Change(scope=scope, kind="removed", key=key, a=_summary(la)))
         elif lb is not None:
             ctx.changes.append(Change(scope=scope, kind="added", key=key, b=_summary(lb)))
+    for key, la, lb in nested:
+        inner = _join(scope, key)
+        if key in ("inputs:", "outputs:") and a_to_b is not None:
+            _diff_sequence(inner, la.children, lb.children, a_to_b, ctx)
+        elif key == _GRAPH_KEY:
+            _diff_level(inner, la.children, lb.children, ctx, roles=(_roles(a), _roles(b)))
+        else:
+            _diff_level(inner, la.children, lb.children, ctx, level_map or a_to_b)
 
 
 def _summary(line: _Line) -> str:
