@@ -1,0 +1,294 @@
+"""MODEL specs (``file.py:callable``, ``package.module:callable``, ``file.pt2``) to ExportedPrograms and Programs.
+
+A MODEL spec names one of:
+
+- ``path/to/file.py:NAME`` or ``package.module:NAME``: ``NAME`` (dotted attributes allowed) is an
+  `ExportedProgram`, or a callable taking no arguments that returns one of
+
+  * an `ExportedProgram`;
+  * ``(module, example_inputs)`` or ``(module, example_inputs, dynamic_shapes)``, where
+    ``example_inputs`` is the tuple of positional arguments and ``dynamic_shapes`` is passed to
+    `torch.export.export` unchanged;
+  * a dict with keys ``module`` and ``args`` and optionally ``kwargs``, ``dynamic_shapes`` and
+    ``strict`` (default False), validated by `ExportRecipe`.
+
+  The module is exported as it is (call ``.eval()`` in the callable if that is what you want).
+- ``path/to/file.pt2``: a program written by `torch.export.save`.
+
+`load_program` additionally accepts a snapshot file (``.json``, ``.msgpack``, ``.mpk``, ``.texir``).
+Every mistake raises `ModelSpecError` with one line saying what to fix. torch is imported only when a
+model (not a snapshot) is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
+
+import pydantic
+
+from texir.errors import ModelSpecError
+from texir.ir.types import LoweredBackendModule, Program
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+__all__ = [
+    "SNAPSHOT_SUFFIXES",
+    "ExportRecipe",
+    "is_snapshot_path",
+    "load_model",
+    "load_program",
+    "load_value",
+    "split_spec",
+]
+
+SNAPSHOT_SUFFIXES: Final = (".json", ".msgpack", ".mpk", ".texir")
+
+_FORMS: Final = (
+    "(nn.Module, example_inputs), (nn.Module, example_inputs, dynamic_shapes), "
+    "a dict with keys 'module' and 'args', or a torch.export.ExportedProgram"
+)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0].strip() if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+class ExportRecipe(pydantic.BaseModel):
+    """What a MODEL callable may return as a dict: the arguments of `torch.export.export`."""
+
+    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True, extra="forbid", frozen=True)
+
+    module: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = pydantic.Field(default_factory=dict)
+    dynamic_shapes: Any = None
+    strict: bool = False
+
+    @pydantic.field_validator("module")
+    @classmethod
+    def _is_module(cls, value: Any) -> Any:
+        import torch
+
+        if not isinstance(value, torch.nn.Module):
+            raise ValueError(f"expected a torch.nn.Module, got {type(value).__name__}")
+        return value
+
+    @pydantic.field_validator("args", mode="before")
+    @classmethod
+    def _is_tuple(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return tuple(value)
+        if not isinstance(value, tuple):
+            raise ValueError(
+                f"example inputs must be a tuple of positional arguments, got {type(value).__name__} "
+                "(write (x,) for a single input)"
+            )
+        return value
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """``'a/b.py:build'`` -> ``('a/b.py', 'build')``; the last colon separates the attribute."""
+    source, sep, attr = spec.rpartition(":")
+    if not sep or not source or not attr:
+        raise ModelSpecError(
+            f"MODEL {spec!r} is not FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE or FILE.pt2 "
+            "(example: texir.models:conv_relu_tan)"
+        )
+    return source, attr
+
+
+@contextmanager
+def _on_sys_path(directory: str) -> Iterator[None]:
+    # Model files import their neighbours; packages given as MODULE:CALLABLE live in the cwd.
+    added = directory not in sys.path
+    if added:
+        sys.path.insert(0, directory)
+    try:
+        yield
+    finally:
+        if added:
+            try:
+                sys.path.remove(directory)
+            except ValueError:
+                pass
+
+
+def _import_file(path: Path, spec: str) -> ModuleType:
+    if not path.is_file():
+        raise ModelSpecError(f"MODEL file {str(path)!r} does not exist (in {spec!r})")
+    resolved = path.resolve()
+    name = "_texir_model_" + hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
+    if name in sys.modules:
+        return sys.modules[name]
+    module_spec = importlib.util.spec_from_file_location(name, resolved)
+    if module_spec is None or module_spec.loader is None:
+        raise ModelSpecError(f"cannot load {str(path)!r} as a Python file; MODEL files end in .py")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # so dataclasses, pickling and relative lookups see the module
+    try:
+        with _on_sys_path(str(resolved.parent)):
+            module_spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise ModelSpecError(f"running {str(path)!r} failed: {_one_line(exc)}") from exc
+    return module
+
+
+def _import_module(name: str) -> ModuleType:
+    try:
+        with _on_sys_path(os.getcwd()):
+            return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            raise ModelSpecError(
+                f"no module named {exc.name!r} (from MODEL {name!r}); give a FILE.py:CALLABLE path or "
+                "an importable PACKAGE.MODULE"
+            ) from exc
+        raise ModelSpecError(f"importing {name!r} failed: {_one_line(exc)}") from exc
+    except Exception as exc:
+        raise ModelSpecError(f"importing {name!r} failed: {_one_line(exc)}") from exc
+
+
+def _resolve_attr(module: ModuleType, attr: str, source: str) -> Any:
+    value: Any = module
+    for part in attr.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            public = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+            hint = f" (it defines: {', '.join(public[:12])})" if public else ""
+            raise ModelSpecError(f"{source!r} has no attribute {attr!r}{hint}") from None
+    return value
+
+
+def _export(recipe: ExportRecipe, where: str) -> ExportedProgram:
+    import torch
+
+    try:
+        return torch.export.export(
+            recipe.module,
+            recipe.args,
+            kwargs=recipe.kwargs or None,
+            dynamic_shapes=recipe.dynamic_shapes,
+            strict=recipe.strict,
+        )
+    except Exception as exc:
+        raise ModelSpecError(f"torch.export.export failed for {where}: {_one_line(exc)}") from exc
+
+
+def _recipe(value: Any, where: str) -> ExportRecipe:
+    fields: dict[str, Any]
+    if isinstance(value, dict):
+        fields = value
+    elif isinstance(value, tuple) and len(value) in (2, 3):
+        fields = {"module": value[0], "args": value[1]}
+        if len(value) == 3:
+            fields["dynamic_shapes"] = value[2]
+    else:
+        got = f"a {len(value)}-tuple" if isinstance(value, tuple) else type(value).__name__
+        raise ModelSpecError(f"{where} returned {got}; return {_FORMS}")
+    try:
+        return ExportRecipe.model_validate(fields)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ModelSpecError(f"{where} returned an invalid model: {problems}") from None
+
+
+def _load_pt2(path: Path) -> ExportedProgram:
+    if not path.is_file():
+        raise ModelSpecError(f"MODEL file {str(path)!r} does not exist")
+    import torch
+
+    try:
+        return torch.export.load(str(path))
+    except Exception as exc:
+        raise ModelSpecError(
+            f"cannot load {str(path)!r} with torch.export.load (is it a file written by "
+            f"torch.export.save?): {_one_line(exc)}"
+        ) from exc
+
+
+def load_model(spec: str) -> ExportedProgram:
+    """The ExportedProgram a MODEL spec names (see the module docstring). Raises `ModelSpecError`."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ModelSpecError("MODEL is empty; give FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE or FILE.pt2")
+    spec = spec.strip()
+    if spec.endswith(".pt2"):
+        return _load_pt2(Path(spec))
+    if is_snapshot_path(spec):
+        raise ModelSpecError(
+            f"{spec!r} is a snapshot, not a model; commands that read snapshots accept it directly"
+        )
+    source, attr = split_spec(spec)
+    if source.endswith(".py") or os.sep in source or "/" in source:
+        module = _import_file(Path(source), spec)
+    else:
+        module = _import_module(source)
+    target = _resolve_attr(module, attr, source)
+
+    import torch
+
+    if isinstance(target, torch.export.ExportedProgram):
+        return target
+    if not callable(target):
+        raise ModelSpecError(
+            f"{spec} is a {type(target).__name__}, not a callable; point MODEL at a function returning {_FORMS}"
+        )
+    if isinstance(target, torch.nn.Module):
+        raise ModelSpecError(
+            f"{spec} is an nn.Module without example inputs; point MODEL at a function returning "
+            "(module, example_inputs)"
+        )
+    try:
+        value = target()
+    except Exception as exc:
+        raise ModelSpecError(f"calling {spec}() failed: {_one_line(exc)}") from exc
+    if isinstance(value, torch.export.ExportedProgram):
+        return value
+    return _export(_recipe(value, spec), spec)
+
+
+def is_snapshot_path(spec: str) -> bool:
+    """True if `spec` names a snapshot file by its suffix."""
+    return Path(spec).suffix.lower() in SNAPSHOT_SUFFIXES and ":" not in Path(spec).name
+
+
+def load_value(spec: str, *, decompose: bool = False) -> Program | LoweredBackendModule:
+    """A snapshot file (Program or lowered module) or a MODEL spec converted to a Program
+    (after `run_decompositions()` to core ATen when `decompose`)."""
+    if is_snapshot_path(spec):
+        from texir.serialize import snapshot
+
+        path = Path(spec)
+        if not path.is_file():
+            raise ModelSpecError(f"snapshot file {spec!r} does not exist")
+        return snapshot.load(path)
+    ep = load_model(spec)
+    from texir.adapters.fx import from_exported_program
+
+    return from_exported_program(ep, decompose=decompose)
+
+
+def load_program(spec: str, *, decompose: bool = False) -> Program:
+    """Like `load_value`, but the result must be a Program."""
+    value = load_value(spec, decompose=decompose)
+    if isinstance(value, LoweredBackendModule):
+        raise ModelSpecError(
+            f"{spec!r} holds a lowered backend module, not a program; use its original program "
+            "(texir show prints it)"
+        )
+    return value

@@ -1,0 +1,79 @@
+"""`texir show MODEL|SNAPSHOT`: print a program in texir's stable text form."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from texir.cli.progress import Progress
+from texir.ir.types import LoweredBackendModule, Program
+
+EPILOG = """\
+examples:
+  texir show texir.models:conv_relu_tan
+  texir show models/mlp.py:build --decompose
+  texir show model.json                  # a snapshot written by `texir snapshot`
+  texir show model.pt2 --canonical       # nodes renamed %0, %1, ... (compare two programs)
+
+MODEL is FILE.py:CALLABLE or PACKAGE.MODULE:CALLABLE (returning (nn.Module, example_inputs[,
+dynamic_shapes]) or an ExportedProgram), a FILE.pt2 written by torch.export.save, or a snapshot
+(.json, .msgpack). The text form is the one goldens use: the same program always prints the same.
+"""
+
+
+def load_input(spec: str, *, decompose: bool = False) -> Program | LoweredBackendModule:
+    """Turn a `texir show` input (snapshot file or MODEL spec) into what is printed. Input kinds
+    are added here (e.g. .pte files)."""
+    from texir.adapters.model_spec import load_value
+
+    return load_value(spec, decompose=decompose)
+
+
+def render(value: Program | LoweredBackendModule, *, canonical: bool = False) -> str:
+    from texir.ir import canonicalize, format_lowered_module, format_program
+
+    if isinstance(value, LoweredBackendModule):
+        if canonical:
+            value = LoweredBackendModule(
+                backend_id=value.backend_id, processed_bytes=value.processed_bytes,
+                compile_specs=value.compile_specs, original_program=canonicalize(value.original_program),
+                debug_handle_map=value.debug_handle_map,
+            )
+        return format_lowered_module(value)
+    return format_program(canonicalize(value) if canonical else value)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "show",
+        help="print a MODEL or snapshot in texir's text form",
+        description="Load MODEL (exporting and converting it) or a snapshot and print the program.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model", metavar="MODEL|SNAPSHOT",
+                        help="FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE, FILE.pt2 or a snapshot file")
+    parser.add_argument("--decompose", action="store_true",
+                        help="run torch's core ATen decompositions before converting a MODEL")
+    parser.add_argument("--canonical", action="store_true",
+                        help="print the canonical form (nodes renamed in order, tables sorted)")
+    parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+                        help="write the text to FILE instead of stdout")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with Progress("texir show") as progress:
+        with progress.phase(f"loading {args.model}"):
+            value = load_input(args.model, decompose=args.decompose)
+        text = render(value, canonical=args.canonical)
+    if not text.endswith("\n"):
+        text += "\n"
+    if args.output is not None:
+        from texir.serialize.snapshot import atomic_write_bytes
+
+        atomic_write_bytes(args.output, text.encode("utf-8"))
+    else:
+        sys.stdout.write(text)
+    return 0
