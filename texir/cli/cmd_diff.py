@@ -31,8 +31,9 @@ file is emitted to .pte first. Exit status: 0 equal, 1 different, 2 error.
 SNAPSHOT_SUFFIXES = (".json", ".msgpack", ".mpk")
 
 
-def load_input(spec: str) -> Any:
-    """A Program, LoweredBackendModule or PteProgram from a snapshot, .pte file or MODEL spec."""
+def load_input(spec: str, *, decompose: bool = False) -> Any:
+    """A Program, LoweredBackendModule or PteProgram from a snapshot, .pte file or MODEL spec.
+    Snapshots and .pte files are read without importing torch."""
     path = Path(spec)
     if spec.endswith(".pte"):
         data = _read(path)
@@ -46,7 +47,7 @@ def load_input(spec: str) -> Any:
         model_spec = importlib.import_module("texir.adapters.model_spec")
     except ImportError as exc:  # pragma: no cover - only while the adapter is missing
         raise TexirError(f"cannot load MODEL spec {spec!r}: {exc}") from exc
-    return model_spec.load_program(spec)
+    return model_spec.load_value(spec, decompose=decompose)
 
 
 def _read(path: Path) -> bytes:
@@ -90,6 +91,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("a", metavar="A", help="snapshot, .pte file or MODEL spec")
     parser.add_argument("b", metavar="B", help="snapshot, .pte file or MODEL spec")
     parser.add_argument("--json", action="store_true", help="print the diff as JSON")
+    parser.add_argument("--decompose", action="store_true",
+                        help="run torch's core ATen decompositions on MODEL specs before comparing")
     parser.add_argument("--limit", type=int, default=200, metavar="N",
                         help="show at most N changes in the text report (default 200; 0: all)")
     parser.set_defaults(func=run)
@@ -100,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
         raise TexirError("--limit must be 0 (no limit) or a positive number of changes")
     with Progress("texir diff") as progress:
         with progress.phase(f"loading {args.a}"):
-            a = load_input(args.a)
+            a = load_input(args.a, decompose=args.decompose)
         with progress.phase(f"loading {args.b}"):
-            b = load_input(args.b)
+            b = load_input(args.b, decompose=args.decompose)
         with progress.phase("comparing"):
             result = compare(a, b, a_label=args.a, b_label=args.b)
     if args.json:

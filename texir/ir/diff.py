@@ -262,11 +262,23 @@ def _pair_nodes(a: Sequence[_Node], b: Sequence[_Node], roles_a: dict[str, str],
         sub = difflib.SequenceMatcher(None, ops_a, ops_b, autojunk=False)
         for t2, p1, p2, q1, q2 in sub.get_opcodes():
             n = min(p2 - p1, q2 - q1) if t2 != "equal" else p2 - p1
-            pairs.extend((lo + i1 + p1 + k, lo + j1 + q1 + k) for k in range(n))
+            for k in range(n):
+                ia, jb = lo + i1 + p1 + k, lo + j1 + q1 + k
+                if t2 == "equal" or _plausible(a[ia], b[jb]):
+                    pairs.append((ia, jb))
+                else:
+                    pairs.extend(((ia, None), (None, jb)))
             pairs.extend((lo + i1 + p1 + k, None) for k in range(n, p2 - p1))
             pairs.extend((None, lo + j1 + q1 + k) for k in range(n, q2 - q1))
     pairs.extend((len(a) - hi + k, len(b) - hi + k) for k in range(hi))
     return pairs
+
+
+def _plausible(a: _Node, b: _Node) -> bool:
+    """Whether two nodes at the same place are one node changed (an op swapped for another
+    of the same node kind and type) rather than one removed and another added."""
+    call_a, call_b = "(" in a.template, "(" in b.template
+    return call_a == call_b and (a.meta == b.meta or a.template == b.template)
 
 
 def _map_refs(text: str, a_to_b: dict[str, str]) -> str:
