@@ -7,7 +7,13 @@ from texir.lowering.backend import (
     register_backend,
     registered_backends,
 )
-from texir.lowering.delegate import lower_plan, to_backend
+from texir.lowering.delegate import (
+    LoweringReport,
+    PartitionSummary,
+    lower_plan,
+    lower_plan_explained,
+    to_backend,
+)
 from texir.lowering.errors import (
     BackendError,
     BackendPreprocessError,
@@ -43,12 +49,14 @@ __all__ = [
     "BackendPreprocessError",
     "DelegateClaimedError",
     "DelegationSpec",
+    "LoweringReport",
     "MissingDelegationSpecError",
     "MutationOutsidePartitionError",
     "NodeGroupPartitioner",
     "NonConvexPartitionError",
     "OpSupportPartitioner",
     "PartitionPlan",
+    "PartitionSummary",
     "Partitioner",
     "PartitionerError",
     "PlanError",
@@ -63,6 +71,7 @@ __all__ = [
     "get_backend",
     "get_lowered_submodules",
     "lower_plan",
+    "lower_plan_explained",
     "register_backend",
     "registered_backends",
     "tag_constants",

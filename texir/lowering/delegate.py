@@ -65,7 +65,7 @@ from texir.lowering.plan import (
     walk_keyed_graphs,
 )
 
-__all__ = ["lower_plan", "to_backend"]
+__all__ = ["LoweringReport", "PartitionSummary", "lower_plan", "lower_plan_explained", "to_backend"]
 
 _Cache = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 _Consumable = ParameterInput | BufferInput | ConstantTensorInput
@@ -237,12 +237,38 @@ class _GraphWork:
     users: dict[str, list[str]]
 
 
+class PartitionSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What one partition became (for reports such as `texir lower`)."""
+
+    tag: str
+    backend_id: str
+    module: str
+    """The lowered module's name in `Program.lowered_modules`."""
+    graph: str
+    """'' for the top-level graph, else the nested graph's path ('true_graph_0')."""
+    nodes: tuple[str, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    consumed: tuple[str, ...]
+    """Targets of the parameters, buffers and constants the delegate owns."""
+
+
+class LoweringReport(msgspec.Struct, frozen=True, kw_only=True):
+    program: Program
+    partitions: tuple[PartitionSummary, ...]
+
+
 def lower_plan(program: Program, plan: PartitionPlan, *, _cache: _Cache | None = None) -> Program:
     """Validate `plan` on `program`, compile every partition, and return the lowered program."""
+    return lower_plan_explained(program, plan, _cache=_cache).program
+
+
+def lower_plan_explained(program: Program, plan: PartitionPlan, *, _cache: _Cache | None = None) -> LoweringReport:
+    """`lower_plan`, also summarising each partition in lowering order."""
     validate_plan(program, plan)
     tags = plan.tag_map()
     if not tags:
-        return program
+        return LoweringReport(program=program, partitions=())
     specs = plan.spec_map()
     spec_order = {tag: i for i, (tag, _) in enumerate(plan.specs)}
     cache: _Cache = {} if _cache is None else _cache
@@ -321,13 +347,34 @@ def lower_plan(program: Program, plan: PartitionPlan, *, _cache: _Cache | None =
     kept_targets = {
         s.target for s in signature.inputs if isinstance(s, (ParameterInput, BufferInput, ConstantTensorInput))
     }
-    return msgspec.structs.replace(
+    result = msgspec.structs.replace(
         program,
         graph=new_graph,
         signature=signature,
         state=tuple(e for e in program.state if e.target in kept_targets),
         lowered_modules=tuple(lowered),
     )
+    summaries = []
+    for work in works:
+        for part in work.parts:
+            assert part.sub_program is not None
+            summaries.append(
+                PartitionSummary(
+                    tag=part.tag,
+                    backend_id=part.spec.backend_id,
+                    module=part.module_name,
+                    graph="/".join(work.path),
+                    nodes=tuple(n.name for n in part.members if not isinstance(n, Placeholder)),
+                    inputs=tuple(part.user_inputs),
+                    outputs=tuple(part.user_outputs) + tuple(n for n, _ in part.consumed_mutations),
+                    consumed=tuple(
+                        s.target
+                        for s in part.sub_program.signature.inputs
+                        if isinstance(s, (ParameterInput, BufferInput, ConstantTensorInput))
+                    ),
+                )
+            )
+    return LoweringReport(program=result, partitions=tuple(summaries))
 
 
 def _build_sub_program(

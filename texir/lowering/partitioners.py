@@ -225,6 +225,12 @@ class OpSupportPartitioner:
     def __repr__(self) -> str:
         return f"OpSupportPartitioner({self.options.backend_id!r}, ops={list(self._ops) or 'predicate'})"
 
+    def explain(self, node: CallFunction) -> str:
+        """Why this partitioner leaves `node` out (for `texir lower --explain`)."""
+        if self._ops:
+            return f"op '{node.target}' is not among the supported ops"
+        return f"the support predicate rejected op '{node.target}'"
+
     def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
         del program
         return self._ops

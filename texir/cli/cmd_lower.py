@@ -1,0 +1,268 @@
+"""`texir lower MODEL --backend ID (--whole | --ops ... | --partitioner ...)`: partition, delegate, report."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import pydantic
+
+from texir.errors import LoweringError
+from texir.ir import CallFunction, Program
+from texir.lowering.plan import CALL_DELEGATE, GETITEM, PartitionPlan, node_key, walk_keyed_graphs
+
+EPILOG = """\
+examples:
+  texir lower texir.models:conv_relu_tan --backend texir-reference --whole --tag-constants
+  texir lower models/mlp.py:build --backend texir-reference --ops aten::add.Tensor,aten::mul.Tensor --explain
+  texir lower model.pt2 --backend texir-reference --partitioner my_pkg.parts:MyPartitioner --json
+  texir lower texir.models:conv_relu_tan -o model.pte          # no --backend: written undelegated
+
+--partitioner MODULE:NAME (or FILE.py:NAME): a class is instantiated with the backend id; any other
+callable is used as the partitioner itself (Program -> texir.lowering.PartitionPlan).
+Each row is one partition: tag, backend, delegated node count, inputs, outputs, and the
+parameters/buffers/constants the delegate consumed.
+"""
+
+
+class LowerOptions(pydantic.BaseModel):
+    """The validated options of `texir lower`."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    model: str = pydantic.Field(min_length=1)
+    backend: str | None = None
+    mode: Literal["whole", "ops", "partitioner", "none"]
+    ops: tuple[str, ...] = ()
+    partitioner: str | None = None
+    tag_constants: bool = False
+    tag_mutated_buffers: bool = False
+
+    @pydantic.field_validator("ops")
+    @classmethod
+    def _canonical(cls, ops: tuple[str, ...]) -> tuple[str, ...]:
+        for op in ops:
+            if "::" not in op:
+                raise ValueError(f"op '{op}' is not canonical; write it like 'aten::add.Tensor'")
+        return ops
+
+    @pydantic.model_validator(mode="after")
+    def _consistent(self) -> LowerOptions:
+        if self.mode != "none" and not self.backend:
+            raise ValueError("--whole, --ops and --partitioner need --backend ID")
+        if self.backend and self.mode == "none":
+            raise ValueError("--backend needs one of --whole, --ops OP,OP or --partitioner MODULE:NAME")
+        if self.mode == "ops" and not self.ops:
+            raise ValueError("--ops needs at least one op")
+        return self
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "lower",
+        help="partition a MODEL and delegate the partitions to a backend",
+        description="Export MODEL, partition it, lower each partition with its backend and report.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model", metavar="MODEL", help="FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE, FILE.pt2 or a snapshot")
+    parser.add_argument("--backend", metavar="ID", default=None, help="registered backend id")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--whole", action="store_true", help="delegate the whole program as one partition")
+    how.add_argument("--ops", metavar="OP,OP", default=None, help="maximal convex partitions of these canonical ops")
+    how.add_argument("--partitioner", metavar="MODULE:NAME", default=None, help="a custom partitioner")
+    parser.add_argument("--tag-constants", action="store_true", help="delegates consume the parameters/buffers/constants they use")
+    parser.add_argument("--tag-mutated-buffers", action="store_true", help="delegates also own the buffers they mutate")
+    parser.add_argument("--snapshot", type=Path, default=None, metavar="FILE", help="write the lowered program's snapshot")
+    parser.add_argument("--explain", action="store_true", help="say for every call node whether and why it was (not) delegated")
+    parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE.pte", help="write the program as a .pte file")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(func=run)
+
+
+def _options(args: argparse.Namespace) -> LowerOptions:
+    mode: Literal["whole", "ops", "partitioner", "none"] = (
+        "whole" if args.whole else "ops" if args.ops is not None else "partitioner" if args.partitioner else "none"
+    )
+    try:
+        return LowerOptions(
+            model=args.model,
+            backend=args.backend,
+            mode=mode,
+            ops=tuple(op.strip() for op in (args.ops or "").split(",") if op.strip()),
+            partitioner=args.partitioner,
+            tag_constants=args.tag_constants,
+            tag_mutated_buffers=args.tag_mutated_buffers,
+        )
+    except pydantic.ValidationError as exc:
+        raise LoweringError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+
+
+def _load_attr(spec: str) -> Any:
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise LoweringError(f"--partitioner {spec!r}: write MODULE:NAME or FILE.py:NAME")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if loader_spec is None or loader_spec.loader is None or not path.is_file():
+                raise LoweringError(f"--partitioner {spec!r}: file {module_name!r} not found")
+            module = importlib.util.module_from_spec(loader_spec)
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except LoweringError:
+        raise
+    except Exception as exc:  # any import failure of user code is a user error
+        raise LoweringError(f"--partitioner {spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, attr):
+        raise LoweringError(f"--partitioner {spec!r}: {module_name!r} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def build_partitioner(opts: LowerOptions) -> Any:
+    from texir.lowering.partitioners import OpSupportPartitioner, WholeProgramPartitioner
+
+    assert opts.backend is not None
+    if opts.mode == "whole":
+        return WholeProgramPartitioner(
+            opts.backend, tag_constants=opts.tag_constants, tag_mutated_buffers=opts.tag_mutated_buffers
+        )
+    if opts.mode == "ops":
+        return OpSupportPartitioner(
+            opts.backend, opts.ops, tag_constants=opts.tag_constants, tag_mutated_buffers=opts.tag_mutated_buffers
+        )
+    assert opts.partitioner is not None
+    target = _load_attr(opts.partitioner)
+    if isinstance(target, type):
+        try:
+            return target(opts.backend)
+        except Exception as exc:  # a user class that cannot be built from the backend id
+            raise LoweringError(f"--partitioner {opts.partitioner!r}: {target.__name__}({opts.backend!r}) failed: {exc}") from exc
+    if not callable(target):
+        raise LoweringError(f"--partitioner {opts.partitioner!r} is not callable")
+    return target
+
+
+def explain(program: Program, plan: PartitionPlan, partitioner: Any, modules: dict[str, str]) -> list[dict[str, str]]:
+    """One entry per call_function node of every graph: delegated (where) or why not."""
+    tags = plan.tag_map()
+    rows: list[dict[str, str]] = []
+    why = getattr(partitioner, "explain", None)
+    for path, graph in walk_keyed_graphs(program.graph):
+        delegate_calls: set[str] = set()
+        for node in graph.nodes:
+            if not isinstance(node, CallFunction):
+                continue
+            key = node_key(path, node.name)
+            tag = tags.get(key)
+            first = node.args[0] if node.args else None
+            if node.target == CALL_DELEGATE:
+                delegate_calls.add(node.name)
+            if tag is not None:
+                spec = plan.spec_map()[tag]
+                reason = f"delegated to {spec.backend_id} as {tag} ({modules.get(tag, '?')})"
+                status = "delegated"
+            elif node.target == CALL_DELEGATE or (
+                node.target == GETITEM and getattr(first, "name", None) in delegate_calls
+            ):
+                status, reason = "kept", "already a delegate call (or its result)"
+            else:
+                status = "kept"
+                reason = why(node) if callable(why) else "not tagged by the partitioner"
+            rows.append({"node": key, "target": node.target, "status": status, "reason": reason})
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    from texir.adapters.model_spec import load_program
+    from texir.cli.progress import Progress
+    from texir.lowering.delegate import LoweringReport, lower_plan_explained
+    from texir.lowering.plan import ops_to_not_decompose
+
+    opts = _options(args)
+    with Progress("texir lower") as progress:
+        with progress.phase(f"loading {opts.model}"):
+            program = load_program(opts.model, decompose=True)
+        report = LoweringReport(program=program, partitions=())
+        explanation: list[dict[str, str]] = []
+        if opts.mode != "none":
+            partitioner = build_partitioner(opts)
+            with progress.phase("partitioning"):
+                plan = partitioner(program)
+                if not isinstance(plan, PartitionPlan):
+                    raise LoweringError(
+                        f"partitioner {partitioner!r} returned {type(plan).__name__}; return a PartitionPlan"
+                    )
+            with progress.phase("lowering"):
+                report = lower_plan_explained(program, plan)
+            if args.explain:
+                modules = {p.tag: p.module for p in report.partitions}
+                explanation = explain(program, plan, partitioner, modules)
+            keep = ops_to_not_decompose(partitioner, program)
+            del keep  # the MODEL is decomposed before partitioning; listed ops are informational
+        lowered = report.program
+        if args.snapshot is not None:
+            from texir.serialize import snapshot
+
+            snapshot.dump(lowered, args.snapshot, include_data=True)
+        if args.output is not None:
+            from texir.serialize import pte
+
+            with progress.phase(f"writing {args.output}"):
+                pte.dump(pte.emit(lowered), args.output)
+
+    rows = [
+        {
+            "tag": p.tag,
+            "backend": p.backend_id,
+            "module": p.module,
+            "graph": p.graph,
+            "nodes": len(p.nodes),
+            "inputs": list(p.inputs),
+            "outputs": list(p.outputs),
+            "consumed": list(p.consumed),
+        }
+        for p in report.partitions
+    ]
+    if args.json:
+        payload: dict[str, Any] = {"partitions": rows}
+        if args.explain:
+            payload["explain"] = explanation
+        if args.output is not None:
+            payload["pte"] = str(args.output)
+        sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
+        return 0
+    out = sys.stdout
+    if not rows:
+        out.write("no partitions (nothing delegated)\n")
+    else:
+        header = ("tag", "backend", "module", "nodes", "inputs", "outputs", "consumed")
+        table: list[tuple[str, str, str, str, str, str, str]] = [header] + [
+            (
+                p.tag if not p.graph else f"{p.graph}/{p.tag}",
+                p.backend_id,
+                p.module,
+                str(len(p.nodes)),
+                str(len(p.inputs)),
+                str(len(p.outputs)),
+                ", ".join(p.consumed) or "-",
+            )
+            for p in report.partitions
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
+            out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+    if args.explain:
+        out.write("\n")
+        for e in explanation:
+            out.write(f"{e['node']} ({e['target']}): {e['status']}: {e['reason']}\n")
+    if args.output is not None:
+        out.write(f"wrote {args.output}\n")
+    return 0
