@@ -90,6 +90,8 @@ from texir.serialize.pte.schema import Program as PteRoot
 
 if TYPE_CHECKING:
     from texir.adapters.op_schemas import ArgSchema, OpSchema
+    from texir.ir.types import LoweredBackendModule
+    from texir.serialize.pte.codec import PteOptions
 
 __all__ = ["EmitError", "EmitOptions", "emit", "lowered_module_buffer"]
 
@@ -234,7 +236,10 @@ class _ProgramState:
 
 def _split_op(target: str) -> tuple[str, str]:
     name, _, overload = target.partition(".")
-    return name, "" if overload == "default" else overload
+    # ExecuTorch's prim kernels are registered with a literal "default" overload name.
+    if overload == "default" and not name.startswith("executorch_prim::"):
+        overload = ""
+    return name, overload
 
 
 class _Bounds:
@@ -330,10 +335,15 @@ class _MethodEmitter:
         self.values.append(value)
         return len(self.values) - 1
 
-    def tensor_value(self, meta: TensorMeta, *, where: str, planned: bool, start: int) -> int:
+    def tensor_value(
+        self, meta: TensorMeta, *, where: str, planned: bool, start: int, contiguous: bool = False
+    ) -> int:
         sizes = tuple(self.bounds.upper(d, where=where) for d in meta.shape)
         dynamic = any(isinstance(d, str) for d in meta.shape)
-        strides = tuple(self.bounds.upper(s, where=where) for s in meta.strides)
+        strides = (
+            tuple(range(len(sizes), 0, -1)) if contiguous
+            else tuple(self.bounds.upper(s, where=where) for s in meta.strides)
+        )
         if meta.dtype not in DTYPE_TO_SCALAR_TYPE:
             raise EmitError(f"{where}: dtype {meta.dtype} has no ExecuTorch scalar type")
         tensor = _PendingTensor(
@@ -623,6 +633,7 @@ class _MethodEmitter:
         if target in _ALIASABLE_VIEWS and self.emit_static_view(node, where=where):
             return
         kwargs_override: dict[str, Argument] = {}
+        contiguous = False
         if target in _DIM_ORDER_OPS:
             kwargs_override = self.dim_order_kwargs(node, where=where)
             target = _DIM_ORDER_OPS[target]
@@ -634,6 +645,9 @@ class _MethodEmitter:
             if copy is None:
                 raise EmitError(f"{where}: view op has no copy variant; decompose it before emitting")
             target = copy
+            # A view's metadata carries its base's strides; the copy variant writes a fresh
+            # contiguous tensor.
+            contiguous = True
         functional = ops.op_schema(target)
         out = ops.out_variant(target)
         bound = self.bind(node, functional)
@@ -647,7 +661,7 @@ class _MethodEmitter:
                 "for it; decompose it to core ATen (from_exported_program(ep, decompose=True)) or "
                 "delegate it to a backend"
             )
-        self.emit_out_call(node, out, bound, where=where)
+        self.emit_out_call(node, out, bound, where=where, contiguous=contiguous)
 
     def _arg_or_default(
         self, bound: Mapping[str, Argument], a: ArgSchema, node: CallFunction, where: str
@@ -662,7 +676,8 @@ class _MethodEmitter:
         raise EmitError(f"{where}: required argument {a.name!r} is missing")
 
     def emit_out_call(
-        self, node: CallFunction, out: OpSchema, bound: Mapping[str, Argument], *, where: str
+        self, node: CallFunction, out: OpSchema, bound: Mapping[str, Argument], *, where: str,
+        contiguous: bool = False,
     ) -> None:
         meta = node.meta
         out_args = out.out_args
@@ -684,7 +699,7 @@ class _MethodEmitter:
             for m in item_metas:
                 if not isinstance(m, TensorMeta):
                     raise EmitError(f"{where}: list result item is {type(m).__name__}, not a tensor")
-                items.append(self.tensor_value(m, where=where, planned=planned, start=self.step))
+                items.append(self.tensor_value(m, where=where, planned=planned, start=self.step, contiguous=contiguous))
             result_indices = items
             out_values[out_args[0].name] = self.add(TensorList(items=tuple(items)))
         else:
@@ -695,7 +710,7 @@ class _MethodEmitter:
             for a, m in zip(out_args, item_metas):
                 if not isinstance(m, TensorMeta):
                     raise EmitError(f"{where}: result {a.name!r} is {type(m).__name__}, not a tensor")
-                out_values[a.name] = self.tensor_value(m, where=where, planned=planned, start=self.step)
+                out_values[a.name] = self.tensor_value(m, where=where, planned=planned, start=self.step, contiguous=contiguous)
                 result_indices.append(out_values[a.name])
         args: list[int] = []
         for a in out.arguments:
@@ -749,10 +764,11 @@ class _MethodEmitter:
         return {"dim_order": ListArg(items=tuple(IntArg(value=d) for d in order))}
 
     def emit_static_view(self, node: CallFunction, *, where: str) -> bool:
-        """ReplaceViewCopyWithViewPass: a static reshape of a planned or constant tensor that is not a
-        graph output becomes a second Tensor value over the same memory, with no instruction."""
+        """ReplaceViewCopyWithViewPass: a reshape of a planned or constant tensor that is not a graph
+        output becomes a second Tensor value over the same memory: with no instruction when static,
+        through `executorch_prim::et_view` (which sets the runtime shape) when dynamic."""
         meta = node.meta
-        if not isinstance(meta, TensorMeta) or any(isinstance(d, str) for d in meta.shape):
+        if not isinstance(meta, TensorMeta):
             return False
         if node.name in self.output_names or not node.args or not isinstance(node.args[0], Ref):
             return False
@@ -760,18 +776,35 @@ class _MethodEmitter:
         if not isinstance(base_index, int):
             return False
         base = self.values[base_index]
-        if not isinstance(base, _PendingTensor) or base.dynamism != TensorShapeDynamism.STATIC:
+        if not isinstance(base, _PendingTensor):
             return False
         if base.storage is None and base.data_buffer_idx == 0:
             return False
         if base.dim_order != tuple(range(len(base.dim_order))):
             return False
+        dynamic = any(isinstance(d, str) for d in meta.shape)
+        if base.dynamism != TensorShapeDynamism.STATIC and not dynamic:
+            return False
+        if dynamic and base.storage is None:
+            return False
+        sizes = tuple(self.bounds.upper(d, where=where) for d in meta.shape)
+        alias = _PendingTensor(
+            scalar_type=base.scalar_type, sizes=sizes, dim_order=tuple(range(len(sizes))),
+            requires_grad=meta.requires_grad,
+            dynamism=TensorShapeDynamism.DYNAMIC_BOUND if dynamic else TensorShapeDynamism.STATIC,
+            data_buffer_idx=base.data_buffer_idx, storage=base.storage,
+        )
+        if not dynamic:
+            self.use(base_index)
+            self.by_name[node.name] = self.add(alias)
+            return True
         self.use(base_index)
-        self.by_name[node.name] = self.add(_PendingTensor(
-            scalar_type=base.scalar_type, sizes=tuple(int(d) for d in meta.shape),
-            dim_order=tuple(range(len(meta.shape))), requires_grad=meta.requires_grad,
-            dynamism=TensorShapeDynamism.STATIC, data_buffer_idx=base.data_buffer_idx, storage=base.storage,
-        ))
+        size_arg = node.args[1] if len(node.args) > 1 else dict(node.kwargs).get("size", NoneArg())
+        seq = size_arg.items if isinstance(size_arg, (ListArg, TupleArg)) else (size_arg,)
+        sizes_index = self.add(IntList(items=tuple(self.scalar(item, where=where) for item in seq)))
+        out = self.add(alias)
+        self.kernel("executorch_prim::et_view.default", (base_index, sizes_index, out))
+        self.by_name[node.name] = out
         return True
 
     def emit_getitem(self, node: CallFunction, *, where: str) -> None:
@@ -956,7 +989,15 @@ def emit(
     return PteProgram(program=root)
 
 
-def lowered_module_buffer(name: str, module: object, options: object | None = None) -> bytes:
-    """The `.pte` bytes of a lowered module's wrapper program (ExecuTorch's
-    `LoweredBackendModule.buffer()`): inputs -> one delegate call -> outputs."""
-    raise NotImplementedError
+def lowered_module_buffer(
+    name: str,
+    module: LoweredBackendModule,
+    options: PteOptions | None = None,
+    emit_options: EmitOptions | None = None,
+) -> bytes:
+    """The `.pte` bytes of a lowered module's wrapper program (inputs -> one delegate call ->
+    outputs), the counterpart of ExecuTorch's `LoweredBackendModule.buffer()`."""
+    from texir.lowering.lowered import delegate_wrapper_program
+    from texir.serialize.pte.codec import dumps
+
+    return dumps(emit(delegate_wrapper_program(name, module), emit_options), options)
