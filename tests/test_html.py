@@ -161,3 +161,38 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert os.listdir(tmp_path) == ["page.html"]  # no temp file left behind
     with pytest.raises(TexirError, match="cannot write"):
         write_html(chain_program(), tmp_path / "missing-dir" / "page.html")
+
+
+def test_show_html_for_snapshot_and_pte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`texir show X --html out.html` for a snapshot and for a delegated .pte file."""
+    import texir.cli.main as cli_main
+    from texir.lowering import OpSupportPartitioner, to_backend
+    from texir.serialize.pte import codec
+    from texir.serialize.pte.emit import emit
+    from texir.serialize.snapshot import dumps
+
+    program = chain_program(("aten::relu.default", "aten::sin.default", "aten::cos.default"),
+                            with_param=False)
+    lowered = to_backend(program, OpSupportPartitioner("texir-reference", ops={"aten::sin.default"}))
+    snap, pte = tmp_path / "lowered.json", tmp_path / "lowered.pte"
+    snap.write_bytes(dumps(lowered))
+    pte.write_bytes(codec.dumps(emit(lowered)))
+
+    out = tmp_path / "snap.html"
+    assert cli_main.main(["show", str(snap), "--html", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"wrote {out}: ") and "1 partitions" in printed
+    assert "placeholder" not in printed  # the page is written instead of the text
+
+    out_pte = tmp_path / "pte.html"
+    assert cli_main.main(["show", str(pte), "--html", str(out_pte)]) == 0
+    capsys.readouterr()
+    page = render_in_browser(out_pte)
+    _assert_clean(page)
+    assert page.body["data-partitions"] == "1"
+    assert page.partitions == ["forward:delegate#0"]
+    assert page.body["data-nodes"] == "5"  # input, relu, delegate call, cos, output
+
+    assert cli_main.main(["show", str(pte)]) == 0
+    text = capsys.readouterr().out
+    assert "delegate #0 texir-reference(%1, %2)" in text and "aten::cos.out" in text

@@ -1,13 +1,17 @@
-"""`texir show MODEL|SNAPSHOT`: print a program in texir's stable text form."""
+"""`texir show MODEL|SNAPSHOT|PTE`: print a program in texir's stable text form (or draw it: --html)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from texir.cli.progress import Progress
 from texir.ir.types import LoweredBackendModule, Program
+
+if TYPE_CHECKING:
+    from texir.serialize.pte.schema import PteProgram
 
 EPILOG = """\
 examples:
@@ -15,23 +19,34 @@ examples:
   texir show models/mlp.py:build --decompose
   texir show model.json                  # a snapshot written by `texir snapshot`
   texir show model.pt2 --canonical       # nodes renamed %0, %1, ... (compare two programs)
+  texir show model.pte                   # methods, operators, delegates, values, instructions
+  texir show lowered.json --html graph.html   # one self-contained page: zoom, pan, click a node
 
 MODEL is FILE.py:CALLABLE or PACKAGE.MODULE:CALLABLE (returning (nn.Module, example_inputs[,
 dynamic_shapes]) or an ExportedProgram), a FILE.pt2 written by torch.export.save, or a snapshot
-(.json, .msgpack). The text form is the one goldens use: the same program always prints the same.
+(.json, .msgpack), or a .pte file. The text form is the one goldens use: the same program always prints the same.
 """
 
 
-def load_input(spec: str, *, decompose: bool = False) -> Program | LoweredBackendModule:
-    """Turn a `texir show` input (snapshot file or MODEL spec) into what is printed. Input kinds
-    are added here (e.g. .pte files)."""
+def load_input(spec: str, *, decompose: bool = False) -> Program | LoweredBackendModule | PteProgram:
+    """Turn a `texir show` input (snapshot file, .pte file or MODEL spec) into what is printed."""
+    if spec.endswith(".pte"):
+        from texir.cli.cmd_diff import load_input as load_any
+
+        pte: PteProgram = load_any(spec)
+        return pte
     from texir.adapters.model_spec import load_value
 
     return load_value(spec, decompose=decompose)
 
 
-def render(value: Program | LoweredBackendModule, *, canonical: bool = False) -> str:
+def render(value: Program | LoweredBackendModule | PteProgram, *, canonical: bool = False) -> str:
     from texir.ir import canonicalize, format_lowered_module, format_program
+
+    if not isinstance(value, (Program, LoweredBackendModule)):
+        from texir.viz.pte_view import pte_text
+
+        return pte_text(value)
 
     if isinstance(value, LoweredBackendModule):
         if canonical:
@@ -60,6 +75,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="print the canonical form (nodes renamed in order, tables sorted)")
     parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
                         help="write the text to FILE instead of stdout")
+    parser.add_argument("--html", type=Path, default=None, metavar="FILE",
+                        help="draw the graph into one self-contained HTML page instead of printing")
     parser.set_defaults(func=run)
 
 
@@ -67,6 +84,15 @@ def run(args: argparse.Namespace) -> int:
     with Progress("texir show") as progress:
         with progress.phase(f"loading {args.model}"):
             value = load_input(args.model, decompose=args.decompose)
+        if args.html is not None:
+            from texir.viz.html import write_html
+
+            with progress.phase(f"writing {args.html}"):
+                stats = write_html(value, args.html, title=args.model)
+            print(f"wrote {args.html}: {stats.nodes} nodes, {stats.edges} edges, "
+                  f"{stats.partitions} partitions, {stats.graphs} graphs, {stats.bytes} bytes")
+            if args.output is None:
+                return 0
         text = render(value, canonical=args.canonical)
     if not text.endswith("\n"):
         text += "\n"
