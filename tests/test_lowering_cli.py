@@ -1,0 +1,83 @@
+"""`texir lower`: the table, --explain, --json, --snapshot, -o .pte, custom partitioners, user errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import tests.lowering_helpers  # noqa: F401  (registers the test backend)
+from texir.cli.main import main
+from texir.ir import CallFunction, verify
+from texir.serialize import snapshot
+
+MODEL = "tests.lowering_cli_models:build"
+OPS = "aten::add.Tensor,aten::mul.Tensor,aten::addmm.default"
+
+
+def test_table_and_explain(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lower", MODEL, "--backend", "texir-test", "--ops", OPS, "--tag-constants", "--explain"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split() == ["tag", "backend", "module", "nodes", "inputs", "outputs", "consumed"]
+    # The buffer update and the final add form tag0; add, addmm and mul form tag1, which owns fc.bias.
+    assert lines[1].split() == ["tag0", "texir-test", "lowered_module_0", "2", "2", "2", "-"]
+    assert lines[2].split() == ["tag1", "texir-test", "lowered_module_1", "3", "3", "1", "fc.bias"]
+    assert "sin (aten::sin.default): kept: op 'aten::sin.default' is not among the supported ops" in out
+    assert "mul (aten::mul.Tensor): delegated: delegated to texir-test as tag1 (lowered_module_1)" in out
+
+
+def test_json_snapshot_and_pte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snap = tmp_path / "lowered.msgpack"
+    pte_path = tmp_path / "model.pte"
+    code = main([
+        "lower", MODEL, "--backend", "texir-test", "--whole", "--tag-constants", "--tag-mutated-buffers",
+        "--snapshot", str(snap), "-o", str(pte_path), "--json", "--explain",
+    ])
+    assert code == 0
+    payload = json.loads(capsys.readouterr().out)
+    (row,) = payload["partitions"]
+    assert row["tag"] == "tag0" and row["backend"] == "texir-test"
+    assert sorted(row["consumed"]) == ["count", "fc.bias", "fc.weight"]
+    assert all(e["status"] == "delegated" for e in payload["explain"])
+    program = snapshot.load(snap)
+    assert not isinstance(program, type(None))
+    verify(program)  # type: ignore[arg-type]  # a Program snapshot
+    data = pte_path.read_bytes()
+    assert data[4:8] == b"ET12"
+
+
+def test_custom_partitioner_class(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lower", MODEL, "--backend", "texir-test", "--partitioner", "tests.lowering_cli_models:MulOnly", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["partitions"]
+    assert row["tag"] == "muls" and row["nodes"] == 1
+
+
+def test_no_backend_writes_undelegated_pte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plain.pte"
+    assert main(["lower", MODEL, "-o", str(out)]) == 0
+    assert "no partitions" in capsys.readouterr().out
+    assert out.read_bytes()[4:8] == b"ET12"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--whole"], "need --backend ID"),
+        (["--backend", "texir-test"], "needs one of --whole"),
+        (["--backend", "texir-test", "--ops", "add"], "is not canonical"),
+        (["--backend", "nope", "--whole"], "backend 'nope' (partition 'tag0') is not registered"),
+        (["--backend", "texir-test", "--partitioner", "tests.lowering_cli_models:Missing"], "has no attribute 'Missing'"),
+    ],
+)
+def test_user_errors_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lower", MODEL, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_help_has_example(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["lower", "--help"])
+    assert "texir lower texir.models:conv_relu_tan" in capsys.readouterr().out
