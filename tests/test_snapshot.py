@@ -337,6 +337,9 @@ def test_dump_and_load_files_atomically(tmp_path: Path) -> None:
         assert snapshot.detect_format(path.read_bytes()) == fmt
         assert snapshot.load(path) == program
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "p.msgpack", "p.texir"]  # no temp files
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
     with pytest.raises(SnapshotError, match="cannot write"):
         snapshot.dump(program, tmp_path / "missing_dir" / "p.json")
     assert not (tmp_path / "missing_dir").exists()

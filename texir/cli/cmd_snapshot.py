@@ -40,11 +40,11 @@ class SnapshotOptions(pydantic.BaseModel):
 
     @property
     def resolved_format(self) -> Literal["json", "msgpack"]:
+        from texir.serialize.snapshot import format_for_path
+
         if self.format is not None:
             return self.format
-        if self.output is not None and self.output.suffix.lower() in (".msgpack", ".mpk", ".texir"):
-            return "msgpack"
-        return "json"
+        return format_for_path(self.output) if self.output is not None else "json"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except pydantic.ValidationError as exc:
         raise TexirError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+    if options.output is None and options.resolved_format == "msgpack" and sys.stdout.isatty():
+        raise TexirError("refusing to write binary msgpack to a terminal; use -o FILE or redirect stdout")
     from texir.adapters.model_spec import load_value
     from texir.serialize import snapshot
 

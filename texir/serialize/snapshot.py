@@ -36,16 +36,19 @@ from texir.ir.types import SCHEMA_VERSION, LoweredBackendModule, NamedLoweredMod
 
 __all__ = [
     "FORMAT_MARKER",
+    "MSGPACK_SUFFIXES",
     "SCHEMA_VERSION",
     "LoweredModuleSnapshot",
     "ProgramSnapshot",
     "SnapshotFormat",
     "SnapshotVersionError",
+    "atomic_write_bytes",
     "detect_format",
     "dump",
     "dumps",
     "dumps_lowered_module",
     "dumps_value",
+    "format_for_path",
     "load",
     "loads",
     "loads_lowered_module",
@@ -252,7 +255,7 @@ def dump(
 ) -> Path:
     """Write the snapshot of `value` to `path` atomically (a temporary file in the same directory,
     then `os.replace`): on any failure no partial file is left. `format` defaults to msgpack for
-    ``.msgpack``/``.texir`` paths and JSON otherwise. Returns the path."""
+    ``.msgpack``/``.mpk``/``.texir`` paths and JSON otherwise. Returns the path."""
     target = Path(path)
     fmt: SnapshotFormat = format if format is not None else format_for_path(target)
     data = dumps_value(value, format=fmt, include_data=include_data)
@@ -260,9 +263,19 @@ def dump(
     return target
 
 
+MSGPACK_SUFFIXES: Final = (".msgpack", ".mpk", ".texir")
+
+
 def format_for_path(path: str | os.PathLike[str]) -> SnapshotFormat:
-    """The snapshot format a file name asks for: msgpack for ``.msgpack``/``.texir``, else JSON."""
-    return "msgpack" if Path(path).suffix.lower() in (".msgpack", ".texir") else "json"
+    """The snapshot format a file name asks for: msgpack for `MSGPACK_SUFFIXES`, else JSON."""
+    return "msgpack" if Path(path).suffix.lower() in MSGPACK_SUFFIXES else "json"
+
+
+def _default_file_mode() -> int:
+    # mkstemp creates 0600 files; give the result the mode a plain open() would have.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -275,6 +288,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         raise SnapshotError(f"cannot write {target}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), _default_file_mode())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
