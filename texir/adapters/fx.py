@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import operator
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union
 
 import sympy  # type: ignore[import-untyped]  # sympy ships no type information
@@ -13,10 +15,11 @@ import torch
 import torch.fx
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._export.verifier import TrainingIRVerifier, Verifier
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.export import ExportedProgram
 from torch.export import exported_program as ep_mod
 from torch.export import graph_signature as gs
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.fx.immutable_collections import immutable_list
 from torch.fx.traceback import NodeSource
@@ -142,10 +145,26 @@ def resolve_target(name: str) -> Any:
 # FX -> IR
 
 
+_STR_OF_CACHE: dict[Any, str] = {}
+
+
 def _str_of(value: Any) -> str:
     """A stable string for a source_fn / nn_module_stack target (a class, function or string)."""
     if isinstance(value, str):
         return value
+    try:
+        return _STR_OF_CACHE[value]
+    except (KeyError, TypeError):
+        pass
+    text = _str_of_uncached(value)
+    try:
+        _STR_OF_CACHE[value] = text
+    except TypeError:
+        pass
+    return text
+
+
+def _str_of_uncached(value: Any) -> str:
     if isinstance(value, OpOverload):
         return canonical_target(value) or str(value)
     module = getattr(value, "__module__", None)
@@ -237,7 +256,7 @@ class _FromFx:
 
     def meta(self, val: Any, node: torch.fx.Node) -> ir.ValueMeta | None:
         if isinstance(val, torch.Tensor):
-            return tensor_meta_from_tensor(val, where=f"node {node.name!r}")
+            return tensor_meta_from_tensor(val, where=_NodeRef(node))
         if val is None:
             return _NONE_META
         if isinstance(val, (tuple, list)):
@@ -394,6 +413,18 @@ class _FromFx:
         return ir.GetAttr(name=node.name, target=target, meta=meta, prov=self.prov(node))
 
 
+class _NodeRef:
+    """Names a node in an error message; formatted only when an error is raised."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: torch.fx.Node) -> None:
+        self.node = node
+
+    def __str__(self) -> str:
+        return f"node {self.node.name!r} ({self.node.op} {self.node.target})"
+
+
 _MISSING = object()
 _NONE_ARG = ir.NoneArg()
 _NONE_META = ir.NoneMeta()
@@ -545,6 +576,12 @@ def from_exported_program(ep: ExportedProgram, *, decompose: bool = False) -> ir
         raise ConversionError(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if decompose:
         ep = ep.run_decompositions()
+    with _gc_paused(), torch._C.DisableTorchFunctionSubclass():
+        # (Reading a FakeTensor's attributes goes through __torch_function__ otherwise: 2x slower.)
+        return _convert_from(ep)
+
+
+def _convert_from(ep: ExportedProgram) -> ir.Program:
     conv = _FromFx(ep)
     gm = ep.graph_module
     conv.number_debug_handles(gm)
@@ -636,6 +673,8 @@ class _ToFx:
         self.hints: dict[sympy.Symbol, int] = {}
         self.ranges: dict[sympy.Symbol, ValueRanges[Any]] = {}
         self.sym_cache: dict[tuple[str, str], Any] = {}
+        self.fake_cache: dict[ir.TensorMeta, torch.Tensor] = {}
+        self.devices: dict[str, torch.device] = {}
         self.node_sources: dict[str, NodeSource] = {}
         self.lowered = {entry.name: entry.module for entry in program.lowered_modules}
         self.lowered_torch: dict[str, delegate_op.LoweredBackendModule] = {}
@@ -726,31 +765,44 @@ class _ToFx:
             raise UnsupportedError(f"dtype {meta.dtype} is not available in this torch build")
         shape = [self.dim(d) for d in meta.shape]
         layout = LAYOUT_TO_TORCH[meta.layout]
-        device = torch.device(meta.device)
-        with self.fake_mode:
-            if layout is not torch.strided:
+        device = self.devices.get(meta.device)
+        if device is None:
+            device = self.devices[meta.device] = torch.device(meta.device)
+        if layout is not torch.strided:
+            with self.fake_mode:
                 t = torch.empty(shape, dtype=dtype, device=device, layout=layout)
-            else:
-                strides = [self.dim(d) for d in meta.strides]
-                offset = self.dim(meta.storage_offset)
-                if isinstance(offset, int) and offset == 0:
-                    t = torch.empty_strided(shape, strides, dtype=dtype, device=device)
-                else:
-                    extent = offset + 1 + sum((s - 1) * st for s, st in zip(shape, strides))
-                    t = torch.empty((extent,), dtype=dtype, device=device).as_strided(
-                        shape, strides, offset
-                    )
-            if meta.requires_grad:
-                t.requires_grad_(True)
+                if meta.requires_grad:
+                    t.requires_grad_(True)
+            return t
+        # Wrapping a meta tensor is ~10x cheaper than dispatching empty_strided through the
+        # fake mode, and gives the same FakeTensor.
+        strides = [self.dim(d) for d in meta.strides]
+        offset = self.dim(meta.storage_offset)
+        if isinstance(offset, int) and offset == 0:
+            elem = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+        else:
+            extent = offset + 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+            elem = torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, strides, offset)
+        if meta.requires_grad:
+            elem.requires_grad_(True)
+        return FakeTensor(self.fake_mode, elem, device)
+
+    def shared_fake(self, meta: ir.TensorMeta) -> torch.Tensor:
+        # Computed values with equal metadata share one FakeTensor: meta["val"] is read-only
+        # metadata, and building fake tensors dominates IR -> FX time. Placeholders never share
+        # (torch would read shared input fakes as aliased inputs when it retraces).
+        t = self.fake_cache.get(meta)
+        if t is None:
+            t = self.fake_cache[meta] = self.fake(meta)
         return t
 
-    def val(self, meta: ir.ValueMeta | None) -> Any:
+    def val(self, meta: ir.ValueMeta | None, share: bool = True) -> Any:
         if isinstance(meta, ir.TensorMeta):
-            return self.fake(meta)
+            return self.shared_fake(meta) if share else self.fake(meta)
         if meta is None:
             return _MISSING
         if isinstance(meta, ir.TupleMeta):
-            items = [self.val(m) for m in meta.items]
+            items = [self.val(m, share) for m in meta.items]
             return items if meta.is_list else tuple(items)
         if isinstance(meta, ir.NoneMeta):
             return None
@@ -807,6 +859,10 @@ class _ToFx:
     # -- graphs ------------------------------------------------------------------------------
 
     def graph_module(self, graph: ir.Graph, path: str) -> torch.fx.GraphModule:
+        root, fx_graph = self.build_graph(graph, path)
+        return torch.fx.GraphModule(root, fx_graph)
+
+    def build_graph(self, graph: ir.Graph, path: str) -> tuple[torch.nn.Module, torch.fx.Graph]:
         fx_graph = torch.fx.Graph()
         root = torch.nn.Module()
         subgraphs = {s.name: s.graph for s in graph.subgraphs}
@@ -833,7 +889,7 @@ class _ToFx:
             elif kind is ir.Placeholder:
                 assert isinstance(node, ir.Placeholder)
                 fx_node = create("placeholder", node.name, name=node.name)
-                val = val_of(node.meta)
+                val = val_of(node.meta, False)
                 if val is not _MISSING:
                     fx_node.meta["val"] = val
                 set_prov(fx_node, node.prov)
@@ -861,7 +917,7 @@ class _ToFx:
             else:
                 raise UnsupportedError(f"node kind {type(node).__name__} is not supported")
             env[node.name] = fx_node
-        return torch.fx.GraphModule(root, fx_graph)
+        return root, fx_graph
 
     def lowered_module(self, name: str, node_name: str) -> delegate_op.LoweredBackendModule:
         module = self.lowered_torch.get(name)
@@ -989,7 +1045,8 @@ class _ToFx:
                 f"only {sorted(_VERIFIERS)} programs can"
             )
         state_dict, constants = self.state()
-        gm = self.graph_module(program.graph, "")
+        # ExportedProgram builds the GraphModule itself: handing it the graph saves a codegen pass.
+        root, fx_graph = self.build_graph(program.graph, "")
         metas: dict[str, ir.ValueMeta | None] = {}
         placeholder_names: list[str] = []
         for node in program.graph.nodes:
@@ -1007,8 +1064,8 @@ class _ToFx:
         range_constraints = {sym: self.ranges[sym] for sym in self.symbols.values()}
         try:
             return ExportedProgram(
-                root=gm,
-                graph=gm.graph,
+                root=root,
+                graph=fx_graph,
                 graph_signature=signature,
                 state_dict=state_dict,
                 range_constraints=range_constraints,
@@ -1045,5 +1102,41 @@ def to_exported_program(program: ir.Program) -> ExportedProgram:
     """Rebuild a runnable ExportedProgram (fake-tensor metadata, provenance, state) from a Program."""
     if not isinstance(program, ir.Program):
         raise ConversionError(f"expected a texir.ir.Program, got {type(program).__name__}")
-    return _ToFx(program).exported_program()
+    with _gc_paused(), _lazy_codegen():
+        return _ToFx(program).exported_program()
+
+
+@contextlib.contextmanager
+def _lazy_codegen() -> Iterator[None]:
+    # ExportedProgram wraps the graph in a GraphModule, whose constructor generates and compiles
+    # Python source for the whole graph: more than half of IR -> FX time on large graphs. torch's
+    # own _LazyGraphModule defers that to the first call of forward/code (inductor uses it for
+    # the same reason), so have ExportedProgram build one of those while we construct it.
+    original = getattr(ep_mod, "_create_graph_module_for_export", None)
+    if original is None:
+        yield
+        return
+
+    def create_lazy(root: Any, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+        return _LazyGraphModule(root, graph)
+
+    ep_mod._create_graph_module_for_export = create_lazy
+    try:
+        yield
+    finally:
+        ep_mod._create_graph_module_for_export = original
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    # A conversion allocates one small object per node, value and argument; the cyclic GC would
+    # rescan torch's large object graphs again and again meanwhile (measured: over half the
+    # FX -> IR time). Nothing created here needs cycle collection to be freed.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 

@@ -61,15 +61,12 @@ MEMORY_FORMAT_TO_TORCH: dict[MemoryFormat, torch.memory_format] = {
     v: k for k, v in MEMORY_FORMAT_FROM_TORCH.items()
 }
 
-# str(torch.device) is surprisingly slow; devices are few, so remember their spelling.
-_DEVICE_STR: dict[torch.device, str] = {}
-
-
 def device_str(device: torch.device) -> str:
-    s = _DEVICE_STR.get(device)
-    if s is None:
-        s = _DEVICE_STR[device] = str(device)
-    return s
+    kind = device.type
+    index = device.index
+    if index is None:
+        return kind
+    return f"{kind}:{index}"
 
 
 def float_from_python(value: float) -> FloatValue:
@@ -103,8 +100,8 @@ def _dims(values: Any) -> tuple[Dim, ...]:
     return out
 
 
-def tensor_meta_from_tensor(t: torch.Tensor, *, where: str = "tensor") -> TensorMeta:
-    """TensorMeta of a real or fake tensor."""
+def tensor_meta_from_tensor(t: torch.Tensor, *, where: object = "tensor") -> TensorMeta:
+    """TensorMeta of a real or fake tensor. `where` names it in errors (formatted only then)."""
     dtype = DTYPE_FROM_TORCH.get(t.dtype)
     if dtype is None:
         raise UnsupportedError(f"{where}: dtype {t.dtype} has no texir DType; cast it before export")
