@@ -241,6 +241,23 @@ def test_errors_are_one_line_exit_2_and_leave_no_file(
     assert len(err) == 1 and "$.program.graph" in err[0]
 
 
+def test_show_a_lowered_module_snapshot_and_msgpack_never_goes_to_a_terminal(
+    tmp_path: Path, spec: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    program = load_program(spec)
+    module = LoweredBackendModule(backend_id="MyBackend", processed_bytes=b"\x01\x02", compile_specs=(),
+                                  original_program=program)
+    snapshot.dump(module, tmp_path / "m.mpk")
+    assert main(["show", str(tmp_path / "m.mpk")]) == 0
+    text = capsys.readouterr().out
+    assert "MyBackend" in text and "aten::linear.default" in text
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(["snapshot", str(tmp_path / "m.mpk"), "--format", "msgpack"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "refusing to write binary msgpack to a terminal" in captured.err
+
+
 @pytest.mark.parametrize("command", ["snapshot", "show"])
 def test_help_has_examples(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
