@@ -99,6 +99,8 @@ class _Probe(torch.nn.Module):
 
 
 class _MutBuf(torch.nn.Module):
+    acc: torch.Tensor
+
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("acc", torch.zeros(2, 2))
@@ -604,3 +606,64 @@ def test_bytes_identical_across_hash_seeds(et_cases: dict[str, EtCase], tmp_path
         digests.add(out.stdout.strip())
     assert len(digests) == 1
     assert digests == {hashlib.sha256(pte.dumps(pte.loads(source.read_bytes()))).hexdigest()}
+
+
+# --- texir inspect ------------------------------------------------------------------------------
+
+
+def _size_sum(sizes: dict[str, Any]) -> int:
+    return int(
+        sizes["flatbuffer"]
+        + sizes["extended_header"]
+        + sizes["padding_before_segments"]
+        + sum(seg["size"] for seg in sizes["segments"])
+        + sizes["padding_between_segments"]
+        + sizes["trailing"]
+    )
+
+
+@pytest.mark.parametrize("name", ["linear", "linear_addmul", "linear_xnnpack", "probe"])
+def test_inspect_reads_executorch_and_texir_files(
+    et_cases: dict[str, EtCase], name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from texir.cli.main import main
+
+    for label, data in (("et", et_cases[name].data), ("texir", pte.dumps(pte.loads(et_cases[name].data)))):
+        path = tmp_path / f"{label}.pte"
+        path.write_bytes(data)
+        assert main(["inspect", str(path), "--json"]) == 0
+        first = capsys.readouterr().out
+        assert main(["inspect", str(path), "--json"]) == 0
+        assert capsys.readouterr().out == first  # deterministic
+        report = json.loads(first)
+        assert _size_sum(report["sizes"]) == len(data)
+        (method,) = report["methods"]
+        assert method["name"] == "forward"
+        if name == "linear":
+            assert method["operators"] == ["aten::permute_copy.out", "aten::addmm.out", "aten::add.out", "aten::sin.out"]
+            assert [i["text"] for i in method["instructions"]][2] == "aten::add.out(%8, %3, 1, %11, %11)"
+            assert report["sizes"]["segments"][0] == {
+                "index": 0, "kind": "constants", "offset": 0, "size": 60, "padding_before": 0
+            }
+        if name == "linear_addmul":
+            (delegate,) = method["delegates"]
+            assert delegate["id"] == "BackendWithCompilerDemo"
+            assert delegate["compile_specs"] == [{"key": "max_value", "value": "04"}]
+            assert delegate["size"] == 81
+            assert any(i["kind"] == "delegate" for i in method["instructions"])
+        assert main(["inspect", str(path)]) == 0
+        text = capsys.readouterr().out
+        assert "method 'forward'" in text
+        assert text.splitlines()[-1].split() == ["total", str(len(data))]
+
+
+def test_inspect_reports_malformed_file_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from texir.cli.main import main
+
+    path = tmp_path / "bad.pte"
+    path.write_bytes(pte.dumps(_every_kind())[:100])
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("texir inspect: error:") and err.count("\n") == 1
