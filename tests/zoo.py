@@ -572,13 +572,18 @@ def export_zoo_model(m: ZooModel, *, decompose: bool = True) -> torch.export.Exp
 
 
 @functools.lru_cache(maxsize=None)
-def cached_export(name: str, decompose: bool = True) -> torch.export.ExportedProgram:
-    """`export_zoo_model`, cached per process (the decomposed program is derived from the cached
-    undecomposed one; `run_decompositions` returns a new program). Callers must not mutate the
-    result: call `.module()` for a fresh runnable copy."""
+def _cached_export(name: str, decompose: bool) -> torch.export.ExportedProgram:
     if decompose:
-        return cached_export(name, False).run_decompositions()
+        return _cached_export(name, False).run_decompositions()
     return export_zoo_model(zoo_model(name), decompose=False)
+
+
+def cached_export(name: str, decompose: bool = True) -> torch.export.ExportedProgram:
+    """`export_zoo_model`, cached per process. Callers must not mutate the result; call
+    `fresh_module(ep)` for a runnable copy that owns its state. Stateful models get a private copy
+    each call, since `ep.module()` shares buffers with the program and running it would change them."""
+    ep = _cached_export(name, decompose)
+    return copy.deepcopy(ep) if zoo_model(name).stateful else ep
 
 
 def fresh_module(ep: torch.export.ExportedProgram) -> nn.Module:

@@ -1,0 +1,237 @@
+"""IR benchmark: FX -> IR, IR -> FX and snapshot encode/decode on a generated 100k-node program,
+side by side with torch.export.save/load (measured on ~5k nodes, where it is still bearable).
+
+    .venv/bin/python benchmarks/bench_ir.py           # 100k nodes, baseline at 5k
+    .venv/bin/python benchmarks/bench_ir.py --quick   # 5k nodes, baseline at 1k, one repetition
+
+The big program is a residual chain of cheap elementwise ops on a 2x4 tensor. Exporting 100k nodes
+with torch.export takes minutes, so a ~100-op block is exported once and its nodes are replicated
+(metadata included) with torch.fx into one long graph, wrapped as an ExportedProgram.
+Each figure is the best of several repetitions (the machine is shared; the best is the least noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import io
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable, TypeVar
+
+import torch
+from torch import nn
+from torch.export import ExportedProgram
+from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
+
+from texir.adapters import from_exported_program, to_exported_program
+from texir.ir import Program
+from texir.serialize.snapshot import dumps, loads
+
+T = TypeVar("T")
+
+GOALS = {
+    "fx_to_ir": 100_000.0,
+    "ir_to_fx": 30_000.0,
+    "snapshot": 1_000_000.0,
+    "vs_torch": 20.0,
+    "import_ms": 150.0,
+}
+
+
+class _ChainBlock(nn.Module):
+    """25 steps of 4 cheap ops each: mul by a parameter, relu, scaled residual add, sub."""
+
+    def __init__(self, steps: int = 25) -> None:
+        super().__init__()
+        self.steps = steps
+        self.w = nn.Parameter(torch.full((4,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.steps):
+            y = torch.relu(x * self.w)
+            x = (x + y * 0.5) - 0.25
+        return x
+
+
+def _block_program() -> ExportedProgram:
+    torch.manual_seed(0)
+    return torch.export.export(_ChainBlock().eval(), (torch.randn(2, 4),)).run_decompositions()
+
+
+def build_chain_program(target_nodes: int, block: ExportedProgram | None = None) -> ExportedProgram:
+    """An ExportedProgram of about `target_nodes` nodes: the block's body repeated, each copy
+    fed by the previous one's result."""
+    block = block if block is not None else _block_program()
+    nodes = list(block.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    body = [n for n in nodes if n.op == "call_function"]
+    out_node = nodes[-1]
+    (result,) = out_node.args[0]
+    user_input = next(
+        n for n, s in zip(placeholders, block.graph_signature.input_specs) if s.kind.name == "USER_INPUT"
+    )
+    repeats = max(1, round((target_nodes - len(placeholders) - 1) / len(body)))
+
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for p in placeholders:
+        env[p] = graph.node_copy(p)
+    current = env[user_input]
+    for _ in range(repeats):
+        env[user_input] = current
+        for n in body:
+            env[n] = graph.node_copy(n, lambda a: env[a])
+        current = env[result]
+    env[user_input] = env[placeholders[placeholders.index(user_input)]]
+    out = graph.output((current,))
+    out.meta = copy.copy(out_node.meta)
+
+    gm = torch.fx.GraphModule(nn.Module(), graph)
+    signature = ExportGraphSignature(
+        input_specs=list(block.graph_signature.input_specs),
+        output_specs=[OutputSpec(kind=OutputKind.USER_OUTPUT, arg=TensorArgument(name=current.name), target=None)],
+    )
+    module_call_graph = copy.deepcopy(block.module_call_graph)
+    for entry in module_call_graph:
+        if entry.fqn == "" and entry.signature is not None:
+            entry.signature.outputs = [TensorArgument(name=current.name)]
+    return ExportedProgram(
+        root=gm,
+        graph=graph,
+        graph_signature=signature,
+        state_dict=dict(block.state_dict),
+        range_constraints={},
+        module_call_graph=module_call_graph,
+        constants=dict(block.constants),
+    )
+
+
+def _best(fn: Callable[[], T], reps: int, budget_s: float = 20.0) -> tuple[float, T]:
+    """Best time of up to `reps` runs; stops repeating once `budget_s` has been spent."""
+    times: list[float] = []
+    result: Any = None
+    for _ in range(reps):
+        gc.collect()
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+        if sum(times) > budget_s:
+            break
+    return min(times), result
+
+
+def _import_time_ms(reps: int) -> tuple[float, float]:
+    """(median, best) milliseconds to `import texir.ir` in a fresh interpreter (startup excluded);
+    also checks that the import does not pull in torch."""
+    code = (
+        "import sys, time; t = time.perf_counter(); import texir.ir; "
+        "print(time.perf_counter() - t, 'torch' in sys.modules)"
+    )
+    samples = []
+    for _ in range(reps):
+        out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+        seconds, torch_loaded = out.stdout.split()
+        if torch_loaded != "False":
+            raise SystemExit("import texir.ir imported torch")
+        samples.append(float(seconds) * 1000)
+    return statistics.median(samples), min(samples)
+
+
+def _row(name: str, nodes: int, seconds: float, nbytes: int | None = None, goal: str = "") -> str:
+    rate = nodes / seconds
+    mb = f"{nbytes / seconds / 1e6:9.1f}" if nbytes is not None else f"{'':>9}"
+    return f"{name:<34} {nodes:>8} {seconds * 1000:>10.1f} {rate:>13,.0f} {mb} {goal}"
+
+
+def _goal(value: float, goal: float) -> str:
+    return f"{value / goal:6.2f}x goal ({'met' if value >= goal else 'MISSED'})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repetition (smoke run)")
+    parser.add_argument("--nodes", type=int, default=None, help="size of the big program (default 100000)")
+    parser.add_argument("--baseline-nodes", type=int, default=None, help="size for torch.export.save/load (default 5000)")
+    args = parser.parse_args(argv)
+    big_n = args.nodes or (5_000 if args.quick else 100_000)
+    base_n = args.baseline_nodes or (1_000 if args.quick else 5_000)
+    reps = 1 if args.quick else 3
+
+    import_ms, import_best = _import_time_ms(3 if args.quick else 7)
+
+    block = _block_program()
+    t0 = time.perf_counter()
+    big = build_chain_program(big_n, block)
+    build_s = time.perf_counter() - t0
+    n_big = len(big.graph.nodes)
+    small = build_chain_program(base_n, block)
+    n_small = len(small.graph.nodes)
+    print(f"torch {torch.__version__}; program of {n_big} nodes built in {build_s:.1f}s; baseline program {n_small} nodes")
+
+    # texir on the big program
+    t_fx_ir, program = _best(lambda: from_exported_program(big), reps)
+    t_ir_fx, back = _best(lambda: to_exported_program(program), reps)
+    assert len(back.graph.nodes) == n_big, "IR -> FX changed the node count"
+    snaps: dict[str, tuple[float, float, int]] = {}
+    for fmt in ("json", "msgpack"):
+        t_enc, data = _best(lambda: dumps(program, format=fmt, include_data=True), reps)  # noqa: B023
+        t_dec, restored = _best(lambda: loads(data), reps)  # noqa: B023
+        assert restored == program
+        snaps[fmt] = (t_enc, t_dec, len(data))
+    del back, restored
+
+    # Baseline: torch.export.save/load vs texir on the same small program.
+    def save() -> bytes:
+        buf = io.BytesIO()
+        torch.export.save(small, buf)
+        return buf.getvalue()
+
+    t_save, saved = _best(save, max(1, reps - 1))
+    t_load, _ = _best(lambda: torch.export.load(io.BytesIO(saved)), max(1, reps - 1))
+    small_ir: Program = from_exported_program(small)
+    t_s_fx_ir, _ = _best(lambda: from_exported_program(small), reps)
+    t_s_ir_fx, _ = _best(lambda: to_exported_program(small_ir), reps)
+    small_snap: dict[str, tuple[float, float]] = {}
+    for fmt in ("json", "msgpack"):
+        t_enc, data = _best(lambda: dumps(small_ir, format=fmt, include_data=True), reps)  # noqa: B023
+        t_dec, _ = _best(lambda: loads(data), reps)  # noqa: B023
+        small_snap[fmt] = (t_enc, t_dec)
+
+    print()
+    print(f"{'step':<34} {'nodes':>8} {'ms':>10} {'nodes/s':>13} {'MB/s':>9} vs goal")
+    print(_row("FX -> IR", n_big, t_fx_ir, goal=_goal(n_big / t_fx_ir, GOALS["fx_to_ir"])))
+    print(_row("IR -> FX", n_big, t_ir_fx, goal=_goal(n_big / t_ir_fx, GOALS["ir_to_fx"])))
+    for fmt, (t_enc, t_dec, size) in snaps.items():
+        print(_row(f"snapshot encode {fmt} ({size / 1e6:.1f} MB)", n_big, t_enc, size,
+                   _goal(n_big / t_enc, GOALS["snapshot"])))
+        print(_row(f"snapshot decode {fmt}", n_big, t_dec, size, _goal(n_big / t_dec, GOALS["snapshot"])))
+    print(_row(f"torch.export.save ({len(saved) / 1e6:.1f} MB)", n_small, t_save, len(saved)))
+    print(_row("torch.export.load", n_small, t_load, len(saved)))
+    print(_row("FX -> IR (baseline program)", n_small, t_s_fx_ir))
+    print(_row("IR -> FX (baseline program)", n_small, t_s_ir_fx))
+    for fmt, (t_enc, t_dec) in small_snap.items():
+        print(_row(f"snapshot encode {fmt} (baseline program)", n_small, t_enc))
+        print(_row(f"snapshot decode {fmt} (baseline program)", n_small, t_dec))
+
+    print()
+    print(f"ratios vs torch.export.save/load on the same {n_small}-node program (goal >= {GOALS['vs_torch']:.0f}x):")
+    for fmt, (t_enc, t_dec) in small_snap.items():
+        print(f"  {fmt:<8} encode {t_save / t_enc:8.1f}x   decode {t_load / t_dec:8.1f}x   "
+              f"(with FX<->IR: save {t_save / (t_s_fx_ir + t_enc):6.1f}x, load {t_load / (t_dec + t_s_ir_fx):6.1f}x)")
+    save_rate, load_rate = n_small / t_save, n_small / t_load
+    print(f"ratios of the {n_big}-node snapshot rates to torch's {n_small}-node rates:")
+    for fmt, (t_enc, t_dec, _) in snaps.items():
+        print(f"  {fmt:<8} encode {n_big / t_enc / save_rate:8.1f}x   decode {n_big / t_dec / load_rate:8.1f}x")
+    print()
+    verdict = "met" if import_ms < GOALS["import_ms"] else "MISSED"
+    print(f"import texir.ir in a fresh interpreter: median {import_ms:.1f} ms, best {import_best:.1f} ms "
+          f"(goal < {GOALS['import_ms']:.0f} ms: {verdict}; torch not imported)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
