@@ -12,6 +12,7 @@ Pure: no torch, no I/O.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 from collections.abc import Iterator, Sequence
 from typing import Literal
@@ -20,7 +21,7 @@ import msgspec
 
 from texir.ir.canonical import canonicalize
 from texir.ir.printer import format_lowered_module, format_program
-from texir.ir.types import Graph, LoweredBackendModule, NamedLoweredModule, Program, Subgraph
+from texir.ir.types import Graph, LoweredBackendModule, Program
 
 __all__ = [
     "Change",
@@ -81,36 +82,6 @@ class ProgramDiff(msgspec.Struct, frozen=True, kw_only=True):
 # Canonical text with original names
 
 
-def _sorted_graph(graph: Graph) -> Graph:
-    return msgspec.structs.replace(
-        graph,
-        subgraphs=tuple(
-            Subgraph(name=s.name, graph=_sorted_graph(s.graph))
-            for s in sorted(graph.subgraphs, key=lambda s: s.name)
-        ),
-    )
-
-
-def _sorted_program(program: Program) -> Program:
-    """`program` with tables ordered as `canonicalize` orders them, names untouched."""
-    lowered = tuple(
-        NamedLoweredModule(
-            name=m.name,
-            module=msgspec.structs.replace(
-                m.module, original_program=_sorted_program(m.module.original_program)
-            ),
-        )
-        for m in sorted(program.lowered_modules, key=lambda m: m.name)
-    )
-    return msgspec.structs.replace(
-        program,
-        graph=_sorted_graph(program.graph),
-        state=tuple(sorted(program.state, key=lambda e: e.target)),
-        range_constraints=tuple(sorted(program.range_constraints, key=lambda r: r.symbol)),
-        lowered_modules=lowered,
-    )
-
-
 def canonical_text(program: Program) -> str:
     """The canonical text form: what snapshots store and diffs compare."""
     return format_program(canonicalize(program))
@@ -122,34 +93,50 @@ def canonical_module_text(module: LoweredBackendModule) -> str:
     return "lowered_module:\n" + format_lowered_module(canon)
 
 
-def _names_of(text: str) -> dict[int, str]:
+def _graph_names(lines: list[_Line], graph: Graph, names: dict[int, str]) -> None:
+    subs = {sub.name: sub.graph for sub in graph.subgraphs}
+    for line in lines:
+        m = _NODE_RE.match(line.text)
+        if m and m.group(1).isdigit() and int(m.group(1)) < len(graph.nodes):
+            names[line.lineno] = graph.nodes[int(m.group(1))].name
+        elif line.text.startswith("subgraph ") and line.text.endswith("():"):
+            sub = subs.get(line.text[len("subgraph "):-3])
+            if sub is not None:
+                _graph_names(line.children, sub, names)
+
+
+def _program_names(lines: list[_Line], program: Program, names: dict[int, str]) -> None:
+    modules = {m.name: m.module for m in program.lowered_modules}
+    for line in lines:
+        if line.text == "graph():":
+            _graph_names(line.children, program.graph, names)
+        elif line.text.startswith("lowered_module ") and line.text.endswith(":"):
+            module = modules.get(line.text[len("lowered_module "):-1])
+            if module is not None:
+                _program_names(line.children, module.original_program, names)
+
+
+def original_names(program: Program, text: str | None = None) -> dict[int, str]:
+    """Line number in `canonical_text(program)` (or `text`, if given) -> original name of the
+    node defined there. Canonical names are positions in their graph, so the original node is
+    found by walking the text's graphs alongside the program's."""
     names: dict[int, str] = {}
-    for i, line in enumerate(text.splitlines()):
-        m = _NODE_RE.match(line.strip())
-        if m:
-            names[i] = m.group(1)
+    _program_names(_outline(text if text is not None else canonical_text(program)), program, names)
+    return names
+
+
+def module_original_names(module: LoweredBackendModule, text: str | None = None) -> dict[int, str]:
+    """As `original_names`, for `canonical_module_text(module)`."""
+    names: dict[int, str] = {}
+    roots = _outline(text if text is not None else canonical_module_text(module))
+    for root in roots:
+        _program_names(root.children, module.original_program, names)
     return names
 
 
 _NODE_RE = re.compile(r"^%(\S+) : (.*?) = (.*)$")
 _REF_RE = re.compile(r"%([A-Za-z0-9_.]+)")
 _DH_RE = re.compile(r"  # dh=(\S+)$")
-
-
-def original_names(program: Program) -> dict[int, str]:
-    """Line number in `canonical_text(program)` -> original name of the node defined there.
-
-    Canonicalization keeps node order and the printer prints one line per node, so the canonical
-    text and the text of the same program with only its tables sorted correspond line by line."""
-    return _names_of(format_program(_sorted_program(program)))
-
-
-def module_original_names(module: LoweredBackendModule) -> dict[int, str]:
-    """As `original_names`, for `canonical_module_text(module)`."""
-    sorted_module = msgspec.structs.replace(
-        module, original_program=_sorted_program(module.original_program)
-    )
-    return _names_of("lowered_module:\n" + format_lowered_module(sorted_module))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -231,6 +218,24 @@ class _Ctx:
         self.changes: list[Change] = []
 
 
+def _struct_keys(nodes: Sequence[_Node], roles: dict[str, str], depth: int = 2) -> list[str]:
+    """Alignment keys: a node's own content plus, `depth` levels up, the keys of what it reads.
+    Own content alone repeats too often in big graphs (difflib then goes quadratic and pairs the
+    wrong twins); a bounded depth keeps a change from disturbing keys far downstream."""
+    base = [n.align_key() + "|" + roles.get(n.name, "") for n in nodes]
+    index = {n.name: i for i, n in enumerate(nodes)}
+    keys = base
+    for _ in range(depth):
+        keys = [
+            hashlib.blake2b(
+                (base[i] + "<" + ",".join(keys[index[r]] if r in index else "?" for r in n.refs)).encode(),
+                digest_size=10,
+            ).hexdigest()
+            for i, n in enumerate(nodes)
+        ]
+    return keys
+
+
 def _pair_nodes(a: Sequence[_Node], b: Sequence[_Node], roles_a: dict[str, str],
                 roles_b: dict[str, str]) -> list[tuple[int | None, int | None]]:
     """Alignment of a and b: matched pairs, then replaced blocks paired by op, the rest unpaired.
@@ -248,8 +253,8 @@ def _pair_nodes(a: Sequence[_Node], b: Sequence[_Node], roles_a: dict[str, str],
     ):
         hi += 1
     pairs.extend((i, i) for i in range(lo))
-    ka = [n.align_key() + "|" + roles_a.get(n.name, "") for n in a[lo : len(a) - hi]]
-    kb = [n.align_key() + "|" + roles_b.get(n.name, "") for n in b[lo : len(b) - hi]]
+    ka = _struct_keys(a, roles_a)[lo : len(a) - hi]
+    kb = _struct_keys(b, roles_b)[lo : len(b) - hi]
     matcher = difflib.SequenceMatcher(None, ka, kb, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
@@ -373,12 +378,16 @@ _GRAPH_KEY = "graph():"
 
 def _diff_level(scope: str, a: list[_Line], b: list[_Line], ctx: _Ctx,
                 a_to_b: dict[str, str] | None = None,
-                roles: tuple[dict[str, str], dict[str, str]] = ({}, {})) -> None:
-    a_nodes = [_Node(x) for x in a if _is_node(x)]
-    b_nodes = [_Node(x) for x in b if _is_node(x)]
+                roles: tuple[dict[str, str], dict[str, str]] = ({}, {}),
+                node_pairs: tuple[list[_Node], list[_Node], list[tuple[int | None, int | None]]]
+                | None = None) -> None:
+    if node_pairs is not None:
+        a_nodes, b_nodes, pairs = node_pairs
+    else:
+        a_nodes = [_Node(x) for x in a if _is_node(x)]
+        b_nodes = [_Node(x) for x in b if _is_node(x)]
+        pairs = _pair_nodes(a_nodes, b_nodes, *roles) if a_nodes or b_nodes else []
     if a_nodes or b_nodes:
-        roles_a, roles_b = roles
-        pairs = _pair_nodes(a_nodes, b_nodes, roles_a, roles_b)
         mapping = {a_nodes[i].name: b_nodes[j].name for i, j in pairs
                    if i is not None and j is not None}
         _diff_nodes(scope, a_nodes, b_nodes, pairs, mapping, ctx)
@@ -386,13 +395,14 @@ def _diff_level(scope: str, a: list[_Line], b: list[_Line], ctx: _Ctx,
     kb = _keyed([x for x in b if not _is_node(x)])
     # The node alignment of this level's graph maps references in its signature.
     level_map: dict[str, str] = {}
+    graph_pairs: tuple[list[_Node], list[_Node], list[tuple[int | None, int | None]]] | None = None
     ga, gb = ka.get(_GRAPH_KEY), kb.get(_GRAPH_KEY)
     if ga is not None and gb is not None:
-        ra, rb = _roles(a), _roles(b)
         na = [_Node(x) for x in ga.children if _is_node(x)]
         nb = [_Node(x) for x in gb.children if _is_node(x)]
-        level_map = {na[i].name: nb[j].name for i, j in _pair_nodes(na, nb, ra, rb)
-                     if i is not None and j is not None}
+        pairs_ab = _pair_nodes(na, nb, _roles(a), _roles(b))
+        graph_pairs = (na, nb, pairs_ab)
+        level_map = {na[i].name: nb[j].name for i, j in pairs_ab if i is not None and j is not None}
     # This level's own lines first, then the sections below it, so each scope is reported once.
     nested: list[tuple[str, _Line, _Line]] = []
     for key in [*ka, *(k for k in kb if k not in ka)]:
@@ -411,7 +421,8 @@ def _diff_level(scope: str, a: list[_Line], b: list[_Line], ctx: _Ctx,
         if key in ("inputs:", "outputs:") and a_to_b is not None:
             _diff_sequence(inner, la.children, lb.children, a_to_b, ctx)
         elif key == _GRAPH_KEY:
-            _diff_level(inner, la.children, lb.children, ctx, roles=(_roles(a), _roles(b)))
+            _diff_level(inner, la.children, lb.children, ctx, roles=(_roles(a), _roles(b)),
+                        node_pairs=graph_pairs)
         else:
             _diff_level(inner, la.children, lb.children, ctx, level_map or a_to_b)
 
@@ -448,18 +459,22 @@ def diff_texts(
     """Structural diff of two canonical texts (see `canonical_text`). `a_names`/`b_names` map a
     text's line numbers to original node names (see `original_names`) for readable output."""
     ctx = _Ctx(a_names or {}, b_names or {})
-    _diff_level("", _outline(a), _outline(b), ctx)
+    if a != b:  # equal texts (a passing snapshot test) need no parsing
+        _diff_level("", _outline(a), _outline(b), ctx)
     return ProgramDiff(a_label=a_label, b_label=b_label, changes=tuple(ctx.changes))
 
 
 def diff_programs(a: Program, b: Program, *, a_label: str = "a", b_label: str = "b") -> ProgramDiff:
     """Structural diff of two programs in canonical form (names do not matter, content does)."""
+    canon_a, canon_b = canonicalize(a), canonicalize(b)
+    text_a, text_b = format_program(canon_a), format_program(canon_b)
     result = diff_texts(
-        canonical_text(a), canonical_text(b), a_label=a_label, b_label=b_label,
-        a_names=original_names(a), b_names=original_names(b),
+        text_a, text_b, a_label=a_label, b_label=b_label,
+        a_names=original_names(a, text_a) if text_a != text_b else None,
+        b_names=original_names(b, text_b) if text_a != text_b else None,
     )
     # The printer does not show the module call graph; compare it here so no difference hides.
-    ca, cb = canonicalize(a).module_call_graph, canonicalize(b).module_call_graph
+    ca, cb = canon_a.module_call_graph, canon_b.module_call_graph
     if ca != cb:
         extra = Change(
             scope="", kind="changed", key="module_call_graph",

@@ -31,9 +31,11 @@ class TextView:
 def text_view(obj: Any) -> TextView:
     """The canonical text view of a Program, a LoweredBackendModule or a PteProgram."""
     if isinstance(obj, Program):
-        return TextView(canonical_text(obj), original_names(obj), "program")
+        text = canonical_text(obj)
+        return TextView(text, original_names(obj, text), "program")
     if isinstance(obj, LoweredBackendModule):
-        return TextView(canonical_module_text(obj), module_original_names(obj), "lowered_module")
+        text = canonical_module_text(obj)
+        return TextView(text, module_original_names(obj, text), "lowered_module")
     if type(obj).__name__ == "PteProgram":
         from texir.viz.pte_view import pte_text
 
