@@ -263,16 +263,10 @@ def iter_chunks(pte: s.PteProgram, options: PteOptions | None = None) -> Iterato
 
 def dumps(pte: s.PteProgram, options: PteOptions | None = None) -> bytes:
     """The `.pte` bytes of `pte` (in logical form) laid out per `options` (ExecuTorch defaults)."""
-    head, chunks, size = _layout(pte, options or _DEFAULT_OPTIONS)
+    head, chunks, _ = _layout(pte, options or _DEFAULT_OPTIONS)
     if not chunks:
         return head
-    out = bytearray(size)
-    pos = len(head)
-    out[:pos] = head
-    for chunk in chunks:
-        out[pos : pos + chunk.nbytes] = chunk
-        pos += chunk.nbytes
-    return bytes(out)
+    return b"".join([head, *chunks])
 
 
 def dump(pte: s.PteProgram, path: str | os.PathLike[str], options: PteOptions | None = None) -> None:
@@ -292,7 +286,7 @@ def dump(pte: s.PteProgram, path: str | os.PathLike[str], options: PteOptions | 
         with os.fdopen(fd, "wb") as fh:
             _write_all(fh, [memoryview(head), *chunks])
             fh.flush()
-            os.fsync(fh.fileno())
+            # No fsync: os.replace is atomic for readers; power-loss durability is left to the OS.
         os.replace(tmp, target)
     except BaseException as exc:
         try:
