@@ -11,9 +11,11 @@ msgpack; an extension rather than a plain ``bin`` lets the decoder hand each pay
 the input buffer instead of a copy (when the input is immutable: ``bytes``, a read-only memoryview or
 an ``mmap`` opened read-only).
 
-Decoding reads the small header first (the program is skipped as raw bytes), so a foreign or
-wrong-version file is rejected with a clear message before the program is decoded. Every decoding
-failure is a `SnapshotError` naming the bad field (``$.graph.nodes[3].args[0]``).
+Decoding tries the whole envelope as a program snapshot in one pass; when that fails (a lowered
+module, a foreign or wrong-version file, corrupt data) it reads the small header first (the payload
+skipped as raw bytes), so a foreign or wrong-version file is rejected with a clear message before the
+payload is decoded. Every decoding failure is a `SnapshotError` naming the bad field
+(``$.program.graph.nodes[3].args[0]``).
 """
 
 from __future__ import annotations
@@ -150,6 +152,8 @@ _JSON_HEADER: Final = msgspec.json.Decoder(_Header)
 _MSGPACK_HEADER: Final = msgspec.msgpack.Decoder(_Header, ext_hook=_ext_hook)
 _JSON_PROGRAM: Final = msgspec.json.Decoder(Program, dec_hook=_dec_hook)
 _MSGPACK_PROGRAM: Final = msgspec.msgpack.Decoder(Program, dec_hook=_dec_hook, ext_hook=_ext_hook)
+_JSON_ENVELOPE: Final = msgspec.json.Decoder(ProgramSnapshot, dec_hook=_dec_hook)
+_MSGPACK_ENVELOPE: Final = msgspec.msgpack.Decoder(ProgramSnapshot, dec_hook=_dec_hook, ext_hook=_ext_hook)
 _JSON_MODULE: Final = msgspec.json.Decoder(LoweredBackendModule, dec_hook=_dec_hook)
 _MSGPACK_MODULE: Final = msgspec.msgpack.Decoder(
     LoweredBackendModule, dec_hook=_dec_hook, ext_hook=_ext_hook
@@ -353,7 +357,10 @@ def _check_header(header: _Header) -> None:
             f"not a texir snapshot ({found}; expected \"format\": \"{FORMAT_MARKER}\"); "
             "create one with `texir snapshot MODEL -o FILE` or texir.serialize.snapshot.dumps"
         )
-    version = header.schema_version
+    _check_version(header.schema_version)
+
+
+def _check_version(version: Any) -> None:
     if (
         not isinstance(version, (list, tuple))
         or len(version) != 2
@@ -445,6 +452,18 @@ def loads_value(data: bytes | bytearray | memoryview) -> Program | LoweredBacken
     except TypeError as exc:
         raise SnapshotError(f"cannot read a snapshot from {type(data).__name__}: {exc}") from None
     fmt = detect_format(buf)
+    # Fast path: decode the whole envelope as a program snapshot in one pass. Anything unexpected
+    # (another kind, another version, bad data) falls back to reading the header first, which
+    # gives the precise message.
+    try:
+        with _no_gc():
+            envelope = (_JSON_ENVELOPE if fmt == "json" else _MSGPACK_ENVELOPE).decode(buf)
+    except (msgspec.DecodeError, RecursionError, ValueError, TypeError, OverflowError, MemoryError):
+        envelope = None  # msgspec.ValidationError and _BadExtension are ValueErrors
+    if envelope is not None:
+        _check_version(envelope.schema_version)
+        _check_payloads(envelope.program, "$.program")
+        return envelope.program
     header = _read_header(buf, fmt)
     _check_header(header)
     if header.kind == "program":
