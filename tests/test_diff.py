@@ -259,3 +259,25 @@ def test_progress_quiet_when_piped_and_drawn_on_a_terminal() -> None:
     with Progress("texir x", stream=quick, delay=5.0):
         time.sleep(0.15)
     assert quick.getvalue() == ""  # short work draws nothing
+
+
+def test_ten_thousand_nodes_one_change() -> None:
+    from texir.testing.programs import wide_program
+
+    a = wide_program(10_000)
+    nodes = list(a.graph.nodes)
+    nodes[5000] = msgspec.structs.replace(nodes[5000], target="aten::div.Tensor")
+    b = msgspec.structs.replace(a, graph=msgspec.structs.replace(a.graph, nodes=tuple(nodes)))
+    (change,) = diff_programs(a, b).changes
+    assert change.key == "%5000" and change.fields == ("op",) and change.a_name == nodes[5000].name
+    assert diff_programs(a, a).equal
+
+
+def test_state_compares_by_hash_not_by_attached_payload() -> None:
+    from texir.serialize.snapshot import loads
+
+    program = chain_program(RELU_SIN)
+    without_data = loads(dumps(program))  # keeps each tensor's hash, drops its bytes
+    assert without_data.state[0].value.data is None and program.state[0].value.data is not None
+    assert diff_programs(program, without_data).equal
+    assert "(no data)" not in canonical_text(without_data)

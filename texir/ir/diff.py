@@ -82,15 +82,20 @@ class ProgramDiff(msgspec.Struct, frozen=True, kw_only=True):
 # Canonical text with original names
 
 
+# Tensors compare by content hash: whether a payload is attached (a snapshot written without
+# data) is not part of what a program is, so the printer's "(no data)" marker is dropped.
+_NO_DATA_RE = re.compile(r"( sha256=[0-9a-f]+) \(no data\)$", re.MULTILINE)
+
+
 def canonical_text(program: Program) -> str:
     """The canonical text form: what snapshots store and diffs compare."""
-    return format_program(canonicalize(program))
+    return _NO_DATA_RE.sub(r"\1", format_program(canonicalize(program)))
 
 
 def canonical_module_text(module: LoweredBackendModule) -> str:
     """The canonical text form of a lowered backend module (its program canonicalized)."""
     canon = msgspec.structs.replace(module, original_program=canonicalize(module.original_program))
-    return "lowered_module:\n" + format_lowered_module(canon)
+    return _NO_DATA_RE.sub(r"\1", "lowered_module:\n" + format_lowered_module(canon))
 
 
 def _graph_names(lines: list[_Line], graph: Graph, names: dict[int, str]) -> None:
@@ -467,7 +472,8 @@ def diff_texts(
 def diff_programs(a: Program, b: Program, *, a_label: str = "a", b_label: str = "b") -> ProgramDiff:
     """Structural diff of two programs in canonical form (names do not matter, content does)."""
     canon_a, canon_b = canonicalize(a), canonicalize(b)
-    text_a, text_b = format_program(canon_a), format_program(canon_b)
+    text_a = _NO_DATA_RE.sub(r"\1", format_program(canon_a))
+    text_b = _NO_DATA_RE.sub(r"\1", format_program(canon_b))
     result = diff_texts(
         text_a, text_b, a_label=a_label, b_label=b_label,
         a_names=original_names(a, text_a) if text_a != text_b else None,
