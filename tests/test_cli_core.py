@@ -89,6 +89,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (directory / "helper_mod.py").write_text("HIDDEN = 4\n")
     (directory / "mymodel.py").write_text(MODEL_SOURCE)
     (directory / "broken.py").write_text("import torch\n1 / 0\n")
+    (directory / "exits.py").write_text("import sys\nsys.exit(3)\n")
     return directory
 
 
@@ -161,6 +162,7 @@ def test_snapshot_files_are_programs_too(tmp_path: Path, spec: str) -> None:
         ("{dir}/mymodel.py:not_exportable", r"torch.export.export failed for .*not_exportable: \w+"),
         ("{dir}/mymodel.py:value", r"is a int, not a callable"),
         ("{dir}/broken.py:build", r"running '.*broken\.py' failed: ZeroDivisionError: division by zero"),
+        ("{dir}/exits.py:build", r"running '.*exits\.py' failed: SystemExit: 3"),
         ("no_such_package_xyz.models:build", r"no module named 'no_such_package_xyz'"),
         ("just-a-name", r"is not FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE or FILE.pt2"),
         ("", r"MODEL is empty"),

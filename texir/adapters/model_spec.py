@@ -140,7 +140,7 @@ def _import_file(path: Path, spec: str) -> ModuleType:
     try:
         with _on_sys_path(str(resolved.parent)):
             module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a model script calling sys.exit() is a user mistake too
         del sys.modules[name]
         raise ModelSpecError(f"running {str(path)!r} failed: {_one_line(exc)}") from exc
     return module
@@ -157,7 +157,7 @@ def _import_module(name: str) -> ModuleType:
                 "an importable PACKAGE.MODULE"
             ) from exc
         raise ModelSpecError(f"importing {name!r} failed: {_one_line(exc)}") from exc
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelSpecError(f"importing {name!r} failed: {_one_line(exc)}") from exc
 
 
@@ -255,7 +255,7 @@ def load_model(spec: str) -> ExportedProgram:
         )
     try:
         value = target()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelSpecError(f"calling {spec}() failed: {_one_line(exc)}") from exc
     if isinstance(value, torch.export.ExportedProgram):
         return value
