@@ -1001,12 +1001,8 @@ class _ToFx:
         if not entries:
             # A Program built by hand has no call graph; give ep.module() the flat calling
             # convention: positional user inputs in, a tuple of user outputs out.
-            leaf = pytree.LeafSpec()
-            in_spec = pytree.TreeSpec(tuple, None, [
-                pytree.TreeSpec(tuple, None, [leaf] * n_user_inputs),
-                pytree.TreeSpec(dict, [], []),
-            ])
-            out_spec = pytree.TreeSpec(tuple, None, [leaf] * n_user_outputs)
+            in_spec = pytree.tree_flatten(((0,) * n_user_inputs, {}))[1]
+            out_spec = pytree.tree_flatten((0,) * n_user_outputs)[1]
             entries.append(ep_mod.ModuleCallEntry(fqn="", signature=ep_mod.ModuleCallSignature(
                 inputs=[], outputs=[], in_spec=in_spec, out_spec=out_spec
             )))
