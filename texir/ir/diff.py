@@ -353,6 +353,32 @@ def _diff_sequence(scope: str, a: list[_Line], b: list[_Line], a_to_b: dict[str,
             ctx.changes.append(Change(scope=scope, kind="added", key=f"[{k}]", b=b[k].text))
 
 
+_INDEX_RE = re.compile(r"^\[(\d+)\] ")
+
+
+def _diff_indexed(scope: str, a: list[_Line], b: list[_Line], ctx: _Ctx) -> None:
+    """Index-numbered tables (.pte values, delegates, instructions): aligned by content, so one
+    inserted entry is one addition, not a change at every later index."""
+    ta = [_INDEX_RE.sub("", x.text) for x in a]
+    tb = [_INDEX_RE.sub("", x.text) for x in b]
+    matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        n = i2 - i1 if tag == "equal" else min(i2 - i1, j2 - j1)
+        for k in range(n):
+            la, lb = a[i1 + k], b[j1 + k]
+            key = _key(la.text) if tag == "equal" else f"{_key(la.text)} -> {_key(lb.text)}"
+            if tag != "equal":
+                ctx.changes.append(Change(scope=scope, kind="changed", key=key, a=la.text, b=lb.text))
+            if la.children or lb.children:
+                _diff_level(_join(scope, _key(lb.text)), la.children, lb.children, ctx)
+        if tag == "equal":
+            continue
+        for k in range(i1 + n, i2):
+            ctx.changes.append(Change(scope=scope, kind="removed", key=_key(a[k].text), a=_summary(a[k])))
+        for k in range(j1 + n, j2):
+            ctx.changes.append(Change(scope=scope, kind="added", key=_key(b[k].text), b=_summary(b[k])))
+
+
 def _keyed(lines: list[_Line]) -> dict[str, _Line]:
     out: dict[str, _Line] = {}
     for line in lines:
@@ -396,8 +422,13 @@ def _diff_level(scope: str, a: list[_Line], b: list[_Line], ctx: _Ctx,
         mapping = {a_nodes[i].name: b_nodes[j].name for i, j in pairs
                    if i is not None and j is not None}
         _diff_nodes(scope, a_nodes, b_nodes, pairs, mapping, ctx)
-    ka = _keyed([x for x in a if not _is_node(x)])
-    kb = _keyed([x for x in b if not _is_node(x)])
+    rest_a = [x for x in a if not _is_node(x)]
+    rest_b = [x for x in b if not _is_node(x)]
+    if (rest_a or rest_b) and all(_INDEX_RE.match(x.text) for x in (*rest_a, *rest_b)):
+        _diff_indexed(scope, rest_a, rest_b, ctx)
+        return
+    ka = _keyed(rest_a)
+    kb = _keyed(rest_b)
     # The node alignment of this level's graph maps references in its signature.
     level_map: dict[str, str] = {}
     graph_pairs: tuple[list[_Node], list[_Node], list[tuple[int | None, int | None]]] | None = None

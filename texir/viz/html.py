@@ -399,6 +399,10 @@ def write_html(obj: Any, path: str | os.PathLike[str], *, title: str | None = No
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        # mkstemp makes the file private (0600); give it the mode a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException as exc:
         try:
