@@ -31,12 +31,12 @@ class PteDecodeError(PteError):
     """`.pte` bytes are malformed, truncated or of an unsupported version."""
 
 
-# A table handle: (position, vtable position, vtable size, table size).
-_Tab = tuple[int, int, int, int]
+# A table handle: (position, field offsets from its vtable, table size).
+_Tab = tuple[int, tuple[int, ...], int]
 
 
 class _Reader:
-    __slots__ = ("d", "n", "budget", "memo")
+    __slots__ = ("d", "n", "budget", "memo", "vtables")
 
     def __init__(self, data: memoryview, size: int) -> None:
         self.d = data
@@ -44,6 +44,7 @@ class _Reader:
         # Decoded vector elements allowed in total: legit files decode each element once.
         self.budget = size + 4096
         self.memo: dict[tuple[str, int], object] = {}
+        self.vtables: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def fail(self, where: str, msg: str) -> NoReturn:
         raise PteDecodeError(f"malformed .pte flatbuffer at {where}: {msg}")
@@ -67,18 +68,22 @@ class _Reader:
             self.fail(where, f"bad vtable size {vtsize} at offset {vt}")
         if tsize < 4 or pos + tsize > n:
             self.fail(where, f"bad table size {tsize} at offset {pos}")
-        return (pos, vt, vtsize, tsize)
+        count = (vtsize - 4) >> 1
+        slots = self.vtables.get((vt, count))
+        if slots is None:
+            slots = self.vtables[(vt, count)] = struct.unpack_from(f"<{count}H", self.d, vt + 4)
+        return (pos, slots, tsize)
 
     def field(self, t: _Tab, slot: int, width: int, where: str) -> int:
         """Absolute position of a field, or 0 when it is absent."""
-        o = 4 + 2 * slot
-        if o + 2 > t[2]:
+        slots = t[1]
+        if slot >= len(slots):
             return 0
-        off: int = _U16.unpack_from(self.d, t[1] + o)[0]
+        off = slots[slot]
         if off == 0:
             return 0
-        if off < 4 or off + width > t[3]:
-            self.fail(where, f"field slot {slot} offset {off} outside its table of {t[3]} bytes")
+        if off < 4 or off + width > t[2]:
+            self.fail(where, f"field slot {slot} offset {off} outside its table of {t[2]} bytes")
         return t[0] + off
 
     def scalar(self, t: _Tab, slot: int, fmt: struct.Struct, default: object, where: str) -> object:
