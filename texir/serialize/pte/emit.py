@@ -551,7 +551,12 @@ class _MethodEmitter:
                 self.metas[node.name] = node.meta
             elif isinstance(node, CallFunction):
                 self.metas[node.name] = node.meta
-                self.emit_call(node, where=f"{where} ({node.target})")
+                try:
+                    self.emit_call(node, where=f"{where} ({node.target})")
+                except EmitError:
+                    raise
+                except PteError as exc:
+                    raise EmitError(f"{where} ({node.target}): {exc}") from exc
             else:
                 self.emit_output(node, mutated, buffer_value, where=where)
         return self.finish()
