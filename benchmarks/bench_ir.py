@@ -3,6 +3,7 @@ side by side with torch.export.save/load (measured on ~5k nodes, where it is sti
 
     .venv/bin/python benchmarks/bench_ir.py           # 100k nodes, baseline at 5k
     .venv/bin/python benchmarks/bench_ir.py --quick   # 5k nodes, baseline at 1k, one repetition
+    .venv/bin/python benchmarks/bench_ir.py --profile # also print cProfile hotspots per step
 
 The big program is a residual chain of cheap elementwise ops on a 2x4 tensor. Exporting 100k nodes
 with torch.export takes minutes, so a ~100-op block is exported once and its nodes are replicated
@@ -141,6 +142,20 @@ def _import_time_ms(reps: int) -> tuple[float, float]:
     return statistics.median(samples), min(samples)
 
 
+def _profile(title: str, fn: Callable[[], object], top: int = 12) -> None:
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    fn()
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    print(f"\n--- profile: {title} (by own time) ---")
+    print("\n".join(line for line in out.getvalue().splitlines()[6:] if line.strip()))
+
+
 def _row(name: str, nodes: int, seconds: float, nbytes: int | None = None, goal: str = "") -> str:
     rate = nodes / seconds
     mb = f"{nbytes / seconds / 1e6:9.1f}" if nbytes is not None else f"{'':>9}"
@@ -156,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, one repetition (smoke run)")
     parser.add_argument("--nodes", type=int, default=None, help="size of the big program (default 100000)")
     parser.add_argument("--baseline-nodes", type=int, default=None, help="size for torch.export.save/load (default 5000)")
+    parser.add_argument("--profile", action="store_true", help="also print cProfile hotspots of each texir step")
     args = parser.parse_args(argv)
     big_n = args.nodes or (5_000 if args.quick else 100_000)
     base_n = args.baseline_nodes or (1_000 if args.quick else 5_000)
@@ -226,6 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratios of the {n_big}-node snapshot rates to torch's {n_small}-node rates:")
     for fmt, (t_enc, t_dec, _) in snaps.items():
         print(f"  {fmt:<8} encode {n_big / t_enc / save_rate:8.1f}x   decode {n_big / t_dec / load_rate:8.1f}x")
+    if args.profile:
+        _profile("FX -> IR", lambda: from_exported_program(big))
+        _profile("IR -> FX", lambda: to_exported_program(program))
+        msgpack_data = dumps(program, format="msgpack", include_data=True)
+        _profile("snapshot encode msgpack", lambda: dumps(program, format="msgpack", include_data=True))
+        _profile("snapshot decode msgpack", lambda: loads(msgpack_data))
+
     print()
     verdict = "met" if import_ms < GOALS["import_ms"] else "MISSED"
     print(f"import texir.ir in a fresh interpreter: median {import_ms:.1f} ms, best {import_best:.1f} ms "
