@@ -546,6 +546,13 @@ def summary_line(diff: ProgramDiff) -> str:
     )
 
 
+def _body(line: str | None) -> str:
+    """A node line without its leading "%name : " (the label already names the node)."""
+    text = line or ""
+    m = _NODE_RE.match(text)
+    return text[text.index(" : ") + 3:] if m else text
+
+
 def format_diff(diff: ProgramDiff, *, limit: int | None = 200, header: bool = True) -> str:
     """A readable report: a summary line, then the changes grouped by scope."""
     if diff.equal:
@@ -565,9 +572,9 @@ def format_diff(diff: ProgramDiff, *, limit: int | None = 200, header: bool = Tr
         if c.is_node:
             label = _node_label(c)
             if c.kind == "added":
-                out.append(f"  + node {label}: {c.b}")
+                out.append(f"  + node {label}: {_body(c.b)}")
             elif c.kind == "removed":
-                out.append(f"  - node {label}: {c.a}")
+                out.append(f"  - node {label}: {_body(c.a)}")
             else:
                 out.append(f"  ~ node {label} [{', '.join(c.fields)}]")
                 out.append(f"      - {c.a}")
