@@ -427,6 +427,9 @@ def test_debug_handles_match_executorch_and_rebuilt_program_feeds_to_edge() -> N
         bfs_trace_with_node_process(edge.exported_program().graph_module, visit)
         return seen
 
+    edge = to_edge(_export(model, args), compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    with pytest.raises(UnsupportedError, match="edge-dialect op; texir converts ATen programs"):
+        from_exported_program(edge.exported_program())
     expected = edge_handles(_export(model, args))
     assert ours == expected
     # The rebuilt program goes through to_edge too, with the same handles.

@@ -351,11 +351,7 @@ class _FromFx:
             if op == "call_function":
                 target = canonical_target(node.target)
                 if target is None:
-                    raise UnsupportedError(
-                        f"node {node.name!r}: call_function target {node.target!r} "
-                        f"({type(node.target).__name__}) is not supported; export to core ATen "
-                        "(ep.run_decompositions() or decompose=True) first"
-                    )
+                    raise UnsupportedError(_unsupported_target_message(node))
                 val = node.meta.get("val", _MISSING)
                 nodes.append(ir.CallFunction(
                     name=node.name,
@@ -404,6 +400,12 @@ class _FromFx:
             if not any(s.name == target for s in subgraphs):
                 subgraphs.append(ir.Subgraph(name=target, graph=self.graph(attr, lowered)))
             meta = ir.SubgraphMeta(graph=target)
+        elif type(attr).__name__ == "LoweredBackendModule":
+            raise UnsupportedError(
+                f"node {node.name!r}: get_attr {target!r} is an ExecuTorch LoweredBackendModule; texir "
+                "converts programs before ExecuTorch lowering: convert the ATen program and lower it "
+                "with texir.lowering.to_backend"
+            )
         else:
             raise UnsupportedError(
                 f"node {node.name!r}: get_attr of {type(attr).__name__} {target!r} is not supported; "
@@ -411,6 +413,19 @@ class _FromFx:
                 "(tensors must be lifted: use torch.export.export, not a traced GraphModule)"
             )
         return ir.GetAttr(name=node.name, target=target, meta=meta, prov=self.prov(node))
+
+
+def _unsupported_target_message(node: torch.fx.Node) -> str:
+    head = f"node {node.name!r}: call_function target {node.target!r} ({type(node.target).__name__})"
+    if type(node.target).__name__ == "EdgeOpOverload":
+        return (
+            f"{head} is an ExecuTorch edge-dialect op; texir converts ATen programs: pass the "
+            "ExportedProgram from torch.export (before to_edge)"
+        )
+    return (
+        f"{head} is not supported; texir converts core ATen programs: use decompose=True "
+        "(ep.run_decompositions()) first"
+    )
 
 
 class _NodeRef:
