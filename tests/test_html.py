@@ -196,3 +196,18 @@ def test_show_html_for_snapshot_and_pte(tmp_path: Path, capsys: pytest.CaptureFi
     assert cli_main.main(["show", str(pte)]) == 0
     text = capsys.readouterr().out
     assert "delegate #0 texir-reference(%1, %2)" in text and "aten::cos.out" in text
+
+
+def test_page_bytes_independent_of_hash_seed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = ("import sys; from texir.testing.programs import wide_program; "
+              "from texir.viz.html import write_html; write_html(wide_program(600), sys.argv[1])")
+    pages = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"page{seed}.html"
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env, timeout=120)
+        pages.append(out.read_bytes())
+    assert pages[0] == pages[1]
