@@ -206,7 +206,8 @@ def test_page_bytes_independent_of_hash_seed(tmp_path: Path) -> None:
               "from texir.viz.html import write_html; write_html(wide_program(600), sys.argv[1])")
     pages = []
     for seed in ("1", "2"):
-        out = tmp_path / f"page{seed}.html"
+        (tmp_path / seed).mkdir()
+        out = tmp_path / seed / "page.html"  # same name: the title is the file name
         env = dict(os.environ, PYTHONHASHSEED=seed)
         subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env, timeout=120)
         pages.append(out.read_bytes())
