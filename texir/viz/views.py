@@ -29,13 +29,18 @@ class TextView:
 
 
 def text_view(obj: Any) -> TextView:
-    """The canonical text view of a Program, a LoweredBackendModule or a PteProgram."""
+    """The canonical text view of a Program, a LoweredBackendModule or a PteProgram (an
+    ExportedProgram is converted first)."""
     if isinstance(obj, Program):
         text = canonical_text(obj)
         return TextView(text, original_names(obj, text), "program")
     if isinstance(obj, LoweredBackendModule):
         text = canonical_module_text(obj)
         return TextView(text, module_original_names(obj, text), "lowered_module")
+    if type(obj).__name__ == "ExportedProgram":  # convenience for tests on torch.export output
+        from texir.adapters.fx import from_exported_program
+
+        return text_view(from_exported_program(obj))
     if type(obj).__name__ == "PteProgram":
         from texir.viz.pte_view import pte_text
 
