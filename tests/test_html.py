@@ -49,13 +49,13 @@ class Page:
         return re.findall(r'<li class="partition" data-tag="([^"]*)"', self.dom)
 
 
-def render_in_browser(path: Path) -> Page:
+def render_in_browser(path: Path, fragment: str = "") -> Page:
     """Load `path` in headless chromium; return the DOM after the scripts ran and every console
     message (the viewer logs nothing, so any message is a problem)."""
     with tempfile.TemporaryDirectory(prefix="texir-chromium-") as profile:
         proc = subprocess.run(
             [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom",
-             path.resolve().as_uri()],
+             path.resolve().as_uri() + fragment],
             capture_output=True, text=True, timeout=120,
         )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -82,6 +82,18 @@ def test_page_renders_partitions_in_chromium(tmp_path: Path) -> None:
     assert page.body["data-nodes"] == str(stats.nodes) == "12"
     assert int(page.body["data-drawn"]) == 12  # a small graph is drawn whole
     assert page.body["data-graphs"] == "4"  # main graph plus one page per lowered module
+
+    # Details of a node (what a click shows), and a lowered module's own graph page.
+    page = render_in_browser(out, "#node=sin")
+    _assert_clean(page)
+    assert page.body["data-selected"] == "sin"
+    details = re.search(r'<pre id="details">(.*?)</pre>', page.dom, re.S)
+    assert details is not None
+    assert "op: aten::sin.default" in details.group(1) and "debug handle: 9" in details.group(1)
+    page = render_in_browser(out, "#graph=2&node=relu_0")
+    _assert_clean(page)
+    assert page.body["data-graph"] == "2" and page.body["data-nodes"] == "3"  # x, relu, output
+    assert "partition: lowered_module_1 (backend DemoBackend)" in page.dom  # inside the partition
 
 
 def test_ten_thousand_nodes_in_chromium(tmp_path: Path) -> None:

@@ -315,10 +315,27 @@
   });
   window.addEventListener("resize", resize);
 
+  // Deep links: #graph=N opens a graph page, #node=NAME selects a node (also used by the tests).
+  function applyHash() {
+    const params = new URLSearchParams(location.hash.slice(1));
+    const graph = Number(params.get("graph") || "0");
+    if (graph >= 0 && graph < DATA.graphs.length && graph !== view.index) show(graph);
+    const name = params.get("node");
+    if (name) {
+      const g = view.g;
+      for (let i = 0; i < g.n.length; i++) {
+        if (g.d[i].startsWith("name: " + name + "\n") || g.n[i][0] === name) { select(i, true); break; }
+      }
+    }
+    document.body.setAttribute("data-selected", view.selected >= 0 ? view.g.n[view.selected][0] : "");
+  }
+  window.addEventListener("hashchange", applyHash);
+
   buildSide();
   if (DATA.graphs.length) {
     resize();
     show(0);
+    applyHash();
     draw();
   }
   document.body.setAttribute("data-rendered", "1");
