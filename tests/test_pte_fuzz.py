@@ -9,6 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from texir.cli.cmd_inspect import inspect_pte
 from texir.errors import PteError
 from texir.serialize import pte
 
@@ -40,6 +41,10 @@ def _seeds() -> tuple[bytes, ...]:
 
 
 def _decode(data: bytes) -> None:
+    try:
+        inspect_pte(data)  # `texir inspect` reads the raw file: it must fail cleanly too
+    except PteError:
+        pass
     try:
         x = pte.loads(data)
     except PteError:

@@ -117,13 +117,18 @@ def _render_arg(plan: s.ExecutionPlan, index: int) -> str:
         return repr(val.double_val)
     if isinstance(val, s.String):
         return repr(val.string_val)
-    if isinstance(val, s.IntList):
-        return "[" + ", ".join(_render_arg(plan, i) for i in val.items) + "]"
+    if isinstance(val, s.IntList):  # items are indices of Int values (never recurse into lists)
+        return "[" + ", ".join(_render_int(plan, i) for i in val.items) + "]"
     if isinstance(val, s.DoubleList | s.BoolList):
         return "[" + ", ".join(repr(v) for v in val.items) + "]"
     if isinstance(val, s.TensorList | s.OptionalTensorList):
         return "[" + ", ".join("None" if i < 0 else f"%{i}" for i in val.items) + "]"
     return f"%{index}"
+
+
+def _render_int(plan: s.ExecutionPlan, index: int) -> str:
+    val = plan.values[index].val if 0 <= index < len(plan.values) else None
+    return str(val.int_val) if isinstance(val, s.Int) else f"%{index}"
 
 
 def _op_name(op: s.Operator) -> str:
