@@ -87,13 +87,12 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     out_dir = options.out_dir
     if out_dir.exists() and not out_dir.is_dir():
         raise TexirError(f"--out-dir {out_dir} exists and is not a directory; pass a directory path")
-    with Progress("texir demo") as progress:
+    with Progress("texir demo") as progress, warnings.catch_warnings():
+        # torch's own deprecation noise (pytree, strict export): not actionable for demo users.
+        warnings.simplefilter("ignore", FutureWarning)
         with progress.phase("exporting ConvReLUTan"):
             model, inputs = conv_relu_tan()
-            with warnings.catch_warnings():
-                # torch's own deprecation noise from strict export; not actionable for users.
-                warnings.simplefilter("ignore", FutureWarning)
-                exported = torch.export.export(model, inputs, strict=True)
+            exported = torch.export.export(model, inputs, strict=True)
         with progress.phase("converting to IR"):
             program = from_exported_program(exported, decompose=True)
         partitioner = (
