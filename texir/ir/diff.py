@@ -366,7 +366,8 @@ def _diff_indexed(scope: str, a: list[_Line], b: list[_Line], ctx: _Ctx) -> None
         n = i2 - i1 if tag == "equal" else min(i2 - i1, j2 - j1)
         for k in range(n):
             la, lb = a[i1 + k], b[j1 + k]
-            key = _key(la.text) if tag == "equal" else f"{_key(la.text)} -> {_key(lb.text)}"
+            ka, kb = _key(la.text), _key(lb.text)
+            key = ka if ka == kb else f"{ka} -> {kb}"
             if tag != "equal":
                 ctx.changes.append(Change(scope=scope, kind="changed", key=key, a=la.text, b=lb.text))
             if la.children or lb.children:
