@@ -471,3 +471,15 @@ def test_missing_tensor_data_is_a_conversion_error() -> None:
     ))
     with pytest.raises(ConversionError, match="include_data=True"):
         to_exported_program(stripped)
+
+
+def test_duplicate_node_name_is_a_conversion_error() -> None:
+    program = from_exported_program(_export(MLP(), (torch.randn(2, 4),)))
+    nodes = list(program.graph.nodes)
+    i = next(i for i, n in enumerate(nodes) if isinstance(n, CallFunction) and n.target == "aten::relu.default")
+    node = nodes[i]
+    assert isinstance(node, CallFunction)
+    nodes[i] = msgspec.structs.replace(node, name="x")
+    bad = msgspec.structs.replace(program, graph=msgspec.structs.replace(program.graph, nodes=tuple(nodes)))
+    with pytest.raises(ConversionError, match="'x' is used twice"):
+        to_exported_program(bad)

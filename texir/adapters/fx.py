@@ -869,7 +869,13 @@ class _ToFx:
         return node
 
     def arg(self, a: ir.Argument, env: dict[str, torch.fx.Node]) -> Any:
-        return self.arg_dispatch[type(a)](a, env)
+        conv = self.arg_dispatch.get(type(a))
+        if conv is None:
+            raise ConversionError(
+                f"argument {a!r} is not a texir.ir Argument ({type(a).__name__}); build arguments "
+                "from the texir.ir argument types"
+            )
+        return conv(a, env)
 
     # -- graphs ------------------------------------------------------------------------------
 
@@ -931,6 +937,11 @@ class _ToFx:
                 )
             else:
                 raise UnsupportedError(f"node kind {type(node).__name__} is not supported")
+            if fx_node.name != node.name:
+                raise ConversionError(
+                    f"node name {node.name!r} is used twice or is not a valid FX name (FX renamed it "
+                    f"{fx_node.name!r}); run texir.ir.verify"
+                )
             env[node.name] = fx_node
         return root, fx_graph
 
