@@ -10,6 +10,7 @@ user outputs only, since consumed mutations stay inside the delegate.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
@@ -235,6 +236,11 @@ class _GraphWork:
     tag_of: dict[str, str]
     parts: list[_Part]
     users: dict[str, list[str]]
+    node_by_name: dict[str, Node]
+    positions: dict[str, list[int]]
+    """Output positions of each value returned by the graph."""
+    mutation_positions: dict[str, list[int]]
+    """Top-level graph: output positions of the BufferMutation of each buffer target."""
 
 
 class PartitionSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -265,6 +271,18 @@ def lower_plan(program: Program, plan: PartitionPlan, *, _cache: _Cache | None =
 
 def lower_plan_explained(program: Program, plan: PartitionPlan, *, _cache: _Cache | None = None) -> LoweringReport:
     """`lower_plan`, also summarising each partition in lowering order."""
+    # The pass allocates many small objects that all stay alive; the cyclic collector would only
+    # rescan the (large, acyclic) IR again and again, so it is paused for the duration.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _lower(program, plan, _cache)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> LoweringReport:
     validate_plan(program, plan)
     tags = plan.tag_map()
     if not tags:
@@ -302,7 +320,29 @@ def lower_plan_explained(program: Program, plan: PartitionPlan, *, _cache: _Cach
                     if name in users:
                         users[name].append(node.name)
             ordered = sorted(parts.values(), key=lambda p: spec_order[p.tag])
-            works.append(_GraphWork(path=path, graph=graph, tag_of=tag_of, parts=ordered, users=users))
+            out = graph.nodes[-1]
+            positions: dict[str, list[int]] = {}
+            if isinstance(out, Output):
+                for pos, arg in enumerate(out.args):
+                    if isinstance(arg, Ref):
+                        positions.setdefault(arg.name, []).append(pos)
+            mutation_positions: dict[str, list[int]] = {}
+            if not path:
+                for pos, ospec in enumerate(program.signature.outputs):
+                    if isinstance(ospec, BufferMutation):
+                        mutation_positions.setdefault(ospec.target, []).append(pos)
+            works.append(
+                _GraphWork(
+                    path=path,
+                    graph=graph,
+                    tag_of=tag_of,
+                    parts=ordered,
+                    users=users,
+                    node_by_name={n.name: n for n in graph.nodes},
+                    positions=positions,
+                    mutation_positions=mutation_positions,
+                )
+            )
 
     # Sub-programs and names, in ExecuTorch's order: top-level partitions, then nested graphs.
     module_names = _Names(all_names)
@@ -385,7 +425,6 @@ def _build_sub_program(
     state_by_target: Mapping[str, StateEntry],
 ) -> None:
     graph = work.graph
-    node_by_name = {}
     member_names = part.names
     metas: dict[str, ValueMeta | None] = {}
     consumed: dict[type, list[Placeholder]] = {ParameterInput: [], BufferInput: [], ConstantTensorInput: []}
@@ -399,26 +438,20 @@ def _build_sub_program(
         for name in node_inputs(node):
             if name not in member_names:
                 external.setdefault(name)
-    if external:
-        node_by_name = {n.name: n for n in graph.nodes}
-        for name in external:
-            src = node_by_name[name]
-            metas[name] = getattr(src, "meta", None)
+    for name in external:
+        metas[name] = getattr(work.node_by_name[name], "meta", None)
     part.user_inputs = list(external)
 
     # Parent output positions of each value, and which of them are consumed buffer mutations.
     out = graph.nodes[-1]
     assert isinstance(out, Output)
-    positions: dict[str, list[int]] = {}
-    for pos, arg in enumerate(out.args):
-        if isinstance(arg, Ref):
-            positions.setdefault(arg.name, []).append(pos)
+    positions = work.positions
     consumed_targets = {consumable[p.name].target for p in consumed[BufferInput]}
     mutation_target: dict[int, str] = {}
-    if not work.path and consumed_targets:
-        for pos, ospec in enumerate(program.signature.outputs):
-            if isinstance(ospec, BufferMutation) and ospec.target in consumed_targets:
-                mutation_target[pos] = ospec.target
+    if not work.path:
+        for target in consumed_targets:
+            for pos in work.mutation_positions.get(target, ()):
+                mutation_target[pos] = target
 
     mutations: list[tuple[str, str]] = []
     for node in body:
@@ -438,14 +471,11 @@ def _build_sub_program(
     ordered_consumed = consumed[ParameterInput] + consumed[BufferInput] + consumed[ConstantTensorInput]
     placeholders: list[Node] = list(ordered_consumed)
     placeholders += [Placeholder(name=name, meta=metas[name]) for name in part.user_inputs]
+    attr_targets = {n.target for n in body if isinstance(n, GetAttr)} if graph.subgraphs else set()
     out_args = tuple(Ref(name=n) for n, _ in mutations) + tuple(Ref(name=n) for n in part.user_outputs)
     sub_graph = Graph(
         nodes=(*placeholders, *body, Output(name=out.name, args=out_args)),
-        subgraphs=tuple(
-            s
-            for s in graph.subgraphs
-            if any(isinstance(n, GetAttr) and n.target == s.name for n in body)
-        ),
+        subgraphs=tuple(s for s in graph.subgraphs if s.name in attr_targets),
     )
     inputs: list[InputSpec] = [consumable[p.name] for p in ordered_consumed]
     inputs += [UserInput(arg=Ref(name=name)) for name in part.user_inputs]

@@ -275,60 +275,61 @@ class _UnionFind:
 
 
 def _convex_groups(graph: Graph, supported: OpPredicate) -> dict[str, int]:
-    """Node name -> partition root for supported nodes; partitions are convex and mutually acyclic."""
+    """Node name -> partition root for supported nodes, in one linear pass.
+
+    Each node gets a level: the most "exits" on any path to it, an exit being an unsupported node
+    that some supported node reaches (unsupported nodes no partition reaches can never close a
+    cycle, so they do not count). Levels never decrease along a path and grow after each exit,
+    so connecting supported neighbours of equal level yields partitions that are convex and never
+    depend on each other: a path that left a partition and came back would have crossed an exit
+    and could not return to the partition's level.
+    """
     uf = _UnionFind()
     part: dict[str, int] = {}
-    reach: dict[str, set[int]] = {}  # partitions with a path to the node (its own included)
-    anc: dict[int, set[int]] = {}  # partitions with a path into the partition
+    level: dict[str, int] = {}
+    exit_: dict[str, bool] = {}  # unsupported and reached from a supported node
+    tainted: dict[str, bool] = {}
+    # Supported nodes that read no partition's output (weight permutes, ...) and have no user yet:
+    # their level is not fixed, so their first supported user may adopt them at its own level.
+    floating: set[str] = set()
     delegate_calls: set[str] = set()
-
-    def norm(ids: set[int]) -> set[int]:
-        return {uf.find(i) for i in ids}
-
     for node in graph.nodes:
-        inputs = list(dict.fromkeys(node_inputs(node)))
-        upstream: set[int] = set()
-        for name in inputs:
-            upstream |= reach.get(name, set())
-        upstream = norm(upstream)
-        ok = isinstance(node, CallFunction) and not _is_delegate_call(node, delegate_calls)
-        if isinstance(node, CallFunction) and node.target == CALL_DELEGATE:
-            delegate_calls.add(node.name)
-        if ok and isinstance(node, CallFunction):
-            if node.target == GETITEM:
+        inputs = [n for n in dict.fromkeys(node_inputs(node)) if n in level]
+        adoptable = [i for i in inputs if i in floating]
+        floating.difference_update(adoptable)
+        lvl = max((level[i] + exit_[i] for i in inputs if i not in adoptable), default=0)
+        ok = False
+        if isinstance(node, CallFunction):
+            if node.target == CALL_DELEGATE:
+                delegate_calls.add(node.name)
+            elif node.target == GETITEM:
                 first = node.args[0] if node.args else None
                 ok = isinstance(first, Ref) and first.name in part
             else:
                 ok = bool(supported(node)) and not isinstance(node.meta, DelegateMeta)
+        level[node.name] = lvl
         if not ok:
-            reach[node.name] = upstream
+            tainted[node.name] = any(tainted[i] for i in inputs)
+            exit_[node.name] = tainted[node.name]
             continue
-        candidates = list(dict.fromkeys(uf.find(part[n]) for n in inputs if n in part))
-        chosen: list[int] = []
-        for cand in candidates:
-            # No path may leave `cand` and reach this node through another node.
-            if any(cand in norm(reach[n]) for n in inputs if n in reach and (n not in part or uf.find(part[n]) != cand)):
-                continue
-            # No other upstream partition may itself depend on `cand` (that would make a cycle).
-            if any(cand in norm(anc[q]) for q in upstream if q != cand and q not in chosen):
-                continue
-            if any(cand in norm(anc[q]) or q in norm(anc[cand]) for q in chosen):
-                continue
-            chosen.append(cand)
-        if chosen:
-            root = chosen[0]
-            merged_anc = set()
-            for c in chosen:
-                merged_anc |= norm(anc[c])
-            for c in chosen[1:]:
-                uf.parent[c] = root
-        else:
-            root = uf.make()
-            merged_anc = set()
-        members = set(chosen) | {root}
-        anc[root] = {q for q in norm(merged_anc | upstream) if q not in members and uf.find(q) != root}
-        part[node.name] = root
-        reach[node.name] = upstream | {root}
+        if not any(tainted[i] for i in inputs):
+            floating.add(node.name)
+        tainted[node.name] = True
+        exit_[node.name] = False
+        for i in adoptable:
+            level[i] = lvl
+        root = -1
+        for i in inputs:
+            if i in part and level[i] == lvl:
+                other = uf.find(part[i])
+                if root < 0:
+                    root = other
+                elif other != root:
+                    # Keep the older root so tags follow first appearance.
+                    low, high = min(root, other), max(root, other)
+                    uf.parent[high] = low
+                    root = low
+        part[node.name] = root if root >= 0 else uf.make()
     return {name: uf.find(root) for name, root in part.items()}
 
 
