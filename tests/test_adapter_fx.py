@@ -483,3 +483,21 @@ def test_duplicate_node_name_is_a_conversion_error() -> None:
     bad = msgspec.structs.replace(program, graph=msgspec.structs.replace(program.graph, nodes=tuple(nodes)))
     with pytest.raises(ConversionError, match="'x' is used twice"):
         to_exported_program(bad)
+
+
+def test_strided_and_offset_parameters_keep_their_layout() -> None:
+    class Strided(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t = torch.nn.Parameter(torch.arange(12.0).reshape(3, 4).t())  # strides (1, 4)
+            self.s = torch.nn.Parameter(torch.arange(10.0)[3:7])  # storage offset 3
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x @ self.t).sum() + self.s
+
+    model = Strided()
+    x = torch.ones(2, 4)
+    program = _roundtrip(_export(model, (x,)))
+    metas = {e.target: e.value.meta for e in program.state}
+    assert metas["t"].strides == (1, 4) and metas["s"].storage_offset == 3
+    _same_outputs(to_exported_program(program).module()(x), model(x))

@@ -175,8 +175,12 @@ def tensor_from_data(data: TensorData, *, where: str = "tensor", copy: bool = Fa
             flat = torch.frombuffer(view, dtype=torch.uint8)
     t = flat.view(dtype).reshape(shape)
     strides = [_static_dim(d, where) for d in meta.strides]
-    if tuple(t.stride()) != tuple(strides) and t.numel() > 1:
-        out = torch.empty_strided(shape, strides, dtype=dtype)
+    offset = _static_dim(meta.storage_offset, where)
+    if offset or (tuple(t.stride()) != tuple(strides) and t.numel() > 1):
+        # Recreate the recorded layout (a transposed or sliced parameter): the payload holds the
+        # values in contiguous order, the strides say where they live.
+        extent = offset + 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if t.numel() else offset
+        out = torch.zeros((extent,), dtype=dtype).as_strided(shape, strides, offset)
         out.copy_(t)
         t = out
     elif copy:
