@@ -281,3 +281,14 @@ def test_state_compares_by_hash_not_by_attached_payload() -> None:
     assert without_data.state[0].value.data is None and program.state[0].value.data is not None
     assert diff_programs(program, without_data).equal
     assert "(no data)" not in canonical_text(without_data)
+
+
+def test_cli_model_spec_against_its_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from texir.adapters.model_spec import load_program
+
+    snap = tmp_path / "demo.json"
+    snap.write_bytes(dumps(load_program("texir.models:conv_relu_tan")))  # hashes, no tensor bytes
+    code, out, _ = _cli(["diff", "texir.models:conv_relu_tan", str(snap)], capsys)
+    assert code == 0, out
+    code, _, err = _cli(["diff", "texir.models:no_such_model", str(snap)], capsys)
+    assert code == 2 and "no_such_model" in err

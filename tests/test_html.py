@@ -224,3 +224,24 @@ def test_page_bytes_independent_of_hash_seed(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env, timeout=120)
         pages.append(out.read_bytes())
     assert pages[0] == pages[1]
+
+
+def test_nested_graphs_get_pages() -> None:
+    import msgspec
+
+    from texir.ir import Graph, Subgraph
+    from texir.ir.types import GetAttr, SubgraphMeta
+
+    inner = chain_program(("aten::sin.default",), with_param=False)
+    base = chain_program(("aten::relu.default",), with_param=False)
+    nodes = list(base.graph.nodes)
+    nodes.insert(1, GetAttr(name="true_graph_0", target="true_graph_0",
+                            meta=SubgraphMeta(graph="true_graph_0")))
+    program = msgspec.structs.replace(base, graph=Graph(
+        nodes=tuple(nodes), subgraphs=(Subgraph(name="true_graph_0", graph=inner.graph),)))
+    verify(program)
+    model = build_model(program, title="cond")
+    names = [g["name"] for g in model["graphs"]]
+    assert names == ["cond", "cond > true_graph_0"]
+    attr = next(n for n in model["graphs"][0]["n"] if n[0] == "true_graph_0")
+    assert attr[5] == 1  # the get_attr node links to the branch's page
