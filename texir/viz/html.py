@@ -85,6 +85,16 @@ def layout(count: int, preds: list[list[int]]) -> tuple[list[int], list[int]]:
             if layer[p] > best:
                 best = layer[p]
         layer[i] = best + 1
+    # Sources (placeholders, get_attr) sit just above their first user instead of all on top,
+    # which keeps a delegate's get_attr beside its call.
+    first_use = [count] * count
+    for i in range(count):
+        for p in preds[i]:
+            if layer[i] < first_use[p]:
+                first_use[p] = layer[i]
+    for i in range(count):
+        if not preds[i] and first_use[i] < count:
+            layer[i] = max(0, first_use[i] - 1)
     rows: dict[int, list[int]] = {}
     for i in range(count):
         rows.setdefault(layer[i], []).append(i)
