@@ -27,6 +27,8 @@ _SIZE = {"b": 1, "B": 1, "?": 1, "i": 4, "I": 4, "O": 4, "q": 8, "Q": 8, "d": 8}
 # whose value is the target's builder offset (distance from the buffer end).
 _Field = tuple[int, str, object]
 _UNION = ((0, "B"), (1, "O"))
+_U32 = struct.Struct("<I")
+_VECTOR_FORMATS: dict[tuple[int, str], str] = {(n, c): f"<{n}{c}" for n in range(1, 17) for c in "iqB"}
 _CALL = ((0, "i"), (1, "O"))
 _CALL0 = ((1, "O"),)
 
@@ -126,9 +128,18 @@ class _Writer:
         shape = self.shapes.get(key)
         if shape is None:
             shape = self.shapes[key] = _shape(key)
-        head = self.reserve(shape.align, shape.size)
-        buf = self.b.Bytes
-        table_off = len(buf) - head
+        b = self.b
+        buf = b.Bytes
+        size = shape.size
+        table_off = len(buf) - b.head + size
+        pad = -table_off & (shape.align - 1)
+        if b.head >= pad + size and shape.align <= b.minalign:  # fast path: room, no new alignment
+            table_off += pad
+            b.head = head = len(buf) - table_off
+        else:
+            head = self.reserve(shape.align, size)
+            buf = b.Bytes
+            table_off = len(buf) - head
         if shape.has_offsets:
             ordered = [
                 table_off - pos - values[k] if is_off else values[k]  # type: ignore[operator]  # ints
@@ -169,12 +180,12 @@ class _Writer:
         n = len(items)
         nbytes = n * size
         # Elements aligned to their size (at least 4), the u32 length right before them.
-        head = self.reserve(max(size, 4), nbytes)
+        head = self.reserve(size if size > 4 else 4, nbytes)
         if n:
-            struct.pack_into(f"<{n}{code}", self.b.Bytes, head, *items)
+            struct.pack_into(_VECTOR_FORMATS.get((n, code)) or f"<{n}{code}", self.b.Bytes, head, *items)
         head = self.reserve(4, 4)
         buf = self.b.Bytes
-        struct.pack_into("<I", buf, head, n)
+        _U32.pack_into(buf, head, n)
         off = self.vectors[key] = len(buf) - head
         return off
 
