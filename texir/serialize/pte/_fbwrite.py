@@ -129,9 +129,9 @@ class _Writer:
         if shape is None:
             shape = self.shapes[key] = _shape(key)
         b = self.b
-        buf = b.Bytes
+        buf: bytearray = b.Bytes
         size = shape.size
-        table_off = len(buf) - b.head + size
+        table_off: int = len(buf) - b.head + size
         pad = -table_off & (shape.align - 1)
         if b.head >= pad + size and shape.align <= b.minalign:  # fast path: room, no new alignment
             table_off += pad
@@ -142,7 +142,7 @@ class _Writer:
             table_off = len(buf) - head
         if shape.has_offsets:
             ordered = [
-                table_off - pos - values[k] if is_off else values[k]  # type: ignore[operator]  # ints
+                table_off - pos - values[k] if is_off else values[k]  # type: ignore[operator]  # offset fields hold ints
                 for k, pos, is_off in zip(shape.order, shape.positions, shape.is_offset)
             ]
         else:
