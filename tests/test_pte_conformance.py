@@ -11,7 +11,6 @@ import torch.utils._pytree as pytree
 
 from tests.zoo import ZOO, cached_export, example_argsets, zoo_model
 from texir.adapters.fx import from_exported_program
-from texir.errors import PteError
 from texir.ir import CallFunction, Program
 from texir.lowering import DelegationSpec, PartitionPlan, get_lowered_submodules, to_backend
 from texir.serialize.pte import EmitOptions, dumps, emit, loads
@@ -20,8 +19,8 @@ from texir.serialize.pte import EmitOptions, dumps, emit, loads
 # ExecuTorch's own .pte of the same model fails the same way (checked below).
 RUNTIME_MISSING_KERNEL = {"topk": "aten::sort.values"}
 COND_MODELS = [m.name for m in ZOO if "cond" in m.tags]
-RUNNABLE = [m.name for m in ZOO if "cond" not in m.tags and m.name not in RUNTIME_MISSING_KERNEL]
-EMITTABLE = [m.name for m in ZOO if "cond" not in m.tags]
+RUNNABLE = [m.name for m in ZOO if m.name not in RUNTIME_MISSING_KERNEL]
+EMITTABLE = [m.name for m in ZOO]
 
 
 @functools.cache
@@ -102,9 +101,17 @@ def test_missing_runtime_kernel_fails_like_executorch(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", COND_MODELS)
-def test_control_flow_is_a_clear_error(name: str) -> None:
-    with pytest.raises(PteError, match=r"node 'cond'.*higher_order::cond.*not supported"):
-        emit(texir_program(name))
+def test_cond_is_inlined_with_jumps(name: str) -> None:
+    from texir.serialize.pte import JumpFalseCall, MoveCall
+
+    plan = emit(texir_program(name)).program.execution_plan[0]
+    instructions = [i.instr_args for i in plan.chains[0].instructions]
+    jumps = [(k, i) for k, i in enumerate(instructions) if isinstance(i, JumpFalseCall)]
+    assert len(jumps) >= 2 and any(isinstance(i, MoveCall) for i in instructions)
+    for _, jump in jumps:
+        assert 0 < jump.destination_instruction <= len(instructions)
+    # Both branches were taken by the runtime test above: the zoo's alt_args flip the predicate.
+    assert zoo_model(name).alt_args is not None
 
 
 @pytest.mark.parametrize("name", EMITTABLE)

@@ -296,3 +296,9 @@ def test_bytes_do_not_depend_on_hash_seed() -> None:
     assert outputs[0] == outputs[1] and outputs[0].count("\n") == 3
     local = dumps(emit(_program("attention")))
     assert f"attention {hashlib.sha256(local).hexdigest()}" in outputs[0]
+
+
+def test_unsupported_control_flow_names_node() -> None:
+    meta = TensorMeta(dtype=DType.float32, shape=(2,), strides=(1,))
+    with pytest.raises(EmitError, match=r"node 'y'.*higher_order::map_impl.*not supported"):
+        emit(_one_op_program("higher_order::map_impl", meta))

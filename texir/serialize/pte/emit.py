@@ -23,6 +23,8 @@ from texir.ir.types import (
     CallFunction,
     ConstantTensorInput,
     DelegateMeta,
+    Graph,
+    SubgraphMeta,
     DeviceArg,
     DType,
     DTypeArg,
@@ -74,7 +76,9 @@ from texir.serialize.pte.schema import (
     Instruction,
     Int,
     IntList,
+    JumpFalseCall,
     KernelCall,
+    MoveCall,
     KernelTypes,
     Null,
     Operator,
@@ -215,8 +219,9 @@ class _ProgramState:
     delegate_data: list[Blob] = field(default_factory=list)
     delegate_index: dict[tuple[str, int], int] = field(default_factory=dict)
 
-    def constant(self, blob: Blob) -> int:
-        key = (blob.digest(), blob.nbytes)
+    def constant(self, blob: Blob, digest: str | None = None) -> int:
+        # The IR already carries each state tensor's SHA-256; hashing again would read every weight.
+        key = (digest or blob.digest(), blob.nbytes)
         index = self.constant_index.get(key)
         if index is None:
             index = len(self.constants)
@@ -326,6 +331,9 @@ class _MethodEmitter:
         self.inputs: list[int] = []
         self.outputs: list[int] = []
         self.step = 0
+        self.last_step = len(program.graph.nodes)
+        self.graph = program.graph
+        self._output_names: frozenset[str] | None = None
         self.lowered = {m.name: m.module for m in program.lowered_modules}
         self.state_by_target = {entry.target: entry.value for entry in program.state}
 
@@ -378,7 +386,7 @@ class _MethodEmitter:
         self.use(found)
         return found
 
-    def constant_tensor(self, meta: TensorMeta, blob: Blob, *, where: str) -> int:
+    def constant_tensor(self, meta: TensorMeta, blob: Blob, *, where: str, digest: str | None = None) -> int:
         if any(isinstance(d, str) for d in meta.shape):
             raise EmitError(f"{where}: constant tensors cannot have symbolic shapes")
         sizes = tuple(int(d) for d in meta.shape)
@@ -393,7 +401,7 @@ class _MethodEmitter:
         return self.add(_PendingTensor(
             scalar_type=DTYPE_TO_SCALAR_TYPE[meta.dtype], sizes=sizes, dim_order=tuple(range(len(sizes))),
             requires_grad=meta.requires_grad, dynamism=TensorShapeDynamism.STATIC,
-            data_buffer_idx=self.state.constant(blob),
+            data_buffer_idx=self.state.constant(blob, digest),
         ))
 
     def scalar_tensor(self, arg: Argument, *, where: str) -> int:
@@ -534,7 +542,7 @@ class _MethodEmitter:
             if isinstance(spec, BufferMutation)
         }
         spec_of = dict(zip((p.name for p in placeholders), specs))
-        last_step = len(nodes)
+        last_step = self.last_step
         buffer_value: dict[str, int] = {}
         for step, node in enumerate(nodes):
             self.step = step
@@ -580,7 +588,7 @@ class _MethodEmitter:
                         f"{where}: state {spec.target!r} has no payload (a snapshot without data); "
                         "convert with data or load a snapshot written with include_data=True"
                     )
-                idx = self.constant_tensor(data.meta, data.data, where=where)
+                idx = self.constant_tensor(data.meta, data.data, where=where, digest=data.sha256)
         elif isinstance(spec, UserInput):
             if isinstance(meta, TensorMeta):
                 idx = self.tensor_value(
@@ -617,6 +625,9 @@ class _MethodEmitter:
             result = self.add(Int(int_val=0))
             self.kernel(_SYM_ARITH[target], (*args, result))
             self.by_name[node.name] = result
+            return
+        if target == "higher_order::cond":
+            self.emit_cond(node, where=where)
             return
         if target.startswith("higher_order::"):
             raise EmitError(
@@ -812,6 +823,85 @@ class _MethodEmitter:
         self.by_name[node.name] = out
         return True
 
+    def subgraph(self, arg: Argument, *, where: str) -> Graph:
+        meta = self.metas.get(arg.name) if isinstance(arg, Ref) else None
+        if not isinstance(meta, SubgraphMeta):
+            raise EmitError(f"{where}: branch argument is not a get_attr of a nested graph")
+        for sub in self.graph.subgraphs:
+            if sub.name == meta.graph:
+                return sub.graph
+        raise EmitError(f"{where}: nested graph {meta.graph!r} is missing from the graph's subgraphs")
+
+    def emit_cond(self, node: CallFunction, *, where: str) -> None:
+        """torch.cond inlined with jumps, as ExecuTorch's emitter does: JumpFalse(pred -> else), true
+        branch, moves into the results, JumpFalse(False -> end), false branch, moves."""
+        operand_arg = node.args[3] if len(node.args) == 4 else None
+        if not isinstance(operand_arg, (ListArg, TupleArg)):
+            raise EmitError(f"{where}: cond needs (pred, true_graph, false_graph, operands)")
+        pred_arg, true_arg, false_arg = node.args[:3]
+        pred = self.scalar(pred_arg, where=where)
+        true_graph = self.subgraph(true_arg, where=where)
+        false_graph = self.subgraph(false_arg, where=where)
+        operands = [self.scalar(item, where=where) for item in operand_arg.items]
+        meta = node.meta
+        item_metas = list(meta.items) if isinstance(meta, TupleMeta) else [meta] if meta is not None else []
+        outs: list[int] = []
+        for m in item_metas:
+            if not isinstance(m, TensorMeta):
+                raise EmitError(f"{where}: cond result of kind {type(m).__name__} is not supported")
+            outs.append(self.tensor_value(m, where=where, planned=True, start=self.step))
+        first_storage = len(self.storages)
+        jump_else = len(self.instructions)
+        self.instructions.append(Instruction(instr_args=JumpFalseCall(cond_value_index=pred,
+                                                                      destination_instruction=-1)))
+        for src, dst in zip(self.emit_branch(true_graph, operands, outs, where=where), outs):
+            self.instructions.append(Instruction(instr_args=MoveCall(move_from=src, move_to=dst)))
+        false_value = self.add(Bool(bool_val=False))
+        jump_end = len(self.instructions)
+        self.instructions.append(Instruction(instr_args=JumpFalseCall(cond_value_index=false_value,
+                                                                      destination_instruction=-1)))
+        else_start = len(self.instructions)
+        for src, dst in zip(self.emit_branch(false_graph, operands, outs, where=where), outs):
+            self.instructions.append(Instruction(instr_args=MoveCall(move_from=src, move_to=dst)))
+        self.instructions[jump_else] = Instruction(instr_args=JumpFalseCall(
+            cond_value_index=pred, destination_instruction=else_start))
+        self.instructions[jump_end] = Instruction(instr_args=JumpFalseCall(
+            cond_value_index=false_value, destination_instruction=len(self.instructions)))
+        # A move makes a result share its branch value's tensor, so branch tensors and operands
+        # stay live (unshared) to the end of the method.
+        for storage in self.storages[first_storage:]:
+            storage.end = self.last_step
+        for index in operands:
+            value = self.values[index]
+            if isinstance(value, _PendingTensor) and value.storage is not None:
+                self.storages[value.storage].end = self.last_step
+        self.by_name[node.name] = tuple(outs)
+
+    def emit_branch(self, graph: Graph, operands: list[int], outs: list[int], *, where: str) -> list[int]:
+        placeholders = [n for n in graph.nodes if isinstance(n, Placeholder)]
+        if len(placeholders) != len(operands):
+            raise EmitError(f"{where}: branch takes {len(placeholders)} inputs, cond passes {len(operands)}")
+        saved = (self.by_name, self.metas, self.graph, self._output_names)
+        self.by_name, self.metas, self.graph, self._output_names = {}, {}, graph, None
+        try:
+            for ph, index in zip(placeholders, operands):
+                self.by_name[ph.name] = index
+                self.metas[ph.name] = ph.meta
+            results: list[int] = []
+            for n in graph.nodes:
+                if isinstance(n, GetAttr):
+                    self.metas[n.name] = n.meta
+                elif isinstance(n, CallFunction):
+                    self.metas[n.name] = n.meta
+                    self.emit_call(n, where=f"{where} > {n.name!r} ({n.target})")
+                elif isinstance(n, Output):
+                    results = [self.scalar(a, where=where) for a in n.args]
+        finally:
+            self.by_name, self.metas, self.graph, self._output_names = saved
+        if len(results) != len(outs):
+            raise EmitError(f"{where}: branch returns {len(results)} values, cond has {len(outs)} results")
+        return results
+
     def emit_getitem(self, node: CallFunction, *, where: str) -> None:
         if len(node.args) != 2 or not isinstance(node.args[0], Ref) or not isinstance(node.args[1], IntArg):
             raise EmitError(f"{where}: getitem needs (value, int index)")
@@ -930,17 +1020,15 @@ class _MethodEmitter:
 
     @property
     def output_names(self) -> frozenset[str]:
-        cached: frozenset[str] | None = getattr(self, "_output_names", None)
-        if cached is None:
-            out = self.program.graph.nodes[-1]
+        if self._output_names is None:
+            out = self.graph.nodes[-1]
             names = set()
             if isinstance(out, Output):
                 for arg in out.args:
                     if isinstance(arg, Ref):
                         names.add(arg.name)
-            cached = frozenset(names)
-            self._output_names = cached
-        return cached
+            self._output_names = frozenset(names)
+        return self._output_names
 
 
 def _float(value: float | str) -> float:
