@@ -148,7 +148,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     args = parser.parse_args()
     bench_big(16 if args.quick else 512)
-    bench_deep(125 if args.quick else 1000)
+    bench_deep(125 if args.quick else 720)
 
 
 if __name__ == "__main__":
