@@ -362,10 +362,16 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
             names.used.add(part.module_name)
             part.call_name = names.fresh("executorch_call_delegate")
             part.getitem_names = [names.fresh("getitem") for _ in part.user_outputs]
+            # ExecuTorch numbers the call max(debug handles in the owning graph) + 1 at the moment
+            # it is inserted: other nodes, later partitions, earlier calls, and the getitems of this
+            # partition's results, which carry their values' handles.
+            by_name = {n.name: n for n in part.members}
+            results = [*part.user_outputs, *(n for n, _ in part.consumed_mutations)]
+            result_max = max((_handle(by_name[n]) for n in results), default=0)
             if is_top:
-                running_handle = max(top_handle_base, suffix[i + 1], running_handle) + 1
+                running_handle = max(top_handle_base, suffix[i + 1], running_handle, result_max) + 1
             else:
-                running_handle = max(top_handle_base, running_handle) + 1
+                running_handle = max(top_handle_base, running_handle) + 1  # nested: the top graph only
             part.debug_handle = running_handle
 
     # Every plan problem was found above; only now do backends run.
