@@ -277,3 +277,17 @@ def test_backend_returning_wrong_type() -> None:
     register_backend("texir-bad", Bad(), replace=True)
     with pytest.raises(BackendPreprocessError, match="backend 'texir-bad' preprocess returned bytes"):
         to_backend(export_program(AddMul(), (X, Y)), OpSupportPartitioner("texir-bad", {"aten::mul.Tensor"}))
+
+
+def test_cond_and_its_branch_both_tagged() -> None:
+    program = export_program(Cond(), (X,))
+    plan = PartitionPlan.build(
+        {"cond": "t", "true_graph_0": "t", "false_graph_0": "t", "true_graph_0/add": "u"}, {"t": SPEC, "u": SPEC}
+    )
+    _expect(
+        "cond_and_branch_tagged",
+        program,
+        lambda p: plan,
+        SubgraphAttrError,
+        "get_attr 'true_graph_0' is tagged 't', but node 'true_graph_0/add' inside that nested graph is tagged 'u'",
+    )

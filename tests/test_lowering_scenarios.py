@@ -530,3 +530,37 @@ def test_placeholders_ordered_params_buffers_inputs() -> None:
     kinds = [type(s).__name__ for s in sub.signature.inputs]
     assert kinds == ["ParameterInput", "BufferInput", "UserInput"]
     assert [n.name for n in sub.graph.nodes if isinstance(n, Placeholder)][0].startswith("p_")
+
+
+class MapBody(nn.Module):
+    def forward(self, xs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        from functorch.experimental import control_flow
+
+        def body(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.sin(x + y) * y
+
+        return control_flow.map(body, xs, y) + 1.0
+
+
+class InputMutation(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.add_(y)
+        return torch.sin(x) * y
+
+
+def test_map_body_partitioned() -> None:
+    lowered = lower_scenario(
+        "map_body", MapBody(), (torch.randn(3, 4), X4), OpSupportPartitioner(TEST_BACKEND, ADD_MUL)
+    )
+    (body,) = lowered.graph.subgraphs
+    assert sum(isinstance(n, CallFunction) and n.target == "texir::call_delegate" for n in body.graph.nodes) == 2
+    assert len(lowered.lowered_modules) == 3
+
+
+def test_user_input_mutation_from_delegate() -> None:
+    lowered = lower_scenario(
+        "user_input_mutation", InputMutation(), (X4, X4.clone()), WholeProgramPartitioner(TEST_BACKEND)
+    )
+    kinds = [type(s).__name__ for s in lowered.signature.outputs]
+    assert kinds == ["UserInputMutation", "UserOutput"]
+    assert lowered.signature.outputs[0].name == "getitem"  # type: ignore[union-attr]

@@ -179,6 +179,13 @@ def validate_plan(program: Program, plan: PartitionPlan) -> None:
             if isinstance(ospec, BufferMutation):
                 mutation_of[ospec.target] = ospec.name
 
+    # Nested graphs holding tagged nodes: their cond/map cannot also move into a delegate.
+    nested_tagged: dict[str, str] = {}
+    for tagged_key, _ in plan.tags:
+        parts = tagged_key.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            nested_tagged.setdefault("/".join(parts[:depth]), tagged_key)
+
     for path, graph in walk_keyed_graphs(program.graph):
         delegate_calls: set[str] = set()
         group_of: dict[str, str] = {}
@@ -208,6 +215,12 @@ def validate_plan(program: Program, plan: PartitionPlan) -> None:
                 raise DelegateClaimedError(
                     f"node '{key}' belongs to an already lowered delegate call and is tagged '{tag}'; "
                     "lowered calls cannot be claimed again, untag it"
+                )
+            if isinstance(node, GetAttr) and node_key(path, node.target) in nested_tagged:
+                inner = nested_tagged[node_key(path, node.target)]
+                raise SubgraphAttrError(
+                    f"get_attr '{key}' is tagged '{tag}', but node '{inner}' inside that nested graph is "
+                    f"tagged '{tags[inner]}' too; delegate either the whole cond/map or parts of its branches"
                 )
             tag_of[node.name] = tag
             group_of[node.name] = tag
