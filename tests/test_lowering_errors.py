@@ -291,3 +291,22 @@ def test_cond_and_its_branch_both_tagged() -> None:
         SubgraphAttrError,
         "get_attr 'true_graph_0' is tagged 't', but node 'true_graph_0/add' inside that nested graph is tagged 'u'",
     )
+
+
+class MaxDim(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values, _ = torch.max(x * 2.0, dim=1)
+        return torch.sin(values)
+
+
+def test_multi_output_node_split_from_its_getitem() -> None:
+    from texir.lowering import SplitMultiOutputError
+
+    program = export_program(MaxDim(), (torch.randn(2, 4),))
+    _expect(
+        "split_multi_output",
+        program,
+        NodeGroupPartitioner(TEST_BACKEND, {"t": ["mul", "max_1"]}),
+        SplitMultiOutputError,
+        "'max_1' returns several values and is tagged 't', but its result 'getitem' is tagged None",
+    )

@@ -41,6 +41,10 @@ class SubgraphAttrError(PlanError):
     """A nested-graph get_attr and the node using it are tagged differently."""
 
 
+class SplitMultiOutputError(PlanError):
+    """A multi-output node and a getitem of its results are in different partitions."""
+
+
 class BackendError(LoweringError):
     """A backend could not be found or failed."""
 

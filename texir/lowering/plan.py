@@ -27,6 +27,7 @@ from texir.ir import (
     Placeholder,
     Program,
     SubgraphMeta,
+    TupleMeta,
 )
 from texir.ir.analysis import node_inputs
 from texir.lowering.errors import (
@@ -35,6 +36,7 @@ from texir.lowering.errors import (
     MutationOutsidePartitionError,
     NonConvexPartitionError,
     SharedConstantError,
+    SplitMultiOutputError,
     SubgraphAttrError,
     TaggedPlaceholderError,
     UnknownNodeError,
@@ -265,6 +267,19 @@ def _check_graph(
                         f"'{name}' is tagged '{src_tag}' (consumed by that delegate) but node '{node.name}' "
                         f"of partition '{tag}' also uses it{where}; tag it for one partition only, or "
                         "leave it untagged so both delegates receive it as an input"
+                    )
+                if (
+                    isinstance(node, CallFunction)
+                    and node.target == GETITEM
+                    and isinstance(src, CallFunction)
+                    and isinstance(src.meta, TupleMeta)
+                    and src.target != CALL_DELEGATE
+                    and src_tag != tag
+                ):
+                    raise SplitMultiOutputError(
+                        f"'{name}' returns several values and is tagged {src_tag!r}, but its result "
+                        f"'{node.name}' is tagged {tag!r}{where}; a delegate passes tensors only, so tag "
+                        "the getitems with the node they read"
                     )
                 if isinstance(src, GetAttr) and isinstance(src.meta, SubgraphMeta) and src_tag != tag and (
                     src_tag is not None or tag is not None
