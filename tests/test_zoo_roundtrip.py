@@ -11,12 +11,10 @@ and review the diff before committing.
 
 from __future__ import annotations
 
-import copy
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 import torch
-from torch.utils._pytree import tree_flatten
 
 from tests.conftest import check_golden
 from tests.zoo import ZOO, cached_export, compare_runs, example_argsets, fresh_module, run_model, zoo_model
