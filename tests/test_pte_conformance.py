@@ -11,7 +11,7 @@ import torch.utils._pytree as pytree
 
 from tests.zoo import ZOO, cached_export, example_argsets, zoo_model
 from texir.adapters.fx import from_exported_program
-from texir.ir import CallFunction, Program
+from texir.ir import CallFunction, CompileSpec, Program
 from texir.lowering import DelegationSpec, PartitionPlan, get_lowered_submodules, to_backend
 from texir.serialize.pte import EmitOptions, dumps, emit, loads
 
@@ -163,6 +163,16 @@ def test_kernel_calls_equal_executorch(name: str) -> None:
     assert [(o.name, o.overload) for o in a.operators] == [(o.name, o.overload) for o in b.operators]
 
 
+def test_several_methods_load_and_run() -> None:
+    pte = emit({"mlp": texir_program("mlp"), "forward": texir_program("deep_mlp")})
+    assert [p.name for p in pte.program.execution_plan] == ["forward", "mlp"]
+    program = _runtime().load_program(dumps(pte))
+    for method, name in (("forward", "deep_mlp"), ("mlp", "mlp")):
+        module, args = zoo_model(name).build()
+        (got,) = program.load_method(method).execute(list(args))
+        torch.testing.assert_close(got, module(*args), rtol=1e-5, atol=1e-6)
+
+
 # --- delegated programs ---------------------------------------------------------------------------
 
 DEMO_ID = "BackendWithDelegateMappingDemo"
@@ -178,11 +188,12 @@ def _texir_tail(program: Program) -> PartitionPlan:
     calls = [n.name for n in program.graph.nodes if isinstance(n, CallFunction)]
     return PartitionPlan.build(
         {name: "tail" for name in calls[TAIL_FROM:]},
-        {"tail": DelegationSpec(backend_id=DEMO_ID)},
+        {"tail": DelegationSpec(backend_id=DEMO_ID, compile_specs=(CompileSpec(key="level", value=b"\x03"),))},
     )
 
 
 def _executorch_tail() -> Any:
+    from executorch.exir.backend.compile_spec_schema import CompileSpec as EtCompileSpec
     from executorch.exir.backend.partitioner import DelegationSpec as EtSpec
     from executorch.exir.backend.partitioner import Partitioner, PartitionResult
     from executorch.exir.backend.test import backend_with_delegate_mapping_demo  # noqa: F401
@@ -193,7 +204,7 @@ def _executorch_tail() -> Any:
             for node in calls[TAIL_FROM:]:
                 node.meta["delegation_tag"] = "tail"
             return PartitionResult(
-                tagged_exported_program=exported_program, partition_tags={"tail": EtSpec(DEMO_ID, [])}
+                tagged_exported_program=exported_program, partition_tags={"tail": EtSpec(DEMO_ID, [EtCompileSpec("level", b"\x03")])}
             )
 
     return TailPartitioner()
@@ -234,7 +245,7 @@ def test_delegated_structure_equals_executorch() -> None:
     ours, theirs = _delegated_pair()
     mine, et = _delegate_view(ours), _delegate_view(theirs)
     assert mine == et
-    assert [d[0] for d in mine["delegates"]] == [DEMO_ID]
+    assert [(d[0], d[1]) for d in mine["delegates"]] == [(DEMO_ID, [("level", b"\x03")])]
     assert mine["kernels"][-1] == "DelegateCall"
 
 
