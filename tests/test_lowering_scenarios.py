@@ -564,3 +564,23 @@ def test_user_input_mutation_from_delegate() -> None:
     kinds = [type(s).__name__ for s in lowered.signature.outputs]
     assert kinds == ["UserInputMutation", "UserOutput"]
     assert lowered.signature.outputs[0].name == "getitem"  # type: ignore[union-attr]
+
+
+class ParamThroughParent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.w) * torch.sin(self.w)
+
+
+def test_consumed_param_also_feeding_the_partition_through_the_parent() -> None:
+    # w is consumed by the mul partition and also reaches it through the parent's sin: legal,
+    # the parent keeps w for sin and the delegate owns its own copy.
+    module = _seed(ParamThroughParent())
+    lowered = lower_scenario(
+        "param_through_parent", module, (X4,), OpSupportPartitioner(TEST_BACKEND, {MUL}, tag_constants=True)
+    )
+    assert [e.target for e in lowered.state] == ["w"]
+    assert _delegates(lowered) == 1

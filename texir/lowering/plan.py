@@ -135,9 +135,7 @@ def _is_delegate_node(node: Node, delegate_calls: set[str]) -> bool:
     return False
 
 
-def _cycle_path(
-    group_of: dict[str, str], preds: dict[str, list[tuple[str, str, str]]], remaining: set[str], order: list[str]
-) -> list[str]:
+def _cycle_path(preds: dict[str, list[tuple[str, str, str]]], remaining: set[str], order: list[str]) -> list[str]:
     """A concrete node path around one cycle of the quotient graph among `remaining` groups."""
     start = next(g for g in order if g in remaining)
     # Walk backwards along predecessor edges inside the remaining set until a group repeats.
@@ -157,7 +155,6 @@ def _cycle_path(
                 nodes.append("...")
             nodes.append(src)
         nodes.append(dst)
-    del group_of
     return nodes
 
 
@@ -225,7 +222,9 @@ def validate_plan(program: Program, plan: PartitionPlan) -> None:
                     f"tagged '{tags[inner]}' too; delegate either the whole cond/map or parts of its branches"
                 )
             tag_of[node.name] = tag
-            group_of[node.name] = tag
+            # A consumed placeholder has no inputs and may stay in the parent for other users, so
+            # it never closes a cycle: keep it out of the partition's group.
+            group_of[node.name] = "\0" + node.name if isinstance(node, Placeholder) else tag
         if missing:
             tag, key = next(iter(missing.items()))
             raise MissingDelegationSpecError(
@@ -336,7 +335,7 @@ def _check_acyclic(graph: Graph, group_of: dict[str, str], tag_of: dict[str, str
     if done == len(order):
         return
     remaining = {g for g in order if indegree[g] > 0}
-    path = _cycle_path(group_of, preds, remaining, order)
+    path = _cycle_path(preds, remaining, order)
     involved = sorted({tag_of[n] for n in path if n in tag_of})
     text = " -> ".join(path)
     if len(involved) == 1:
