@@ -310,3 +310,29 @@ def test_multi_output_node_split_from_its_getitem() -> None:
         SplitMultiOutputError,
         "'max_1' returns several values and is tagged 't', but its result 'getitem' is tagged None",
     )
+
+
+class CounterRead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        before = torch.sin(self.count)
+        self.count.add_(x)
+        return before * self.count
+
+
+def test_consumed_mutated_buffer_read_outside() -> None:
+    program = export_program(CounterRead(), (X,))
+    plan = PartitionPlan.build({"b_count": "t", "add": "t"}, {"t": SPEC})
+    _expect(
+        "mutated_buffer_read_outside",
+        program,
+        lambda p: plan,
+        MutationOutsidePartitionError,
+        "buffer 'b_count' \\(count\\) is consumed and mutated by partition 't', but 'sin' outside it reads",
+    )
+    # The helper leaves such a buffer in the parent instead.
+    tagged = OpSupportPartitioner(TEST_BACKEND, {"aten::add.Tensor"}, tag_mutated_buffers=True)(program)
+    assert "b_count" not in tagged.tag_map()

@@ -95,8 +95,10 @@ def tag_constants(program: Program, tags: Mapping[str, str]) -> dict[str, str]:
 
 
 def tag_mutated_buffers(program: Program, tags: Mapping[str, str]) -> dict[str, str]:
-    """`tags` plus each mutated buffer whose users and whose mutation all carry one tag (as
-    ExecuTorch's ``tag_mutated_buffer``): the delegate then owns the buffer and its update."""
+    """`tags` plus each mutated buffer whose readers and whose mutation all carry one tag (like
+    ExecuTorch's ``tag_mutated_buffer``, which also tags buffers that untagged nodes read; those
+    would then read a stale copy, so they stay untagged here): the delegate owns the buffer and its
+    update."""
     result = dict(tags)
     mutation_value = {s.target: s.name for s in program.signature.outputs if isinstance(s, BufferMutation)}
 
@@ -104,8 +106,13 @@ def tag_mutated_buffers(program: Program, tags: Mapping[str, str]) -> dict[str, 
         return isinstance(spec, BufferInput) and spec.target in mutation_value
 
     chosen = _tag_placeholders(program, result, wanted, dry_run=True)
+    # The delegate's copy is the only one updated, so every reader must be in the partition.
+    untagged_readers: set[str] = set()
+    for node in program.graph.nodes:
+        if node.name not in result and not isinstance(node, Output):
+            untagged_readers.update(n for n in node_inputs(node) if n in chosen)
     for name, (tag, spec) in chosen.items():
-        if result.get(mutation_value[spec.target]) == tag:
+        if result.get(mutation_value[spec.target]) == tag and name not in untagged_readers:
             result[name] = tag
     return result
 

@@ -261,6 +261,18 @@ def _check_graph(
                 src_tag = tag_of.get(name)
                 if src is None:
                     continue
+                if (
+                    isinstance(src, Placeholder)
+                    and src_tag is not None
+                    and tag is None
+                    and isinstance(consumable.get(name), BufferInput)
+                    and consumable[name].target in mutation_of
+                ):
+                    raise MutationOutsidePartitionError(
+                        f"buffer '{name}' ({consumable[name].target}) is consumed and mutated by partition "
+                        f"'{src_tag}', but '{node.name}' outside it reads the buffer{where}; it would read a "
+                        "stale copy: tag that reader too, or leave the buffer untagged"
+                    )
                 if isinstance(src, Placeholder) and src_tag is not None and tag is not None and src_tag != tag:
                     raise SharedConstantError(
                         f"'{name}' is tagged '{src_tag}' (consumed by that delegate) but node '{node.name}' "
