@@ -584,3 +584,13 @@ def test_consumed_param_also_feeding_the_partition_through_the_parent() -> None:
     )
     assert [e.target for e in lowered.state] == ["w"]
     assert _delegates(lowered) == 1
+
+
+def test_plan_lists_ops_to_keep_from_decomposition() -> None:
+    from texir.lowering.plan import ops_to_not_decompose
+
+    program = export_program(AddMul(), (X, Y))
+    partitioner = OpSupportPartitioner(TEST_BACKEND, {MUL, ADD})
+    assert partitioner(program).ops_to_not_decompose == (ADD, MUL)
+    assert ops_to_not_decompose(partitioner, program) == (ADD, MUL)
+    assert WholeProgramPartitioner(TEST_BACKEND)(program).ops_to_not_decompose == ()

@@ -146,13 +146,15 @@ def _tag_placeholders(
     return chosen
 
 
-def _finish(program: Program, tags: dict[str, str], opts: _Options, tag_order: Sequence[str]) -> PartitionPlan:
+def _finish(
+    program: Program, tags: dict[str, str], opts: _Options, tag_order: Sequence[str], keep: Sequence[str] = ()
+) -> PartitionPlan:
     if opts.tag_constants:
         tags = tag_constants(program, tags)
     if opts.tag_mutated_buffers:
         tags = tag_mutated_buffers(program, tags)
     spec = DelegationSpec(backend_id=opts.backend_id, compile_specs=opts.compile_specs)
-    return PartitionPlan.build(tags, [(tag, spec) for tag in tag_order])
+    return PartitionPlan.build(tags, [(tag, spec) for tag in tag_order], ops_to_not_decompose=keep)
 
 
 class WholeProgramPartitioner:
@@ -260,7 +262,7 @@ class OpSupportPartitioner:
                     order.append(tag)
                 tags[node_key(path, node.name)] = tag
             _with_subgraph_attrs(graph, tags, path)
-        return _finish(program, tags, self.options, order)
+        return _finish(program, tags, self.options, order, self._ops)
 
 
 class _UnionFind:
