@@ -19,7 +19,20 @@ from torch import nn
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from tests.lowering_helpers import TEST_BACKEND, export_program
-from tests.test_lowering_scenarios import MLP, Buffers, Counter, LiftedConstant, SharedParam, TwoCounters, _seed
+from tests.test_lowering_scenarios import (
+    MLP,
+    AddMul,
+    Buffers,
+    Counter,
+    Diamond,
+    LiftedConstant,
+    MultiOut,
+    Residual,
+    SharedParam,
+    TwoCounters,
+    TwoIslands,
+    _seed,
+)
 from texir.ir import (
     BufferInput,
     BufferMutation,
@@ -143,6 +156,17 @@ CASES = {
     "lifted_constant": (LiftedConstant, (torch.randn(4),), None, True, False),
     "mutation_consumed": (Counter, (torch.randn(4),), None, False, True),
     "two_counters": (TwoCounters, (torch.randn(4),), {"aten.add.Tensor", "aten.mul.Tensor"}, False, True),
+    "add_mul": (AddMul, (torch.randn(2, 4), torch.randn(2, 4)), {"aten.add.Tensor", "aten.mul.Tensor"}, False, False),
+    "two_islands": (TwoIslands, (torch.randn(2, 4), torch.randn(2, 4)), {"aten.add.Tensor", "aten.mul.Tensor"}, False, False),
+    "diamond": (Diamond, (torch.randn(2, 4),), {"aten.add.Tensor", "aten.mul.Tensor"}, False, False),
+    "multi_out": (MultiOut, (torch.randn(2, 4), torch.randn(2, 4)), {"aten.add.Tensor", "aten.mul.Tensor"}, False, False),
+    "residual": (
+        lambda: _seed(Residual()),
+        (torch.randn(2, 4),),
+        {"aten.add.Tensor", "aten.mul.Tensor", "aten.relu.default"},
+        True,
+        False,
+    ),
 }
 
 
