@@ -81,3 +81,19 @@ def test_help_has_example(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["lower", "--help"])
     assert "texir lower texir.models:conv_relu_tan" in capsys.readouterr().out
+
+
+def test_partitioner_function_from_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "my_parts.py"
+    source.write_text(
+        "from texir.lowering import DelegationSpec, PartitionPlan\n"
+        "def sin_only(program):\n"
+        "    tags = {n.name: 's' for n in program.graph.nodes if getattr(n, 'target', '') == 'aten::sin.default'}\n"
+        "    return PartitionPlan.build(tags, {'s': DelegationSpec(backend_id='texir-test')})\n",
+        encoding="utf-8",
+    )
+    assert main(["lower", MODEL, "--backend", "texir-test", "--partitioner", f"{source}:sin_only", "--json", "--explain"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [row["tag"] for row in payload["partitions"]] == ["s"]
+    kept = [e for e in payload["explain"] if e["status"] == "kept"]
+    assert kept and all(e["reason"] == "not tagged by the partitioner" for e in kept)
