@@ -6,6 +6,8 @@ import functools
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import torch
 import torch.utils._pytree as pytree
 
@@ -290,3 +292,64 @@ def test_delegated_program_lists_lowered_module_once() -> None:
                                                decompose=True), _texir_tail)
     ((_, lm, _),) = get_lowered_submodules(lowered)
     assert program.backend_delegate_data[0].data.tobytes() == lm.processed_bytes
+
+
+# --- random programs --------------------------------------------------------------------------------
+
+_UNARY = ("relu", "sin", "tanh", "neg", "exp_small", "reshape", "transpose")
+_BINARY = ("add", "mul", "sub", "maximum", "cat_sum")
+
+
+class _Random(torch.nn.Module):
+    def __init__(self, ops: list[tuple[str, int]]) -> None:
+        super().__init__()
+        self.ops = ops
+        self.register_buffer("w", torch.linspace(-1.0, 1.0, 12).reshape(3, 4))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        values = [x, y, self.w]
+        for op, pick in self.ops:
+            a, b = values[pick % len(values)], values[(pick // 7) % len(values)]
+            if op == "relu":
+                v = torch.relu(a)
+            elif op == "sin":
+                v = torch.sin(a)
+            elif op == "tanh":
+                v = torch.tanh(a)
+            elif op == "neg":
+                v = -a
+            elif op == "exp_small":
+                v = torch.exp(a * 0.1)
+            elif op == "reshape":
+                v = a.reshape(4, 3).reshape(3, 4)
+            elif op == "transpose":
+                v = a.t().contiguous().t()
+            elif op == "add":
+                v = a + b * 0.5
+            elif op == "mul":
+                v = a * b
+            elif op == "sub":
+                v = a - b
+            elif op == "maximum":
+                v = torch.maximum(a, b)
+            else:
+                v = torch.cat([a, b], dim=1)[:, 2:6] + 1.0
+            values.append(v)
+        return values[-1], values[len(values) // 2]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(_UNARY + _BINARY), st.integers(0, 48)), min_size=1, max_size=10),
+       st.sampled_from(["greedy", "naive"]))
+def test_random_programs_run_like_eager(ops: list[tuple[str, int]], planner: str) -> None:
+    module = _Random(ops).eval()
+    g = torch.Generator().manual_seed(len(ops))
+    args = (torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g))
+    ep = torch.export.export(module, args, strict=False).run_decompositions()
+    program = from_exported_program(ep, decompose=False)
+    data = dumps(emit(program, EmitOptions(planner=planner, check_plan=True)))  # type: ignore[arg-type]
+    got = _runtime().load_program(data).load_method("forward").execute(list(args))
+    expected = module(*args)
+    assert len(got) == 2
+    for g_, e in zip(got, expected):
+        torch.testing.assert_close(g_, e, rtol=1e-5, atol=1e-6)

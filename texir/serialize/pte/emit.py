@@ -344,18 +344,24 @@ class _MethodEmitter:
         return len(self.values) - 1
 
     def tensor_value(
-        self, meta: TensorMeta, *, where: str, planned: bool, start: int, contiguous: bool = False
+        self, meta: TensorMeta, *, where: str, planned: bool, start: int,
+        allowed_orders: frozenset[tuple[int, ...]] | None = None,
+        forced_order: tuple[int, ...] | None = None,
     ) -> int:
+        """A new Tensor value. With `allowed_orders`, a non-contiguous dim order from the metadata is
+        kept only if one of the op's tensor inputs has it (as ExecuTorch re-derives layouts after
+        turning views into copies); otherwise the tensor is contiguous."""
         sizes = tuple(self.bounds.upper(d, where=where) for d in meta.shape)
         dynamic = any(isinstance(d, str) for d in meta.shape)
-        strides = (
-            tuple(range(len(sizes), 0, -1)) if contiguous
-            else tuple(self.bounds.upper(s, where=where) for s in meta.strides)
-        )
+        order = _dim_order(tuple(self.bounds.upper(s, where=where) for s in meta.strides))
+        if forced_order is not None and len(forced_order) == len(sizes):
+            order = forced_order
+        elif allowed_orders is not None and order not in allowed_orders:
+            order = tuple(range(len(sizes)))
         if meta.dtype not in DTYPE_TO_SCALAR_TYPE:
             raise EmitError(f"{where}: dtype {meta.dtype} has no ExecuTorch scalar type")
         tensor = _PendingTensor(
-            scalar_type=DTYPE_TO_SCALAR_TYPE[meta.dtype], sizes=sizes, dim_order=_dim_order(strides),
+            scalar_type=DTYPE_TO_SCALAR_TYPE[meta.dtype], sizes=sizes, dim_order=order,
             requires_grad=meta.requires_grad,
             dynamism=TensorShapeDynamism.DYNAMIC_BOUND if dynamic else TensorShapeDynamism.STATIC,
         )
@@ -649,9 +655,12 @@ class _MethodEmitter:
         if target in _ALIASABLE_VIEWS and self.emit_static_view(node, where=where):
             return
         kwargs_override: dict[str, Argument] = {}
-        contiguous = False
+        forced: tuple[int, ...] | None = None
         if target in _DIM_ORDER_OPS:
             kwargs_override = self.dim_order_kwargs(node, where=where)
+            dim_order = kwargs_override["dim_order"]
+            assert isinstance(dim_order, ListArg)  # built just above
+            forced = tuple(i.value for i in dim_order.items if isinstance(i, IntArg))
             target = _DIM_ORDER_OPS[target]
             node = msgspec.structs.replace(
                 node, kwargs=tuple((k, v) for k, v in node.kwargs if k != "memory_format")
@@ -661,9 +670,6 @@ class _MethodEmitter:
             if copy is None:
                 raise EmitError(f"{where}: view op has no copy variant; decompose it before emitting")
             target = copy
-            # A view's metadata carries its base's strides; the copy variant writes a fresh
-            # contiguous tensor.
-            contiguous = True
         functional = ops.op_schema(target)
         out = ops.out_variant(target)
         bound = self.bind(node, functional)
@@ -677,7 +683,7 @@ class _MethodEmitter:
                 "for it; decompose it to core ATen (from_exported_program(ep, decompose=True)) or "
                 "delegate it to a backend"
             )
-        self.emit_out_call(node, out, bound, where=where, contiguous=contiguous)
+        self.emit_out_call(node, out, bound, where=where, forced_order=forced)
 
     def _arg_or_default(
         self, bound: Mapping[str, Argument], a: ArgSchema, node: CallFunction, where: str
@@ -693,7 +699,7 @@ class _MethodEmitter:
 
     def emit_out_call(
         self, node: CallFunction, out: OpSchema, bound: Mapping[str, Argument], *, where: str,
-        contiguous: bool = False,
+        forced_order: tuple[int, ...] | None = None,
     ) -> None:
         meta = node.meta
         out_args = out.out_args
@@ -708,6 +714,19 @@ class _MethodEmitter:
         else:
             raise EmitError(f"{where}: expected a tuple of results, metadata is {type(meta).__name__}")
         planned = True
+        # Layouts follow the op's tensor inputs (a view's metadata carries its base's strides, but
+        # its copy variant writes a fresh contiguous tensor); dim-order ops say theirs explicitly.
+        orders: set[tuple[int, ...]] = set()
+        if forced_order is not None:
+            orders.add(forced_order)
+        else:
+            for value in bound.values():
+                for name in _arg_refs(value):
+                    found = self.by_name.get(name)
+                    tensor = self.values[found] if isinstance(found, int) else None
+                    if isinstance(tensor, _PendingTensor):
+                        orders.add(tensor.dim_order)
+        allowed = frozenset(orders)
         out_values: dict[str, int] = {}
         result_indices: list[int] = []
         if len(out_args) == 1 and out_args[0].kind == "tensor_list":
@@ -715,7 +734,8 @@ class _MethodEmitter:
             for m in item_metas:
                 if not isinstance(m, TensorMeta):
                     raise EmitError(f"{where}: list result item is {type(m).__name__}, not a tensor")
-                items.append(self.tensor_value(m, where=where, planned=planned, start=self.step, contiguous=contiguous))
+                items.append(self.tensor_value(m, where=where, planned=planned, start=self.step, allowed_orders=allowed,
+                    forced_order=forced_order))
             result_indices = items
             out_values[out_args[0].name] = self.add(TensorList(items=tuple(items)))
         else:
@@ -726,7 +746,8 @@ class _MethodEmitter:
             for a, m in zip(out_args, item_metas):
                 if not isinstance(m, TensorMeta):
                     raise EmitError(f"{where}: result {a.name!r} is {type(m).__name__}, not a tensor")
-                out_values[a.name] = self.tensor_value(m, where=where, planned=planned, start=self.step, contiguous=contiguous)
+                out_values[a.name] = self.tensor_value(m, where=where, planned=planned, start=self.step, allowed_orders=allowed,
+                    forced_order=forced_order)
                 result_indices.append(out_values[a.name])
         args: list[int] = []
         for a in out.arguments:
@@ -762,11 +783,12 @@ class _MethodEmitter:
         order: tuple[int, ...]
         fmt_value = fmt.value if isinstance(fmt, MemoryFormatArg) else None
         if fmt_value in (None, MemoryFormat.preserve_format):
+            # preserve_format keeps the layout of the input as emitted (not torch's view strides).
             base = node.args[0] if node.args else None
-            base_meta = self.metas.get(base.name) if isinstance(base, Ref) else None
-            if isinstance(base_meta, TensorMeta):
-                strides = tuple(self.bounds.upper(s, where=where) for s in base_meta.strides)
-                order = _dim_order(strides)
+            found = self.by_name.get(base.name) if isinstance(base, Ref) else None
+            base_value = self.values[found] if isinstance(found, int) else None
+            if isinstance(base_value, _PendingTensor) and len(base_value.dim_order) == rank:
+                order = base_value.dim_order
             else:
                 order = tuple(range(rank))
         elif fmt_value == MemoryFormat.contiguous_format:
@@ -1029,6 +1051,14 @@ class _MethodEmitter:
                         names.add(arg.name)
             self._output_names = frozenset(names)
         return self._output_names
+
+
+def _arg_refs(arg: Argument) -> list[str]:
+    if isinstance(arg, Ref):
+        return [arg.name]
+    if isinstance(arg, (ListArg, TupleArg)):
+        return [name for item in arg.items for name in _arg_refs(item)]
+    return []
 
 
 def _float(value: float | str) -> float:
