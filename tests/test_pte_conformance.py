@@ -143,12 +143,15 @@ def test_executorch_deserializer_reads_texir_pte(name: str) -> None:
         assert len(their_buf.storage) - len(payload) < 16
 
 
-# Models whose kernel sequence equals ExecuTorch's to_edge().to_executorch() output exactly.
-# (Elsewhere ExecuTorch's own decompositions add casts of lifted scalars or drop no-op slices;
+# Models whose kernel sequence equals ExecuTorch's to_edge().to_executorch() output exactly. (In the
+# others, ExecuTorch's own decompositions add casts of lifted scalars or drop no-op slices; their
 # outputs still match eager above.)
-# (Also equal when last checked, left out to keep the suite fast: conv_bn, dict_io, int_lists,
-# embedding, factories, pad_slice, dynamic_mlp, convnet, resnet_tiny, residual_mlp.)
-SAME_KERNELS_AS_EXECUTORCH = ["mlp", "attention", "running_stats", "max_dim", "split_chunk", "dynamic_seq"]
+SAME_KERNELS_AS_EXECUTORCH = [
+    "mlp", "deep_mlp", "conv_bn", "convnet", "conv_relu_tan", "attention", "transformer_block",
+    "direct_params", "running_stats", "tuple_inputs", "dict_io", "nested_io", "max_dim", "split_chunk",
+    "int_lists", "embedding", "resnet_tiny", "residual_mlp", "where_mask", "factories", "pad_slice",
+    "matmul_variants", "dynamic_mlp", "dynamic_conv", "dynamic_seq",
+]
 
 
 @pytest.mark.parametrize("name", SAME_KERNELS_AS_EXECUTORCH)
@@ -159,6 +162,10 @@ def test_kernel_calls_equal_executorch(name: str) -> None:
     theirs = deserialize_pte_binary(executorch_pte(name)).program
     assert _kernel_ops(ours) == _kernel_ops(theirs)
     a, b = ours.execution_plan[0], theirs.execution_plan[0]
+    # Same argument-list lengths: every default and the return slot, as exir writes them.
+    assert [len(i.instr_args.args) for i in a.chains[0].instructions] == [
+        len(i.instr_args.args) for i in b.chains[0].instructions
+    ]
     assert (len(a.inputs), len(a.outputs)) == (len(b.inputs), len(b.outputs))
     assert a.container_meta_type.encoded_inp_str == b.container_meta_type.encoded_inp_str
     assert a.container_meta_type.encoded_out_str == b.container_meta_type.encoded_out_str
