@@ -302,3 +302,19 @@ def test_unsupported_control_flow_names_node() -> None:
     meta = TensorMeta(dtype=DType.float32, shape=(2,), strides=(1,))
     with pytest.raises(EmitError, match=r"node 'y'.*higher_order::map_impl.*not supported"):
         emit(_one_op_program("higher_order::map_impl", meta))
+
+
+def test_unplanned_inputs_and_outputs_run_in_the_runtime() -> None:
+    from executorch.runtime import Runtime
+
+    from tests.zoo import zoo_model
+
+    options = EmitOptions(alloc_graph_input=False, alloc_graph_output=False)
+    pte = emit(_program("mlp"), options)
+    plan = pte.program.execution_plan[0]
+    for index in (*plan.inputs, *plan.outputs):
+        value = plan.values[index].val
+        assert isinstance(value, Tensor) and value.allocation_info is None
+    module, args = zoo_model("mlp").build()
+    (got,) = Runtime.get().load_program(dumps(pte)).load_method("forward").execute(list(args))
+    torch.testing.assert_close(got, module(*args), rtol=1e-5, atol=1e-6)

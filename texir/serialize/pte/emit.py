@@ -116,7 +116,8 @@ class EmitOptions(BaseModel):
     alloc_graph_input: bool = True
     """Plan user-input tensors (the runtime copies inputs into the arena), as ExecuTorch does."""
     alloc_graph_output: bool = True
-    """Plan output tensors, as ExecuTorch does."""
+    """Plan output tensors, as ExecuTorch does. If False, outputs produced directly by a kernel get no
+    allocation and the caller supplies their memory (the pybindings do)."""
     check_plan: bool = False
     """Verify that the memory plan never overlaps live tensors (tests turn this on)."""
 
@@ -713,7 +714,10 @@ class _MethodEmitter:
             item_metas = list(meta.items)
         else:
             raise EmitError(f"{where}: expected a tuple of results, metadata is {type(meta).__name__}")
-        planned = True
+        # With alloc_graph_output=False a method output is left to the caller (no allocation_info).
+        planned = self.options.alloc_graph_output or not (
+            self.graph is self.program.graph and node.name in self.output_names
+        )
         # Layouts follow the op's tensor inputs (a view's metadata carries its base's strides, but
         # its copy variant writes a fresh contiguous tensor); dim-order ops say theirs explicitly.
         orders: set[tuple[int, ...]] = set()
