@@ -134,6 +134,14 @@ DTYPE_TO_SCALAR_TYPE: dict[DType, ScalarType] = {
     DType.uint16: ScalarType.UINT16, DType.uint32: ScalarType.UINT32, DType.uint64: ScalarType.UINT64,
 }
 
+_SCALAR_TYPE_TO_DTYPE: dict[ScalarType, DType] = {v: k for k, v in DTYPE_TO_SCALAR_TYPE.items()}
+
+# Binary ops whose operands exir casts to one dtype first (RemoveMixedTypeOperators).
+_MIXED_TYPE_OPS = frozenset({
+    "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor",
+    "aten::div.Tensor_mode", "aten::minimum.default",
+})
+
 # torch's c10::MemoryFormat codes, as the runtime reads a memory_format argument.
 _MEMORY_FORMAT_CODE: dict[MemoryFormat, int] = {
     MemoryFormat.contiguous_format: 0, MemoryFormat.preserve_format: 1,
@@ -684,7 +692,8 @@ class _MethodEmitter:
                 "for it; decompose it to core ATen (from_exported_program(ep, decompose=True)) or "
                 "delegate it to a backend"
             )
-        self.emit_out_call(node, out, bound, where=where, forced_order=forced)
+        casts = self.promote_operands(node, target, functional, bound, where=where)
+        self.emit_out_call(node, out, bound, where=where, forced_order=forced, emitted=casts)
 
     def _arg_or_default(
         self, bound: Mapping[str, Argument], a: ArgSchema, node: CallFunction, where: str
@@ -701,6 +710,7 @@ class _MethodEmitter:
     def emit_out_call(
         self, node: CallFunction, out: OpSchema, bound: Mapping[str, Argument], *, where: str,
         forced_order: tuple[int, ...] | None = None,
+        emitted: Mapping[str, int] | None = None,
     ) -> None:
         meta = node.meta
         out_args = out.out_args
@@ -757,6 +767,8 @@ class _MethodEmitter:
         for a in out.arguments:
             if a.is_out:
                 args.append(out_values[a.name])
+            elif emitted and a.name in emitted:
+                args.append(emitted[a.name])
             else:
                 args.append(self.argument(a, self._arg_or_default(bound, a, node, where), where=where))
         if len(out_args) == 1 and out_args[0].kind != "tensor_list":
@@ -768,6 +780,49 @@ class _MethodEmitter:
             self.by_name[node.name] = tuple(result_indices)
         else:
             self.by_name[node.name] = result_indices[0]
+
+    def promote_operands(
+        self, node: CallFunction, target: str, schema: OpSchema, bound: Mapping[str, Argument], *, where: str
+    ) -> dict[str, int]:
+        """RemoveMixedTypeOperators: the tensor operands of add/sub/mul/div/minimum are cast to the
+        computation dtype (the result's) first, lifted scalars included, as exir's to_edge does."""
+        meta = node.meta
+        if target not in _MIXED_TYPE_OPS or not isinstance(meta, TensorMeta):
+            return {}
+        want = DTYPE_TO_SCALAR_TYPE.get(meta.dtype)
+        if want is None:
+            return {}
+        casts: dict[str, int] = {}
+        for a in schema.in_args:
+            if a.kind != "tensor" or a.name not in bound:
+                continue
+            arg = bound[a.name]
+            if not isinstance(arg, (Ref, IntArg, FloatArg, BoolArg)):
+                continue
+            index = self.argument(a, arg, where=where)
+            value = self.values[index]
+            if isinstance(value, _PendingTensor) and value.scalar_type != want:
+                casts[a.name] = self.cast(index, value, want, where=where)
+            elif not isinstance(arg, Ref):
+                casts[a.name] = index  # the lifted constant, emitted once
+        return casts
+
+    def cast(self, index: int, value: _PendingTensor, dtype: ScalarType, *, where: str) -> int:
+        out = _PendingTensor(
+            scalar_type=dtype, sizes=value.sizes, dim_order=value.dim_order, requires_grad=False,
+            dynamism=value.dynamism,
+        )
+        out.storage = len(self.storages)
+        self.storages.append(_Storage(
+            size=math.prod(value.sizes) * DTYPE_ITEMSIZE[_SCALAR_TYPE_TO_DTYPE[dtype]],
+            start=self.step, end=self.step,
+        ))
+        out_index = self.add(out)
+        non_blocking = self.add(Bool(bool_val=False))
+        dims = self.add(IntList(items=tuple(self.add(Int(int_val=d)) for d in value.dim_order)))
+        self.use(index)
+        self.kernel("dim_order_ops::_to_dim_order_copy.out", (index, non_blocking, dims, out_index, out_index))
+        return out_index
 
     def emit_inplace(
         self, node: CallFunction, schema: OpSchema, bound: Mapping[str, Argument], *, where: str
