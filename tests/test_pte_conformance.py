@@ -144,14 +144,14 @@ def test_executorch_deserializer_reads_texir_pte(name: str) -> None:
 
 
 # Models whose kernel sequence equals ExecuTorch's to_edge().to_executorch() output exactly. (Not
-# cat_stack: ExecuTorch drops a no-op slice texir keeps; norms: ExecuTorch's to_edge rejects
-# var_mean; cond models: not compared. All of them still match eager above.)
+# compared: norms, which ExecuTorch's to_edge rejects (var_mean is not core ATen there), and the cond
+# models. Those still match eager above.)
 SAME_KERNELS_AS_EXECUTORCH = [
     "mlp", "deep_mlp", "conv_bn", "convnet", "conv_relu_tan", "attention", "transformer_block",
     "direct_params", "running_stats", "tuple_inputs", "dict_io", "nested_io", "max_dim", "split_chunk",
     "int_lists", "embedding", "resnet_tiny", "residual_mlp", "where_mask", "factories", "pad_slice",
     "matmul_variants", "dynamic_mlp", "dynamic_conv", "dynamic_seq", "buffers", "lifted_constant",
-    "multi_output", "scalars", "index_gather", "dtypes", "topk",
+    "multi_output", "scalars", "index_gather", "dtypes", "topk", "cat_stack",
 ]
 
 

@@ -179,6 +179,8 @@ _DIM_ORDER_OPS: dict[str, str] = {
     "aten::empty.memory_format": "dim_order_ops::_empty_dim_order.default",
 }
 
+_SLICES = frozenset({"aten::slice.Tensor", "aten::slice_copy.Tensor"})
+
 # RemoveGraphAssertsPass: runtime checks with no ExecuTorch kernel are dropped.
 _DROPPED = frozenset({
     "aten::_assert_tensor_metadata.default", "aten::_assert_async.default", "aten::_assert_async.msg",
@@ -663,6 +665,8 @@ class _MethodEmitter:
             return
         if target in _ALIASABLE_VIEWS and self.emit_static_view(node, where=where):
             return
+        if target in _SLICES and self.drop_noop_slice(node):
+            return
         kwargs_override: dict[str, Argument] = {}
         forced: tuple[int, ...] | None = None
         if target in _DIM_ORDER_OPS:
@@ -859,6 +863,23 @@ class _MethodEmitter:
         else:
             raise EmitError(f"{where}: memory format {fmt_value} does not fit a rank-{rank} tensor")
         return {"dim_order": ListArg(items=tuple(IntArg(value=d) for d in order))}
+
+    def drop_noop_slice(self, node: CallFunction) -> bool:
+        """RemoveNoopPass: a static slice that keeps the whole tensor is its input."""
+        meta = node.meta
+        base = node.args[0] if node.args else None
+        if not isinstance(meta, TensorMeta) or not isinstance(base, Ref):
+            return False
+        base_meta = self.metas.get(base.name)
+        found = self.by_name.get(base.name)
+        if not isinstance(base_meta, TensorMeta) or not isinstance(found, int):
+            return False
+        shapes = (*meta.shape, *base_meta.shape)
+        if any(isinstance(d, str) for d in shapes) or tuple(meta.shape) != tuple(base_meta.shape):
+            return False
+        self.use(found)
+        self.by_name[node.name] = found
+        return True
 
     def emit_static_view(self, node: CallFunction, *, where: str) -> bool:
         """ReplaceViewCopyWithViewPass: a reshape of a planned or constant tensor that is not a graph
