@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.texir-installed
 
-.PHONY: demo test bench typecheck pytest clean
+.PHONY: demo test bench bench-quick typecheck pytest browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,13 +18,20 @@ demo: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP)
+# The HTML picture is tested in Debian's headless chromium; this installs it when missing (as root).
+browser:
+	sh tests/browser_setup.sh
+
+pytest: $(STAMP) browser
 	$(PY) -m pytest -q
 
 test: typecheck pytest
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
+
+bench-quick: $(STAMP)
+	$(PY) benchmarks/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache build *.egg-info
