@@ -565,11 +565,19 @@ def test_failed_dump_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     x = _every_kind()
     target = tmp_path / "m.pte"
 
-    def broken(fh: Any, chunks: list[memoryview]) -> None:
-        fh.write(chunks[0][:10])
-        raise OSError(28, "No space left on device")
+    real_layout = codec._layout
 
-    monkeypatch.setattr(codec, "_write_all", broken)
+    def broken_layout(*args: Any) -> Any:
+        # The real layout, whose payload stream fails part-way (a full disk while writing).
+        head, chunks, rest = real_layout(*args)
+
+        def failing() -> Any:
+            yield memoryview(b"partial")
+            raise OSError(28, "No space left on device")
+
+        return head, failing(), rest
+
+    monkeypatch.setattr(codec, "_layout", broken_layout)
     with pytest.raises(PteError, match="No space left"):
         pte.dump(x, target)
     assert list(tmp_path.iterdir()) == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import operator
 from collections import deque
@@ -44,6 +43,7 @@ from texir.adapters.tensors import (
     tensor_from_data,
     tensor_meta_from_tensor,
 )
+from texir._io import gc_paused
 from texir.errors import ConversionError, UnsupportedError
 from texir.ir import types as ir
 
@@ -591,7 +591,7 @@ def from_exported_program(ep: ExportedProgram, *, decompose: bool = False) -> ir
         raise ConversionError(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if decompose:
         ep = ep.run_decompositions()
-    with _gc_paused(), torch._C.DisableTorchFunctionSubclass():
+    with gc_paused(), torch._C.DisableTorchFunctionSubclass():
         # (Reading a FakeTensor's attributes goes through __torch_function__ otherwise: 2x slower.)
         return _convert_from(ep)
 
@@ -1124,7 +1124,7 @@ def to_exported_program(program: ir.Program) -> ExportedProgram:
     """Rebuild a runnable ExportedProgram (fake-tensor metadata, provenance, state) from a Program."""
     if not isinstance(program, ir.Program):
         raise ConversionError(f"expected a texir.ir.Program, got {type(program).__name__}")
-    with _gc_paused(), _lazy_codegen():
+    with gc_paused(), _lazy_codegen():
         return _ToFx(program).exported_program()
 
 
@@ -1148,17 +1148,4 @@ def _lazy_codegen() -> Iterator[None]:
     finally:
         ep_mod._create_graph_module_for_export = original
 
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    # A conversion allocates one small object per node, value and argument; the cyclic GC would
-    # rescan torch's large object graphs again and again meanwhile (measured: over half the
-    # FX -> IR time). Nothing created here needs cycle collection to be freed.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 

@@ -53,6 +53,7 @@ from texir.ir import (
     ValueMeta,
 )
 from texir.ir.analysis import node_inputs
+from texir.ir.verify import verify
 from texir.lowering.backend import lower_with_backend
 from texir.lowering.errors import PartitionerError
 from texir.lowering.plan import (
@@ -283,6 +284,9 @@ def lower_plan_explained(program: Program, plan: PartitionPlan, *, _cache: _Cach
 
 
 def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> LoweringReport:
+    # Pass boundary: a malformed input gets the verifier's message (naming the node), not a failure
+    # deep inside the pass. Linear in the program's size.
+    verify(program)
     validate_plan(program, plan)
     tags = plan.tag_map()
     if not tags:

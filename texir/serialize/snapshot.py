@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gc
 import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import msgspec
 
+from texir._io import atomic_write, gc_paused
 from texir.errors import SnapshotError
 from texir.ir.blob import Blob
 from texir.ir.types import SCHEMA_VERSION, LoweredBackendModule, NamedLoweredModule, Program, StateEntry
@@ -275,36 +272,9 @@ def format_for_path(path: str | os.PathLike[str]) -> SnapshotFormat:
     return "msgpack" if Path(path).suffix.lower() in MSGPACK_SUFFIXES else "json"
 
 
-def _default_file_mode() -> int:
-    # mkstemp creates 0600 files; give the result the mode a plain open() would have.
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write `data` to `path` via a temporary file in the same directory and `os.replace`."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise SnapshotError(f"cannot write {target}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), _default_file_mode())
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise SnapshotError(f"cannot write {target}: {exc.strerror or exc}") from None
-        raise
+    atomic_write(path, [data], error=SnapshotError)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -322,19 +292,6 @@ def detect_format(data: bytes | bytearray | memoryview) -> SnapshotFormat:
     if first in b"{[ \t\r\n":
         return "json"
     return "msgpack"
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    # Decoding builds millions of small acyclic objects; the cyclic collector would otherwise run
-    # over and over while they are created, for nothing.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _immutable(data: bytes | bytearray | memoryview) -> bytes | memoryview:
@@ -392,7 +349,7 @@ def _decode_payload(
     decoder: msgspec.json.Decoder[_T] | msgspec.msgpack.Decoder[_T], raw: msgspec.Raw, field: str
 ) -> _T:
     try:
-        with _no_gc():
+        with gc_paused():
             return decoder.decode(raw)
     except msgspec.ValidationError as exc:
         # msgspec reports paths relative to the decoded object: "... - at `$.graph.nodes[3]`".
@@ -456,7 +413,7 @@ def loads_value(data: bytes | bytearray | memoryview) -> Program | LoweredBacken
     # (another kind, another version, bad data) falls back to reading the header first, which
     # gives the precise message.
     try:
-        with _no_gc():
+        with gc_paused():
             envelope = (_JSON_ENVELOPE if fmt == "json" else _MSGPACK_ENVELOPE).decode(buf)
     except (msgspec.DecodeError, RecursionError, ValueError, TypeError, OverflowError, MemoryError):
         envelope = None  # msgspec.ValidationError and _BadExtension are ValueErrors

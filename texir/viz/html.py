@@ -14,11 +14,11 @@ from __future__ import annotations
 import html as html_lib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from texir._io import atomic_write
 from texir.errors import TexirError
 from texir.ir.analysis import node_inputs
 from texir.ir.printer import format_arg, format_input_spec, format_meta, format_output_spec
@@ -400,28 +400,7 @@ def write_html(obj: Any, path: str | os.PathLike[str], *, title: str | None = No
     """Write the page to `path` atomically (temp file + rename: never a partial file)."""
     text, model = _render(obj, title or os.path.basename(os.fspath(path)))
     data = text.encode("utf-8")
-    target = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(target))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".texir-", suffix=".html.tmp", dir=directory)
-    except OSError as exc:
-        raise TexirError(f"cannot write {target}: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        # mkstemp makes the file private (0600); give it the mode a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise TexirError(f"cannot write {target}: {exc.strerror or exc}") from exc
-        raise
+    atomic_write(path, [data])
     main = model["graphs"][0] if model["graphs"] else {"n": [], "e": []}
     return HtmlStats(graphs=len(model["graphs"]), nodes=len(main["n"]), edges=len(main["e"]) // 2,
                      partitions=len(model["partitions"]), bytes=len(data))

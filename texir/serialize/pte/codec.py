@@ -8,10 +8,10 @@ segment, extracted delegate blobs (deduplicated), named data; `loads` inverts th
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import struct
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ from pathlib import Path
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from texir._io import atomic_write
 from texir.errors import PteError
 from texir.ir.blob import Blob
 from texir.serialize.pte import schema as s
@@ -275,35 +276,8 @@ def dump(pte: s.PteProgram, path: str | os.PathLike[str], options: PteOptions | 
     The bytes go to a temporary file in the same directory, which replaces `path` only once fully
     written; on any failure it is removed and `path` is left untouched.
     """
-    target = Path(path)
     head, chunks, _ = _layout(pte, options or _DEFAULT_OPTIONS)
-    directory = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise PteError(f"cannot write {target}: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            _write_all(fh, [memoryview(head), *chunks])
-            fh.flush()
-            # No fsync: os.replace is atomic for readers; power-loss durability is left to the OS.
-        os.replace(tmp, target)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise PteError(f"cannot write {target}: {exc.strerror or exc}") from exc
-        raise
-
-
-def _write_all(fh: object, chunks: list[memoryview]) -> None:
-    write = fh.write  # type: ignore[attr-defined]  # a binary file object from os.fdopen
-    limit = 16 << 20  # bounded copies for views that are not contiguous bytes
-    for chunk in chunks:
-        for start in range(0, chunk.nbytes, limit):
-            write(chunk[start : start + limit])
+    atomic_write(path, itertools.chain((memoryview(head),), chunks), error=PteError)
 
 
 # --- decoding -------------------------------------------------------------------------------------
