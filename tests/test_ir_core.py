@@ -225,3 +225,17 @@ def test_import_is_torch_free() -> None:
     code = "import sys, texir.ir; print('torch' in sys.modules, 'flatbuffers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"], "texir.ir must import neither torch nor flatbuffers"
+
+
+def test_literal_args_spell_special_floats_and_keep_bool_apart_from_int() -> None:
+    from texir.ir import BoolArg, NoneArg, StrArg, float_value, literal_arg
+
+    assert literal_arg(True) == BoolArg(value=True)
+    assert literal_arg(1) == IntArg(value=1)
+    assert literal_arg(None) == NoneArg()
+    assert literal_arg("floor") == StrArg(value="floor")
+    assert literal_arg(float("-inf")) == FloatArg(value="-inf")
+    assert literal_arg(float("nan")) == literal_arg(float("nan"))  # NaN compares equal in the IR
+    assert float_value(2.5) == 2.5
+    with pytest.raises(TypeError):
+        literal_arg(object())

@@ -44,6 +44,7 @@ from texir.adapters.tensors import (
     tensor_meta_from_tensor,
 )
 from texir._io import gc_paused
+from texir.ir.literals import literal_arg
 from texir.errors import ConversionError, UnsupportedError
 from texir.ir import types as ir
 
@@ -474,17 +475,12 @@ def _argument_spec(spec: Any, where: str) -> ir.Argument:
 
 
 def _literal_arg(value: Any, where: str) -> ir.Argument:
-    if value is None:
-        return _NONE_ARG
-    if isinstance(value, bool):
-        return ir.BoolArg(value=value)
-    if isinstance(value, int):
-        return ir.IntArg(value=value)
-    if isinstance(value, float):
-        return ir.FloatArg(value=float_from_python(value))
-    if isinstance(value, str):
-        return ir.StrArg(value=value)
-    raise UnsupportedError(f"{where}: constant {value!r} of type {type(value).__name__} is not supported")
+    try:
+        return literal_arg(value)
+    except TypeError:
+        raise UnsupportedError(
+            f"{where}: constant {value!r} of type {type(value).__name__} is not supported"
+        ) from None
 
 
 def _input_spec(spec: gs.InputSpec) -> ir.InputSpec:

@@ -7,14 +7,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from texir.errors import PteError
+from texir.ir.literals import literal_arg
 from texir.ir.types import (
     Argument,
-    BoolArg,
-    FloatArg,
     IntArg,
     ListArg,
-    NoneArg,
-    StrArg,
 )
 
 __all__ = [
@@ -160,24 +157,13 @@ def _kind(type_: Any) -> tuple[ArgKind, bool]:
 
 
 def _default(value: Any) -> Argument:
-    if value is None:
-        return NoneArg()
-    if isinstance(value, bool):
-        return BoolArg(value=value)
-    if isinstance(value, int):
-        return IntArg(value=value)
-    if isinstance(value, float):
-        if value != value:
-            return FloatArg(value="nan")
-        if value in (float("inf"), float("-inf")):
-            return FloatArg(value="inf" if value > 0 else "-inf")
-        return FloatArg(value=value)
-    if isinstance(value, str):
-        return StrArg(value=value)
     if isinstance(value, (list, tuple)):
         return ListArg(items=tuple(_default(v) for v in value))
-    # Enum defaults (layout, memory format, dtype) arrive as ints in torch's schema objects.
-    return IntArg(value=int(value))
+    try:
+        return literal_arg(value)
+    except TypeError:
+        # Enum defaults (layout, memory format, dtype) arrive as ints in torch's schema objects.
+        return IntArg(value=int(value))
 
 
 def _convert(schema: Any) -> OpSchema:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import warnings
 from typing import Any, Union
 
 import torch
 
 from texir.errors import ConversionError, UnsupportedError
+from texir.ir.literals import float_value
 from texir.ir.blob import Blob
 from texir.ir.types import (
     DType,
@@ -71,11 +71,7 @@ def device_str(device: torch.device) -> str:
 
 def float_from_python(value: float) -> FloatValue:
     """A Python float as the IR spells it (non-finite values as strings)."""
-    if math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "nan"
-    return "inf" if value > 0 else "-inf"
+    return float_value(value)
 
 
 def float_to_python(value: FloatValue) -> float:

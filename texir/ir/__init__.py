@@ -13,6 +13,7 @@ from texir.ir.analysis import (
 )
 from texir.ir.blob import Blob
 from texir.ir.canonical import canonicalize
+from texir.ir.literals import float_value, literal_arg
 from texir.ir.printer import format_lowered_module, format_program
 from texir.ir.types import *  # noqa: F403  (the IR's public names are exactly types.__all__)
 from texir.ir.types import __all__ as _types_all
@@ -22,6 +23,8 @@ __all__ = [
     "Blob",
     "call_nodes",
     "canonicalize",
+    "float_value",
+    "literal_arg",
     "format_lowered_module",
     "format_program",
     "iter_refs",

@@ -13,8 +13,11 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from texir.errors import PteError
+from texir.ir.analysis import iter_refs
+from texir.ir.literals import literal_arg
 from texir.ir.blob import Blob
 from texir.ir.types import (
+    SpecialFloat,
     DTYPE_ITEMSIZE,
     Argument,
     BoolArg,
@@ -739,7 +742,7 @@ class _MethodEmitter:
             orders.add(forced_order)
         else:
             for value in bound.values():
-                for name in _arg_refs(value):
+                for name in iter_refs(value):
                     found = self.by_name.get(name)
                     tensor = self.values[found] if isinstance(found, int) else None
                     if isinstance(tensor, _PendingTensor):
@@ -1133,14 +1136,6 @@ class _MethodEmitter:
         return self._output_names
 
 
-def _arg_refs(arg: Argument) -> list[str]:
-    if isinstance(arg, Ref):
-        return [arg.name]
-    if isinstance(arg, (ListArg, TupleArg)):
-        return [name for item in arg.items for name in _arg_refs(item)]
-    return []
-
-
 def _float(value: float | str) -> float:
     return float(value)
 
@@ -1151,18 +1146,18 @@ def _literal_float(arg: Argument, where: str) -> float | str:
     raise EmitError(f"{where}: float[] argument holds {type(arg).__name__}")
 
 
+_SPECIAL_FLOATS: dict[str, SpecialFloat] = {"inf": "inf", "-inf": "-inf", "nan": "nan"}
+
+
 def _literal(value: object) -> Argument:
-    if value is None:
-        return NoneArg()
-    if isinstance(value, bool):
-        return BoolArg(value=value)
-    if isinstance(value, int):
-        return IntArg(value=value)
-    if isinstance(value, (float, str)) and not isinstance(value, bool):
-        if isinstance(value, str) and value not in ("inf", "-inf", "nan"):
-            return StrArg(value=value)
-        return FloatArg(value=value)  # type: ignore[arg-type]  # str is one of the special floats here
-    raise EmitError(f"unsupported scalar input value {value!r}")
+    # A ScalarMeta value spells non-finite floats as strings ("inf", ...): those are floats here.
+    special = _SPECIAL_FLOATS.get(value) if isinstance(value, str) else None
+    if special is not None:
+        return FloatArg(value=special)
+    try:
+        return literal_arg(value)
+    except TypeError:
+        raise EmitError(f"unsupported scalar input value {value!r}") from None
 
 
 def emit(
