@@ -7,7 +7,6 @@ when the partitioner is built, so a bad option fails at construction with a mess
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
 
 import pydantic
 
@@ -51,9 +50,17 @@ class _Options(pydantic.BaseModel):
     tag_mutated_buffers: bool = False
 
 
-def _options(**kwargs: Any) -> _Options:
+def _options(
+    backend_id: str, compile_specs: Sequence[CompileSpec], tag_constants: bool, tag_mutated_buffers: bool
+) -> _Options:
+    """The options every built-in partitioner shares, validated."""
     try:
-        return _Options(**kwargs)
+        return _Options(
+            backend_id=backend_id,
+            compile_specs=tuple(compile_specs),
+            tag_constants=tag_constants,
+            tag_mutated_buffers=tag_mutated_buffers,
+        )
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
@@ -168,12 +175,7 @@ class WholeProgramPartitioner:
         tag_constants: bool = False,
         tag_mutated_buffers: bool = False,
     ) -> None:
-        self.options = _options(
-            backend_id=backend_id,
-            compile_specs=tuple(compile_specs),
-            tag_constants=tag_constants,
-            tag_mutated_buffers=tag_mutated_buffers,
-        )
+        self.options = _options(backend_id, compile_specs, tag_constants, tag_mutated_buffers)
 
     def __repr__(self) -> str:
         return f"WholeProgramPartitioner({self.options.backend_id!r})"
@@ -211,12 +213,7 @@ class OpSupportPartitioner:
         tag_constants: bool = False,
         tag_mutated_buffers: bool = False,
     ) -> None:
-        self.options = _options(
-            backend_id=backend_id,
-            compile_specs=tuple(compile_specs),
-            tag_constants=tag_constants,
-            tag_mutated_buffers=tag_mutated_buffers,
-        )
+        self.options = _options(backend_id, compile_specs, tag_constants, tag_mutated_buffers)
         if callable(ops):
             self._supported: OpPredicate = ops
             self._ops: tuple[str, ...] = ()
@@ -375,12 +372,7 @@ class NodeGroupPartitioner:
         tag_constants: bool = False,
         tag_mutated_buffers: bool = False,
     ) -> None:
-        self.options = _options(
-            backend_id=backend_id,
-            compile_specs=tuple(compile_specs),
-            tag_constants=tag_constants,
-            tag_mutated_buffers=tag_mutated_buffers,
-        )
+        self.options = _options(backend_id, compile_specs, tag_constants, tag_mutated_buffers)
         try:
             self.groups = _GroupOptions(groups={k: tuple(v) for k, v in groups.items()}).groups
         except pydantic.ValidationError as exc:
