@@ -39,12 +39,14 @@ from texir.errors import ModelSpecError
 from texir.ir.types import LoweredBackendModule, Program
 
 if TYPE_CHECKING:
+    from texir.serialize.pte.schema import PteProgram
     from torch.export import ExportedProgram
 
 __all__ = [
     "SNAPSHOT_SUFFIXES",
     "ExportRecipe",
     "is_snapshot_path",
+    "load_input",
     "load_model",
     "load_program",
     "load_value",
@@ -273,14 +275,25 @@ def load_value(spec: str, *, decompose: bool = False) -> Program | LoweredBacken
     if is_snapshot_path(spec):
         from texir.serialize import snapshot
 
-        path = Path(spec)
-        if not path.is_file():
-            raise ModelSpecError(f"snapshot file {spec!r} does not exist")
-        return snapshot.load(path)
+        return snapshot.load(Path(spec))
     ep = load_model(spec)
     from texir.adapters.fx import from_exported_program
 
     return from_exported_program(ep, decompose=decompose)
+
+
+def load_input(spec: str, *, decompose: bool = False) -> Program | LoweredBackendModule | PteProgram:
+    """What `texir show` and `texir diff` accept: a ``.pte`` file (decoded, without torch), a
+    snapshot file, or a MODEL spec converted to a Program."""
+    if Path(spec).suffix.lower() == ".pte":
+        from texir.serialize.pte.codec import loads as loads_pte
+
+        try:
+            data = Path(spec).read_bytes()
+        except OSError as exc:
+            raise ModelSpecError(f"cannot read {spec!r}: {exc.strerror or exc}") from None
+        return loads_pte(data)
+    return load_value(spec, decompose=decompose)
 
 
 def load_program(spec: str, *, decompose: bool = False) -> Program:

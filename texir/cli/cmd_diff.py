@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from texir.adapters.model_spec import load_input
 from texir.cli.progress import Progress
 from texir.errors import TexirError
 from texir.ir.diff import ProgramDiff, diff_texts, format_diff, summary_line
@@ -27,35 +27,6 @@ a .pte file, or a MODEL spec (file.py:callable, package.module:callable, file.pt
 compared in canonical form: node names do not matter, content does. A program compared with a .pte
 file is emitted to .pte first. Exit status: 0 equal, 1 different, 2 error.
 """
-
-SNAPSHOT_SUFFIXES = (".json", ".msgpack", ".mpk")
-
-
-def load_input(spec: str, *, decompose: bool = False) -> Any:
-    """A Program, LoweredBackendModule or PteProgram from a snapshot, .pte file or MODEL spec.
-    Snapshots and .pte files are read without importing torch."""
-    path = Path(spec)
-    if spec.endswith(".pte"):
-        data = _read(path)
-        codec = importlib.import_module("texir.serialize.pte.codec")
-        return codec.loads(data)
-    if path.suffix in SNAPSHOT_SUFFIXES:
-        from texir.serialize.snapshot import loads_value
-
-        return loads_value(_read(path))
-    try:
-        model_spec = importlib.import_module("texir.adapters.model_spec")
-    except ImportError as exc:  # pragma: no cover - only while the adapter is missing
-        raise TexirError(f"cannot load MODEL spec {spec!r}: {exc}") from exc
-    return model_spec.load_value(spec, decompose=decompose)
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise TexirError(f"cannot read {path}: {exc.strerror or exc}") from exc
-
 
 def _as_pte(value: Any) -> Any:
     if isinstance(value, Program):

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from texir.adapters.model_spec import load_input
 from texir.cli.progress import Progress
 from texir.ir.types import LoweredBackendModule, Program
 
@@ -26,18 +27,6 @@ MODEL is FILE.py:CALLABLE or PACKAGE.MODULE:CALLABLE (returning (nn.Module, exam
 dynamic_shapes]) or an ExportedProgram), a FILE.pt2 written by torch.export.save, or a snapshot
 (.json, .msgpack), or a .pte file. The text form is the one goldens use: the same program always prints the same.
 """
-
-
-def load_input(spec: str, *, decompose: bool = False) -> Program | LoweredBackendModule | PteProgram:
-    """Turn a `texir show` input (snapshot file, .pte file or MODEL spec) into what is printed."""
-    if spec.endswith(".pte"):
-        from texir.cli.cmd_diff import load_input as load_any
-
-        pte: PteProgram = load_any(spec)
-        return pte
-    from texir.adapters.model_spec import load_value
-
-    return load_value(spec, decompose=decompose)
 
 
 def render(value: Program | LoweredBackendModule | PteProgram, *, canonical: bool = False) -> str:

@@ -33,15 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            # Commands are written in parallel: while a command's module does not exist yet, the
-            # others still work. Only that exact module being absent is skipped; a command whose
-            # own imports fail still raises.
-            if exc.name == name:
-                continue
-            raise
+        module = importlib.import_module(name)
         register: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]
         register = module.register
         register(sub)
