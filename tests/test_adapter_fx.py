@@ -214,7 +214,22 @@ def test_dynamic_shapes_symbolic_meta_and_ranges() -> None:
     assert isinstance(first, Placeholder) and isinstance(first.meta, TensorMeta)
     assert isinstance(first.meta.shape[0], str)
     assert {(r.min, r.max) for r in program.range_constraints} == {(2, 64), (2, 32)}
+    # Each symbol keeps its example value, and IR -> FX gives the fake inputs those sizes again.
+    assert sorted(r.hint for r in program.range_constraints) == [4, 6]
     rebuilt = to_exported_program(program)
+    fake_sizes = [
+        [d.node.hint for d in n.meta["val"].shape if isinstance(d, torch.SymInt)]
+        for n in rebuilt.graph.nodes if n.op == "placeholder"
+    ]
+    assert fake_sizes == [[4], [6]]
+    # A program built by hand has no hints: a value inside each range is chosen.
+    no_hints = msgspec.structs.replace(program, range_constraints=tuple(
+        msgspec.structs.replace(r, hint=None) for r in program.range_constraints
+    ))
+    for n in to_exported_program(no_hints).graph.nodes:
+        if n.op == "placeholder":
+            (d,) = [d for d in n.meta["val"].shape if isinstance(d, torch.SymInt)]
+            assert 2 <= d.node.hint <= 32
     for n in (3, 9):
         a, b = torch.randn(n, 2), torch.randn(n + 1, 2)
         _same_outputs(rebuilt.module()(a, b), Dynamic()(a, b))

@@ -410,6 +410,10 @@ def test_bytes_identical_across_processes_and_hash_seeds() -> None:
 
 def test_wrong_version_says_found_supported_and_how_to_fix() -> None:
     data = dumps(_leaf_program())
+    current = b'"schema_version":[%d,%d]' % SCHEMA_VERSION
+    assert current in data
+    data = data.replace(current, b'"schema_version":[1,0]', 1)
+    assert loads(data) == loads(dumps(_leaf_program()))  # an older minor version still loads
     newer = data.replace(b'"schema_version":[1,0]', b'"schema_version":[%d,0]' % (SCHEMA_VERSION[0] + 1), 1)
     with pytest.raises(SnapshotVersionError) as info:
         loads(newer)

@@ -566,6 +566,19 @@ def _dump_spec(spec: pytree.TreeSpec, where: str) -> str:
         ) from exc
 
 
+def _symbol_hints(ep: ExportedProgram) -> dict[str, int]:
+    """Each backed symbol's example value, read from the shape environment of the program's fake
+    inputs (empty when the program carries no fake values)."""
+    vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"]
+    fake_mode = torch._guards.detect_fake_mode(vals)
+    if fake_mode is None or fake_mode.shape_env is None:
+        return {}
+    return {
+        str(sym): int(val) for sym, val in fake_mode.shape_env.backed_var_to_val.items()
+        if getattr(val, "is_integer", False)
+    }
+
+
 def _load_spec(text: str, where: str) -> pytree.TreeSpec:
     for attempt in range(2):
         try:
@@ -622,10 +635,12 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
             ))
     state.sort(key=lambda e: e.target)
     ranges = []
+    hints = _symbol_hints(ep) if ep.range_constraints else {}
     for sym, vr in ep.range_constraints.items():
         lo = _bound(vr.lower)
         ranges.append(ir.RangeConstraint(
-            symbol=str(sym), min=_NEG_INF_MIN if lo is None else lo, max=_bound(vr.upper)
+            symbol=str(sym), min=_NEG_INF_MIN if lo is None else lo, max=_bound(vr.upper),
+            hint=hints.get(str(sym)),
         ))
     calls = []
     for entry in ep.module_call_graph:
@@ -720,8 +735,11 @@ class _ToFx:
         if unbacked:
             self.shape_env.unbacked_symint_counter += 1
         else:
-            top = rc.max if rc.max is not None else max(rc.min, _PREFERRED_HINT)
-            hint = min(max(rc.min, _PREFERRED_HINT), top)
+            if rc.hint is not None:
+                hint = rc.hint
+            else:  # a program built by hand: any value inside the range will do
+                top = rc.max if rc.max is not None else max(rc.min, _PREFERRED_HINT)
+                hint = min(max(rc.min, _PREFERRED_HINT), top)
             self.hints[sym] = hint
             self.shape_env.add_backed_var_to_val(sym, hint)
         self.shape_env.constrain_symbol_range(

@@ -257,7 +257,8 @@ def _format_program_lines(program: Program, indent: str) -> list[str]:
         lines.append(f"{indent}range_constraints:")
         for rc in program.range_constraints:
             hi = "inf" if rc.max is None else str(rc.max)
-            lines.append(f"{indent}  {rc.symbol}: [{rc.min}, {hi}]")
+            hint = "" if rc.hint is None else f" hint={rc.hint}"
+            lines.append(f"{indent}  {rc.symbol}: [{rc.min}, {hi}]{hint}")
     for lowered in program.lowered_modules:
         lines.append(f"{indent}lowered_module {lowered.name}:")
         lines.extend(_format_lowered(lowered.module, indent + "  "))

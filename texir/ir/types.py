@@ -94,7 +94,7 @@ __all__ = [
 
 # Bump on any schema change (see tests/test_schema_version.py): a new defaulted field or type is a
 # minor bump; a removed field or a new required field is a major bump; a changed field type is forbidden.
-SCHEMA_VERSION: tuple[int, int] = (1, 0)
+SCHEMA_VERSION: tuple[int, int] = (1, 1)
 
 
 # gc=False: IR objects are immutable and built bottom-up, so they can never form reference cycles;
@@ -520,6 +520,9 @@ class RangeConstraint(_Frozen, frozen=True, kw_only=True):
     min: int
     max: int | None = None
     """None means unbounded."""
+    hint: int | None = None
+    """The symbol's value in the example inputs it was exported with (a backed symbol's hint);
+    None for unbacked symbols. IR -> FX gives the rebuilt fake tensors these sizes."""
 
 
 class ModuleCallSignature(_Frozen, frozen=True, kw_only=True):
