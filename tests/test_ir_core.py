@@ -25,6 +25,7 @@ from texir.ir import (
     ParameterInput,
     Placeholder,
     Program,
+    RangeConstraint,
     Ref,
     StateEntry,
     Subgraph,
@@ -180,6 +181,14 @@ def _with_nodes(p: Program, nodes: tuple[object, ...]) -> Program:
                 p, (*p.graph.nodes[:3], GetAttr(name="g", target="true_graph_0"), *p.graph.nodes[3:])
             ),
             "neither a subgraph nor a lowered module",
+        ),
+        (
+            lambda p: msgspec.structs.replace(p, range_constraints=(RangeConstraint(symbol="s0", min=2, max=8, hint=9),)),
+            r"range_constraints\[0\] \('s0'\): hint 9 is outside \[2, 8\]",
+        ),
+        (
+            lambda p: msgspec.structs.replace(p, range_constraints=(RangeConstraint(symbol="s0", min=4, max=3),)),
+            r"'s0'\): empty range \[4, 3\]",
         ),
     ],
 )

@@ -127,6 +127,16 @@ def verify(program: Program) -> None:
                 f"signature.outputs[{i}] mutates user input '{ospec.target}', which is not a user input"
             )
 
+    for i, rc in enumerate(program.range_constraints):
+        hi = "inf" if rc.max is None else str(rc.max)
+        if rc.max is not None and rc.max < rc.min:
+            raise IRError(f"range_constraints[{i}] ('{rc.symbol}'): empty range [{rc.min}, {hi}]; set max >= min")
+        if rc.hint is not None and not (rc.min <= rc.hint and (rc.max is None or rc.hint <= rc.max)):
+            raise IRError(
+                f"range_constraints[{i}] ('{rc.symbol}'): hint {rc.hint} is outside [{rc.min}, {hi}]; "
+                "give a hint inside the range, or none"
+            )
+
     for entry in program.lowered_modules:
         try:
             verify(entry.module.original_program)
