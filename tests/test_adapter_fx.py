@@ -230,6 +230,12 @@ def test_dynamic_shapes_symbolic_meta_and_ranges() -> None:
         if n.op == "placeholder":
             (d,) = [d for d in n.meta["val"].shape if isinstance(d, torch.SymInt)]
             assert 2 <= d.node.hint <= 32
+    # A hint outside its range is a texir error naming the symbol, not an assertion inside torch.
+    bad = msgspec.structs.replace(program, range_constraints=tuple(
+        msgspec.structs.replace(r, hint=999) for r in program.range_constraints
+    ))
+    with pytest.raises(ConversionError, match=r"range constraint 's\d+': hint 999 is outside \[2, \d+\]"):
+        to_exported_program(bad)
     for n in (3, 9):
         a, b = torch.randn(n, 2), torch.randn(n + 1, 2)
         _same_outputs(rebuilt.module()(a, b), Dynamic()(a, b))

@@ -736,6 +736,12 @@ class _ToFx:
             self.shape_env.unbacked_symint_counter += 1
         else:
             if rc.hint is not None:
+                if rc.hint < rc.min or (rc.max is not None and rc.hint > rc.max):
+                    raise ConversionError(
+                        f"range constraint {rc.symbol!r}: hint {rc.hint} is outside "
+                        f"[{rc.min}, {'inf' if rc.max is None else rc.max}]; give a hint inside the "
+                        "range, or none (texir.ir.verify reports this too)"
+                    )
                 hint = rc.hint
             else:  # a program built by hand: any value inside the range will do
                 top = rc.max if rc.max is not None else max(rc.min, _PREFERRED_HINT)
