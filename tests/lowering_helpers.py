@@ -22,12 +22,13 @@ class _TestBackend:
     """Processed bytes list the delegated ops and compile specs; one debug entry per call node."""
 
     def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec]) -> PreprocessResult:
-        calls = [n for n in program.graph.nodes if isinstance(n, CallFunction)]
-        text = ",".join(n.target for n in calls) + "|" + ",".join(f"{s.key}={s.value.hex()}" for s in compile_specs)
+        graph = program.graph
+        calls = [(n, graph.prov(i)) for i, n in enumerate(graph.nodes) if isinstance(n, CallFunction)]
+        text = ",".join(n.target for n, _ in calls) + "|" + ",".join(f"{s.key}={s.value.hex()}" for s in compile_specs)
         entries = tuple(
-            DebugHandleEntry(identifier=n.name, debug_handles=(n.prov.debug_handle,))
-            for n in calls
-            if n.prov is not None and n.prov.debug_handle is not None
+            DebugHandleEntry(identifier=n.name, debug_handles=(prov.debug_handle,))
+            for n, prov in calls
+            if prov is not None and prov.debug_handle is not None
         )
         return PreprocessResult(processed_bytes=text.encode(), debug_handle_map=entries)
 

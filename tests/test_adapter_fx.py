@@ -23,6 +23,7 @@ from texir.ir import (
     FloatArg,
     GetAttr,
     Graph,
+    GraphBuilder,
     GraphSignature,
     IntArg,
     Layout,
@@ -42,6 +43,7 @@ from texir.ir import (
     UserInput,
     UserOutput,
     canonicalize,
+    value_metas,
     verify,
 )
 
@@ -175,7 +177,7 @@ def test_cond_subgraphs_and_debug_handles() -> None:
     program = _roundtrip(ep)
     getattrs = [n for n in program.graph.nodes if isinstance(n, GetAttr)]
     assert [g.target for g in getattrs] == ["true_graph_0", "false_graph_0"]
-    assert all(isinstance(g.meta, SubgraphMeta) for g in getattrs)
+    assert all(isinstance(program.graph.meta(g), SubgraphMeta) for g in getattrs)
     assert [s.name for s in program.graph.subgraphs] == ["true_graph_0", "false_graph_0"]
     true_graph = program.graph.subgraphs[0].graph
     assert isinstance(true_graph.nodes[0], Placeholder)
@@ -183,14 +185,13 @@ def test_cond_subgraphs_and_debug_handles() -> None:
     for x in (torch.ones(3), -torch.ones(3)):
         _same_outputs(rebuilt(x), CondModel()(x))
     # Debug handles: top-level nodes first, then branches; placeholders and outputs have none.
-    handles = [n.prov.debug_handle for n in program.graph.nodes if not isinstance(n, Placeholder)
-               and n.prov is not None]
+    top = [(n, p) for n, _, p in program.graph.entries()]
+    handles = [p.debug_handle for n, p in top if not isinstance(n, Placeholder) and p is not None]
     assert handles and handles[0] == 1
-    assert all(n.prov is None or n.prov.debug_handle is None for n in program.graph.nodes
-               if isinstance(n, Placeholder))
+    assert all(p is None or p.debug_handle is None for n, p in top if isinstance(n, Placeholder))
     top_max = max(h for h in handles if h is not None)
-    sub_handles = [n.prov.debug_handle for n in true_graph.nodes
-                   if isinstance(n, CallFunction) and n.prov is not None]
+    sub_handles = [p.debug_handle for n, _, p in true_graph.entries()
+                   if isinstance(n, CallFunction) and p is not None]
     assert sub_handles and all(h is not None and h > top_max for h in sub_handles)
 
 
@@ -199,9 +200,11 @@ def test_multi_output_ops_and_scalar_none_list_args() -> None:
     x = torch.randn(2, 4)
     program = _roundtrip(_export(model, (x,)))
     max_node = next(n for n in program.graph.nodes if isinstance(n, CallFunction) and n.target == "aten::max.dim")
-    assert isinstance(max_node.meta, TupleMeta) and len(max_node.meta.items) == 2
+    max_meta = program.graph.meta(max_node)
+    assert isinstance(max_meta, TupleMeta) and len(max_meta.items) == 2
     split = next(n for n in program.graph.nodes if isinstance(n, CallFunction) and "split" in n.target)
-    assert isinstance(split.meta, TupleMeta) and split.meta.is_list
+    split_meta = program.graph.meta(split)
+    assert isinstance(split_meta, TupleMeta) and split_meta.is_list
     _same_outputs(to_exported_program(program).module()(x), model(x))
 
 
@@ -211,11 +214,12 @@ def test_dynamic_shapes_symbolic_meta_and_ranges() -> None:
     ep = _export(Dynamic(), (x, y), dynamic_shapes=({0: batch}, {0: Dim("other", min=2, max=32)}))
     program = _roundtrip(ep)
     first = program.graph.nodes[0]
-    assert isinstance(first, Placeholder) and isinstance(first.meta, TensorMeta)
-    assert isinstance(first.meta.shape[0], str)
+    first_meta = program.graph.meta(first)
+    assert isinstance(first, Placeholder) and isinstance(first_meta, TensorMeta)
+    assert isinstance(first_meta.shape[0], str)
     assert {(r.min, r.max) for r in program.range_constraints} == {(2, 64), (2, 32)}
     # Each symbol keeps its example value, and IR -> FX gives the fake inputs those sizes again.
-    assert sorted(r.hint for r in program.range_constraints) == [4, 6]
+    assert sorted(r.hint or 0 for r in program.range_constraints) == [4, 6]
     rebuilt = to_exported_program(program)
     fake_sizes = [
         [d.node.hint for d in n.meta["val"].shape if isinstance(d, torch.SymInt)]
@@ -291,9 +295,10 @@ def test_symbolic_scalars_special_floats_and_enum_args() -> None:
     ep = _export(Scalars(), (torch.rand(4, 6),), dynamic_shapes=({0: Dim("n", min=2, max=100)},))
     program = _roundtrip(ep)
     calls = {n.name: n for n in program.graph.nodes if isinstance(n, CallFunction)}
+    metas = value_metas(program.graph)
     targets = {n.target for n in calls.values()}
     assert {"aten::sym_size.int", "_operator::mul", "_operator::ge", "aten::full.default"} <= targets
-    assert isinstance(calls["sym_size_int_1"].meta, SymIntMeta)
+    assert isinstance(metas["sym_size_int_1"], SymIntMeta)
     full = calls["full"]
     assert full.args[1] == FloatArg(value="nan")
     assert FloatArg(value="-inf") in calls["clamp"].args
@@ -301,7 +306,7 @@ def test_symbolic_scalars_special_floats_and_enum_args() -> None:
     assert ("layout", LayoutArg(value=Layout.strided)) in calls["full_1"].kwargs
     assert ("device", DeviceArg(value="cpu")) in calls["full_1"].kwargs
     assert ("memory_format", MemoryFormatArg(value=MemoryFormat.channels_last)) in calls["clone"].kwargs
-    clone_meta = calls["clone"].meta
+    clone_meta = metas["clone"]
     assert isinstance(clone_meta, TensorMeta) and clone_meta.strides[1] == 1  # channels_last kept
     unbounded = {r.symbol: r for r in program.range_constraints}["u0"]
     assert unbounded.min == 0 and unbounded.max is None
@@ -355,19 +360,19 @@ def _lowered_parent() -> Program:
         backend_id="demo", processed_bytes=b"blob", compile_specs=(CompileSpec(key="k", value=b"v"),),
         original_program=original,
     )
+    b = GraphBuilder()
+    b.add(Placeholder(name="x"), tm)
+    b.add(GetAttr(name="lowered_module_0", target="lowered_module_0"), DelegateMeta(module="lowered_module_0"))
+    b.add(CallFunction(name="call_delegate", target="texir::call_delegate",
+                       args=(Ref(name="lowered_module_0"), Ref(name="x"))), TupleMeta(items=(tm, tm)))
+    b.add(CallFunction(name="getitem", target="_operator::getitem",
+                       args=(Ref(name="call_delegate"), IntArg(value=0))), tm)
+    b.add(CallFunction(name="getitem_1", target="_operator::getitem",
+                       args=(Ref(name="call_delegate"), IntArg(value=1))), tm)
+    b.add(CallFunction(name="add", target="aten::add.Tensor", args=(Ref(name="getitem"), Ref(name="getitem_1"))), tm)
+    b.add(Output(args=(Ref(name="add"),)))
     return Program(
-        graph=Graph(nodes=(
-            Placeholder(name="x", meta=tm),
-            GetAttr(name="lowered_module_0", target="lowered_module_0", meta=DelegateMeta(module="lowered_module_0")),
-            CallFunction(name="call_delegate", target="texir::call_delegate",
-                         args=(Ref(name="lowered_module_0"), Ref(name="x")), meta=TupleMeta(items=(tm, tm))),
-            CallFunction(name="getitem", target="_operator::getitem",
-                         args=(Ref(name="call_delegate"), IntArg(value=0)), meta=tm),
-            CallFunction(name="getitem_1", target="_operator::getitem",
-                         args=(Ref(name="call_delegate"), IntArg(value=1)), meta=tm),
-            CallFunction(name="add", target="aten::add.Tensor", args=(Ref(name="getitem"), Ref(name="getitem_1")), meta=tm),
-            Output(args=(Ref(name="add"),)),
-        )),
+        graph=b.build(),
         signature=GraphSignature(inputs=(UserInput(arg=Ref(name="x")),), outputs=(UserOutput(arg=Ref(name="add")),)),
         lowered_modules=(NamedLoweredModule(name="lowered_module_0", module=lowered),),
     )
@@ -428,9 +433,10 @@ def test_debug_handles_match_executorch_and_rebuilt_program_feeds_to_edge() -> N
     ours: list[tuple[str, int | None]] = []
 
     def walk(graph: Graph) -> None:
-        for n in graph.nodes:
+        for i, n in enumerate(graph.nodes):
             if isinstance(n, CallFunction) and n.target.startswith("aten::"):
-                ours.append((n.target, n.prov.debug_handle if n.prov else None))
+                prov = graph.prov(i)
+                ours.append((n.target, prov.debug_handle if prov else None))
         for s in graph.subgraphs:
             walk(s.graph)
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from texir.errors import LoweringError
-from texir.ir import CallFunction, DebugHandleEntry, Output, Placeholder, Provenance, Ref
+from texir.ir import CallFunction, DebugHandleEntry, Output, Placeholder, Provenance, Ref, build_graph
 from texir.lowering.debug_mapping import (
     DelegateMappingBuilder,
     DelegateMappingError,
@@ -16,21 +16,31 @@ from texir.lowering.debug_mapping import (
 )
 
 
-def _call(name: str, handle: int | None) -> CallFunction:
-    return CallFunction(
-        name=name,
-        target="aten::sin.default",
-        args=(Ref(name="x"),),
-        prov=Provenance(debug_handle=handle) if handle is not None else None,
-    )
+def _call(name: str) -> CallFunction:
+    return CallFunction(name=name, target="aten::sin.default", args=(Ref(name="x"),))
 
 
-SIN = _call("sin", 1)
-COS = _call("cos", 2)
+SIN = _call("sin")
+COS = _call("cos")
+NOHANDLE = _call("nohandle")
+X = Placeholder(name="x")
+OUTPUT = Output(args=(Ref(name="x"),))
+# The graph the mapped nodes belong to: it holds their debug handles.
+GRAPH = build_graph([
+    (X, None, None),
+    (SIN, None, Provenance(debug_handle=1)),
+    (COS, None, Provenance(debug_handle=2)),
+    (NOHANDLE, None, None),
+    (OUTPUT, None, None),
+])
+
+
+def _builder(*, generated_identifiers: bool = False) -> DelegateMappingBuilder:
+    return DelegateMappingBuilder(graph=GRAPH, generated_identifiers=generated_identifiers)
 
 
 def test_generated_identifiers_count_from_zero_in_insertion_order() -> None:
-    builder = DelegateMappingBuilder(generated_identifiers=True)
+    builder = _builder(generated_identifiers=True)
     assert builder.insert_delegate_mapping_entry(nodes=[COS, SIN]) == 0
     assert builder.insert_delegate_mapping_entry(nodes=SIN) == 1
     assert builder.insert_delegate_mapping_entry(handles=[7, None, 3]) == 2
@@ -46,7 +56,7 @@ def test_generated_identifiers_count_from_zero_in_insertion_order() -> None:
 
 @pytest.mark.parametrize("identifiers", [(10, 3, 7), ("c", "a", "b")])
 def test_explicit_identifiers_keep_insertion_order(identifiers: tuple[int | str, ...]) -> None:
-    builder = DelegateMappingBuilder()
+    builder = _builder()
     for ident, handle in zip(identifiers, (4, 2, 9)):
         assert builder.insert_delegate_mapping_entry(handles=handle, identifier=ident) == ident
     assert [e.identifier for e in builder.get_delegate_mapping()] == list(identifiers)
@@ -54,13 +64,13 @@ def test_explicit_identifiers_keep_insertion_order(identifiers: tuple[int | str,
 
 
 def test_duplicate_handles_collapse_and_sort() -> None:
-    builder = DelegateMappingBuilder(generated_identifiers=True)
+    builder = _builder(generated_identifiers=True)
     builder.insert_delegate_mapping_entry(nodes=[COS, SIN, COS])
     assert builder.get_delegate_mapping()[0].debug_handles == (1, 2)
 
 
 def test_explicit_identifier_on_generated_builder_is_an_error() -> None:
-    builder = DelegateMappingBuilder(generated_identifiers=True)
+    builder = _builder(generated_identifiers=True)
     with pytest.raises(DelegateMappingError, match="generated identifiers"):
         builder.insert_delegate_mapping_entry(nodes=SIN, identifier="1")
     with pytest.raises(DelegateMappingError, match="generated identifiers"):
@@ -69,13 +79,13 @@ def test_explicit_identifier_on_generated_builder_is_an_error() -> None:
 
 
 def test_missing_identifier_on_explicit_builder_is_an_error() -> None:
-    builder = DelegateMappingBuilder()
+    builder = _builder()
     with pytest.raises(DelegateMappingError, match="no identifier"):
         builder.insert_delegate_mapping_entry(nodes=SIN)
 
 
 def test_duplicate_identifier_is_an_error() -> None:
-    builder = DelegateMappingBuilder()
+    builder = _builder()
     builder.insert_delegate_mapping_entry(nodes=SIN, identifier="op")
     with pytest.raises(DelegateMappingError, match="'op' was already inserted"):
         builder.insert_delegate_mapping_entry(nodes=COS, identifier="op")
@@ -85,13 +95,13 @@ def test_duplicate_identifier_is_an_error() -> None:
 
 @pytest.mark.parametrize("bad", [1.5, True, [1]])
 def test_identifier_must_be_int_or_str(bad: object) -> None:
-    builder = DelegateMappingBuilder()
+    builder = _builder()
     with pytest.raises(DelegateMappingError, match="int or a str"):
         builder.insert_delegate_mapping_entry(handles=1, identifier=bad)  # type: ignore[arg-type]  # testing a bad identifier
 
 
 def test_exactly_one_of_nodes_and_handles() -> None:
-    builder = DelegateMappingBuilder(generated_identifiers=True)
+    builder = _builder(generated_identifiers=True)
     with pytest.raises(DelegateMappingError, match="exactly one"):
         builder.insert_delegate_mapping_entry(nodes=SIN, handles=1)
     with pytest.raises(DelegateMappingError, match="exactly one"):
@@ -99,19 +109,28 @@ def test_exactly_one_of_nodes_and_handles() -> None:
 
 
 def test_node_without_debug_handle_is_an_error_naming_it() -> None:
-    builder = DelegateMappingBuilder(generated_identifiers=True)
+    builder = _builder(generated_identifiers=True)
     with pytest.raises(MissingDebugHandleError, match="'nohandle'"):
-        builder.insert_delegate_mapping_entry(nodes=[SIN, _call("nohandle", None)])
+        builder.insert_delegate_mapping_entry(nodes=[SIN, NOHANDLE])
     with pytest.raises(MissingDebugHandleError, match="'x'"):
-        builder.insert_delegate_mapping_entry(nodes=Placeholder(name="x"))
+        builder.insert_delegate_mapping_entry(nodes=X)
     with pytest.raises(LoweringError, match="'output'"):
-        builder.insert_delegate_mapping_entry(nodes=Output(args=(Ref(name="x"),)))
+        builder.insert_delegate_mapping_entry(nodes=OUTPUT)
     # Failed entries consume no generated identifier.
     assert builder.insert_delegate_mapping_entry(nodes=SIN) == 0
 
 
+def test_nodes_need_the_builders_graph() -> None:
+    with pytest.raises(DelegateMappingError, match="'sin'.*without a graph"):
+        DelegateMappingBuilder(generated_identifiers=True).insert_delegate_mapping_entry(nodes=SIN)
+    with pytest.raises(DelegateMappingError, match="'elsewhere' is not a node of the builder's graph"):
+        _builder(generated_identifiers=True).insert_delegate_mapping_entry(nodes=_call("elsewhere"))
+    # Handles alone need no graph.
+    assert DelegateMappingBuilder(generated_identifiers=True).insert_delegate_mapping_entry(handles=3) == 0
+
+
 def test_all_none_handles_is_an_error() -> None:
-    builder = DelegateMappingBuilder(generated_identifiers=True)
+    builder = _builder(generated_identifiers=True)
     with pytest.raises(DelegateMappingError, match="no valid debug handles"):
         builder.insert_delegate_mapping_entry(handles=[None])
     with pytest.raises(DelegateMappingError, match="no valid debug handles"):

@@ -14,7 +14,6 @@ from texir.ir import (
     CallFunction,
     DebugHandleEntry,
     GraphSignature,
-    Graph,
     Output,
     Placeholder,
     Program,
@@ -22,6 +21,7 @@ from texir.ir import (
     Ref,
     UserInput,
     UserOutput,
+    build_graph,
     verify,
 )
 from texir.lowering.backend import registered_backends
@@ -170,17 +170,20 @@ def test_partition_matches_executorch(
 
 def _handmade(targets: list[tuple[str, str, str | None]], handles: bool = True) -> Program:
     """A program of unary calls: (name, target, input name or None for the user input)."""
-    nodes: list[Placeholder | CallFunction | Output] = [Placeholder(name="x")]
-    for i, (name, target, source) in enumerate(targets):
-        nodes.append(CallFunction(
-            name=name,
-            target=target,
-            args=(Ref(name=source or "x"),),
-            prov=Provenance(debug_handle=10 + i) if handles else None,
-        ))
-    nodes.append(Output(args=(Ref(name=targets[-1][0]),)))
+    graph = build_graph([
+        (Placeholder(name="x"), None, None),
+        *(
+            (
+                CallFunction(name=name, target=target, args=(Ref(name=source or "x"),)),
+                None,
+                Provenance(debug_handle=10 + i) if handles else None,
+            )
+            for i, (name, target, source) in enumerate(targets)
+        ),
+        (Output(args=(Ref(name=targets[-1][0]),)), None, None),
+    ])
     return Program(
-        graph=Graph(nodes=tuple(nodes)),
+        graph=graph,
         signature=GraphSignature(
             inputs=(UserInput(arg=Ref(name="x")),),
             outputs=(UserOutput(arg=Ref(name=targets[-1][0])),),

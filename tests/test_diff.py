@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 import texir.cli.main as cli_main
-from texir.ir import Graph, Subgraph, verify
+from texir.ir import Subgraph, build_graph, verify
 from texir.ir.diff import canonical_text, diff_programs, diff_texts, format_diff, original_names
 from texir.ir.types import Program, CompileSpec, GetAttr, LoweredBackendModule, NamedLoweredModule, SubgraphMeta
 from texir.serialize.snapshot import dumps
@@ -106,10 +106,9 @@ def test_state_hash_and_module_call_graph() -> None:
 def _with_subgraph(op: str) -> Program:
     inner = chain_program((op,), with_param=False)
     base = chain_program(("aten::relu.default",), with_param=False)
-    nodes = list(base.graph.nodes)
-    nodes.insert(1, GetAttr(name="true_graph_0", target="true_graph_0",
-                            meta=SubgraphMeta(graph="true_graph_0")))
-    graph = Graph(nodes=tuple(nodes), subgraphs=(Subgraph(name="true_graph_0", graph=inner.graph),))
+    entries = base.graph.entries()
+    entries.insert(1, (GetAttr(name="true_graph_0", target="true_graph_0"), SubgraphMeta(graph="true_graph_0"), None))
+    graph = build_graph(entries, (Subgraph(name="true_graph_0", graph=inner.graph),))
     return msgspec.structs.replace(base, graph=graph)
 
 

@@ -229,16 +229,15 @@ def test_page_bytes_independent_of_hash_seed(tmp_path: Path) -> None:
 def test_nested_graphs_get_pages() -> None:
     import msgspec
 
-    from texir.ir import Graph, Subgraph
+    from texir.ir import Subgraph, build_graph
     from texir.ir.types import GetAttr, SubgraphMeta
 
     inner = chain_program(("aten::sin.default",), with_param=False)
     base = chain_program(("aten::relu.default",), with_param=False)
-    nodes = list(base.graph.nodes)
-    nodes.insert(1, GetAttr(name="true_graph_0", target="true_graph_0",
-                            meta=SubgraphMeta(graph="true_graph_0")))
-    program = msgspec.structs.replace(base, graph=Graph(
-        nodes=tuple(nodes), subgraphs=(Subgraph(name="true_graph_0", graph=inner.graph),)))
+    entries = base.graph.entries()
+    entries.insert(1, (GetAttr(name="true_graph_0", target="true_graph_0"), SubgraphMeta(graph="true_graph_0"), None))
+    program = msgspec.structs.replace(base, graph=build_graph(
+        entries, (Subgraph(name="true_graph_0", graph=inner.graph),)))
     verify(program)
     model = build_model(program, title="cond")
     names = [g["name"] for g in model["graphs"]]

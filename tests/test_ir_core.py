@@ -18,6 +18,7 @@ from texir.ir import (
     FloatArg,
     GetAttr,
     Graph,
+    build_graph,
     GraphSignature,
     IntArg,
     ListArg,
@@ -59,25 +60,21 @@ def _program(prefix: str = "") -> Program:
     """w: parameter, b: buffer mutated in place, x: user input; returns (y,)."""
     n = lambda s: prefix + s  # noqa: E731  (a tiny renamer keeps both variants in one builder)
     w, b, x = _t(2, 2), _t(2), _t(2, 2)
-    nodes = (
-        Placeholder(name=n("p_w"), meta=w),
-        Placeholder(name=n("b_buf"), meta=b),
-        Placeholder(name=n("x"), meta=x),
-        CallFunction(name=n("mm"), target="aten::mm.default", args=(Ref(name=n("x")), Ref(name=n("p_w"))), meta=x),
-        CallFunction(
-            name=n("add"),
-            target="aten::add.Tensor",
-            args=(Ref(name=n("b_buf")), FloatArg(value=1.0)),
-            meta=b,
+    graph = build_graph([
+        (Placeholder(name=n("p_w")), w, None),
+        (Placeholder(name=n("b_buf")), b, None),
+        (Placeholder(name=n("x")), x, None),
+        (CallFunction(name=n("mm"), target="aten::mm.default", args=(Ref(name=n("x")), Ref(name=n("p_w")))), x, None),
+        (CallFunction(name=n("add"), target="aten::add.Tensor", args=(Ref(name=n("b_buf")), FloatArg(value=1.0))), b, None),
+        (
+            CallFunction(
+                name=n("sum"), target="aten::sum.dim_IntList", args=(Ref(name=n("mm")), ListArg(items=(IntArg(value=0),)))
+            ),
+            b,
+            None,
         ),
-        CallFunction(
-            name=n("sum"),
-            target="aten::sum.dim_IntList",
-            args=(Ref(name=n("mm")), ListArg(items=(IntArg(value=0),))),
-            meta=b,
-        ),
-        Output(args=(Ref(name=n("add")), Ref(name=n("sum")))),
-    )
+        (Output(args=(Ref(name=n("add")), Ref(name=n("sum")))), None, None),
+    ])
     sig = GraphSignature(
         inputs=(
             ParameterInput(name=n("p_w"), target="w"),
@@ -90,7 +87,7 @@ def _program(prefix: str = "") -> Program:
         StateEntry(target="buf", value=_data(b, bytes(8))),
         StateEntry(target="w", value=_data(w, bytes(range(16)))),
     )
-    return Program(graph=Graph(nodes=nodes), signature=sig, state=state)
+    return Program(graph=graph, signature=sig, state=state)
 
 
 def test_valid_program_verifies_and_prints_stably() -> None:
@@ -125,18 +122,18 @@ def test_canonicalize_drops_stack_traces_but_keeps_debug_handles() -> None:
     from texir.ir import Provenance
 
     p = _program()
-    nodes = list(p.graph.nodes)
-    mm = nodes[3]
-    assert isinstance(mm, CallFunction)
-    nodes[3] = msgspec.structs.replace(mm, prov=Provenance(debug_handle=7, stack_trace="File x.py, line 3"))
-    q = msgspec.structs.replace(p, graph=Graph(nodes=tuple(nodes)))
-    node = canonicalize(q).graph.nodes[3]
-    assert isinstance(node, CallFunction) and node.prov is not None
-    assert node.prov.debug_handle == 7 and node.prov.stack_trace is None
+    entries = p.graph.entries()
+    mm, meta, _ = entries[3]
+    entries[3] = (mm, meta, Provenance(debug_handle=7, stack_trace="File x.py, line 3", torch_fn=("mm_1", "fn.mm")))
+    q = msgspec.structs.replace(p, graph=build_graph(entries))
+    assert q.graph.prov(3) == entries[3][2]
+    prov = canonicalize(q).graph.prov(3)
+    assert prov is not None
+    assert prov.debug_handle == 7 and prov.stack_trace is None and prov.torch_fn == ("mm_1", "fn.mm")
 
 
 def _with_nodes(p: Program, nodes: tuple[object, ...]) -> Program:
-    return msgspec.structs.replace(p, graph=Graph(nodes=nodes))  # type: ignore[arg-type]  # tests feed malformed graphs on purpose
+    return msgspec.structs.replace(p, graph=Graph(nodes=nodes, metas=p.graph.metas))  # type: ignore[arg-type]  # tests feed malformed graphs on purpose
 
 
 @pytest.mark.parametrize(
@@ -202,10 +199,11 @@ def test_verify_rejects_broken_programs(mutate: object, message: str | None) -> 
 
 
 def test_nested_graphs_are_verified_with_their_path() -> None:
-    inner = Graph(nodes=(Placeholder(name="a", meta=_t(1)), Output(args=(Ref(name="missing"),))))
+    inner = build_graph([(Placeholder(name="a"), _t(1), None), (Output(args=(Ref(name="missing"),)), None, None)])
     p = _program()
-    nodes = (*p.graph.nodes[:3], GetAttr(name="g", target="true_graph_0", meta=SubgraphMeta(graph="true_graph_0")), *p.graph.nodes[3:])
-    q = msgspec.structs.replace(p, graph=Graph(nodes=nodes, subgraphs=(Subgraph(name="true_graph_0", graph=inner),)))
+    entries = p.graph.entries()
+    entries.insert(3, (GetAttr(name="g", target="true_graph_0"), SubgraphMeta(graph="true_graph_0"), None))
+    q = msgspec.structs.replace(p, graph=build_graph(entries, (Subgraph(name="true_graph_0", graph=inner),)))
     with pytest.raises(IRError, match=r"graph\.true_graph_0: node 'output' uses 'missing'"):
         verify(q)
 

@@ -40,6 +40,7 @@ from texir.ir import (
     ConstantTensorInput,
     ParameterInput,
     Program,
+    TupleMeta,
     UserInput,
     UserOutput,
 )
@@ -185,6 +186,7 @@ def test_same_partition_as_executorch(case: str) -> None:
 
     et_delegates = et_get_lowered_submodules(et.graph_module)
     ours = get_lowered_submodules(lowered)
+    prov = {n.name: lowered.graph.prov(i) for i, n in enumerate(lowered.graph.nodes)}
     assert len(ours) == len(et_delegates)
     assert [name for name, _, _ in ours] == [name for name, _, _ in et_delegates]
     for (_, ours_module, ours_call), (_, et_module, et_call) in zip(ours, et_delegates):
@@ -194,9 +196,10 @@ def test_same_partition_as_executorch(case: str) -> None:
         et_ins, et_outs = _et_signature(et_sub.graph_signature)
         assert (_normalize(ins), outs) == (_normalize(et_ins), et_outs)
         assert _texir_ops(sub) == _et_ops(et_sub.graph)
-        assert isinstance(ours_call.meta, type(ours_call.meta))
-        assert len(ours_call.meta.items) == len(et_call.meta["val"])  # type: ignore[union-attr]
-        assert ours_call.prov is not None and ours_call.prov.debug_handle == et_call.meta["debug_handle"]
+        call_meta, call_prov = lowered.graph.meta(ours_call), prov[ours_call.name]
+        assert isinstance(call_meta, TupleMeta)
+        assert len(call_meta.items) == len(et_call.meta["val"])
+        assert call_prov is not None and call_prov.debug_handle == et_call.meta["debug_handle"]
     ins, outs = _texir_signature(lowered)
     et_ins, et_outs = _et_signature(et.graph_signature)
     assert (_normalize(ins), outs) == (_normalize(et_ins), et_outs)

@@ -3,16 +3,24 @@ input untouched, and lowered outputs equal to eager."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
 from tests.lowering_helpers import TEST_BACKEND, assert_same_outputs, export_program, lower_scenario
 from texir.ir import (
     BufferInput,
+    DType,
+    Ref,
+    TensorMeta,
+    ValueMeta,
+    value_metas,
     BufferMutation,
     CallFunction,
     CompileSpec,
     GetAttr,
+    Graph,
     IntArg,
     ParameterInput,
     Placeholder,
@@ -40,6 +48,15 @@ def _calls(program: Program, target: str) -> list[CallFunction]:
 
 def _delegates(program: Program) -> int:
     return len(_calls(program, "texir::call_delegate"))
+
+
+def _call_handles(graph: Graph) -> dict[str, int | None]:
+    """Debug handle of each call node that has provenance, by name."""
+    return {
+        n.name: prov.debug_handle
+        for i, n in enumerate(graph.nodes)
+        if isinstance(n, CallFunction) and (prov := graph.prov(i)) is not None
+    }
 
 
 def _seed(module: nn.Module) -> nn.Module:
@@ -232,7 +249,8 @@ def test_several_partitions_in_order() -> None:
     lowered = lower_scenario("several", TwoIslands(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
     names = [name for name, _, _ in get_lowered_submodules(lowered)]
     assert names == ["lowered_module_0", "lowered_module_1", "lowered_module_2"]
-    handles = [call.prov.debug_handle for _, _, call in get_lowered_submodules(lowered) if call.prov]
+    call_handles = _call_handles(lowered.graph)
+    handles = [call_handles[call.name] for _, _, call in get_lowered_submodules(lowered) if call.name in call_handles]
     assert handles == sorted(handles) and len(set(handles)) == 3
 
 
@@ -418,9 +436,32 @@ def test_predicate_partitioner() -> None:
         "predicate",
         TwoIslands(),
         (X, Y),
-        OpSupportPartitioner(TEST_BACKEND, lambda node: node.target.startswith("aten::") and "sin" not in node.target),
+        OpSupportPartitioner(TEST_BACKEND, lambda node, metas: node.target.startswith("aten::") and "sin" not in node.target),
     )
     assert _calls(lowered, "aten::sin.default")
+
+
+class MixedDtypes(nn.Module):
+    def forward(self, x: torch.Tensor, i: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.relu(x + x), torch.relu(i + i)
+
+
+def test_predicate_sees_value_metadata() -> None:
+    # A backend that runs float32 only: the predicate reads the call's own and its inputs' dtypes.
+    def float32_only(node: CallFunction, metas: Mapping[str, ValueMeta]) -> bool:
+        values = [metas.get(node.name)] + [metas.get(a.name) for a in node.args if isinstance(a, Ref)]
+        return all(isinstance(m, TensorMeta) and m.dtype == DType.float32 for m in values)
+
+    args = (torch.randn(2, 3), torch.arange(6).reshape(2, 3))
+    program = export_program(MixedDtypes(), args)
+    lowered = to_backend(program, OpSupportPartitioner(TEST_BACKEND, float32_only))
+    verify(lowered)
+    assert [c.target for c in _calls(lowered, "aten::add.Tensor")] == ["aten::add.Tensor"]
+    assert len(_calls(lowered, "aten::relu.default")) == 1 and _delegates(lowered) == 1
+    (named,) = lowered.lowered_modules
+    inner = value_metas(named.module.original_program.graph)
+    assert {m.dtype for m in inner.values() if isinstance(m, TensorMeta)} == {DType.float32}
+    assert_same_outputs(MixedDtypes(), lowered, args)
 
 
 def test_conv_bn_partition() -> None:
@@ -473,15 +514,16 @@ def test_lower_twice_does_not_claim_delegates() -> None:
 def test_debug_handles_survive() -> None:
     program = export_program(AddMul(), (X, Y))
     lowered = to_backend(program, OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
-    before = {n.name: n.prov.debug_handle for n in program.graph.nodes if isinstance(n, CallFunction) and n.prov}
+    before = _call_handles(program.graph)
     after: dict[str, int | None] = {}
     for m in lowered.lowered_modules:
-        for n in m.module.original_program.graph.nodes:
-            if isinstance(n, CallFunction) and n.prov:
-                after[n.name] = n.prov.debug_handle
-    for n in lowered.graph.nodes:
-        if isinstance(n, CallFunction) and n.prov and n.target not in ("texir::call_delegate", "_operator::getitem"):
-            after[n.name] = n.prov.debug_handle
+        after.update(_call_handles(m.module.original_program.graph))
+    targets = {n.name: n.target for n in lowered.graph.nodes if isinstance(n, CallFunction)}
+    after.update(
+        (name, handle)
+        for name, handle in _call_handles(lowered.graph).items()
+        if targets[name] not in ("texir::call_delegate", "_operator::getitem")
+    )
     assert after == before
     entries = [e for m in lowered.lowered_modules for e in (m.module.debug_handle_map or ())]
     assert sorted(h for e in entries for h in e.debug_handles) == sorted(

@@ -17,7 +17,6 @@ from texir.adapters.fx import from_exported_program
 from texir.adapters.op_schemas import is_view, op_schema, out_variant, view_copy_target
 from texir.ir import (
     CallFunction,
-    Graph,
     GraphSignature,
     IntArg,
     Output,
@@ -28,6 +27,7 @@ from texir.ir import (
     TensorMeta,
     UserInput,
     UserOutput,
+    build_graph,
 )
 from texir.ir.types import DType
 from texir.serialize.pte import (
@@ -194,11 +194,11 @@ def test_emit_does_not_modify_its_input() -> None:
 def _one_op_program(target: str, meta: TensorMeta, shape_symbol: bool = False) -> Program:
     x_meta = TensorMeta(dtype=DType.float32, shape=("s0",) if shape_symbol else (2,), strides=(1,))
     return Program(
-        graph=Graph(nodes=(
-            Placeholder(name="x", meta=x_meta),
-            CallFunction(name="y", target=target, args=(Ref(name="x"),), meta=meta),
-            Output(args=(Ref(name="y"),)),
-        )),
+        graph=build_graph([
+            (Placeholder(name="x"), x_meta, None),
+            (CallFunction(name="y", target=target, args=(Ref(name="x"),)), meta, None),
+            (Output(args=(Ref(name="y"),)), None, None),
+        ]),
         signature=GraphSignature(inputs=(UserInput(arg=Ref(name="x")),),
                                  outputs=(UserOutput(arg=Ref(name="y")),)),
         range_constraints=(RangeConstraint(symbol="s0", min=2, max=None),) if shape_symbol else (),

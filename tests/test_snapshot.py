@@ -37,7 +37,6 @@ from texir.ir import (
     GetAttr,
     GradientToParameter,
     GradientToUserInput,
-    Graph,
     GraphSignature,
     IntArg,
     Layout,
@@ -51,6 +50,7 @@ from texir.ir import (
     ModuleCallSignature,
     ModuleFrame,
     NamedLoweredModule,
+    Node,
     NoneArg,
     NoneMeta,
     Output,
@@ -80,6 +80,8 @@ from texir.ir import (
     UserInput,
     UserInputMutation,
     UserOutput,
+    ValueMeta,
+    build_graph,
     verify,
 )
 from texir.serialize import snapshot
@@ -108,17 +110,15 @@ def _leaf_program(payload: bytes = b"\x00\x00\x80?" * 6) -> Program:
     """x + w -> relu: a parameter with a payload."""
     m = _meta(2, 3)
     return Program(
-        graph=Graph(
-            nodes=(
-                Placeholder(name="p_w", meta=m),
-                Placeholder(name="x", meta=m),
-                CallFunction(name="add", target="aten::add.Tensor", args=(Ref(name="x"), Ref(name="p_w")),
-                             meta=m, prov=Provenance(debug_handle=1)),
-                CallFunction(name="relu", target="aten::relu.default", args=(Ref(name="add"),), meta=m,
-                             prov=Provenance(debug_handle=2)),
-                Output(args=(Ref(name="relu"),)),
-            )
-        ),
+        graph=build_graph([
+            (Placeholder(name="p_w"), m, None),
+            (Placeholder(name="x"), m, None),
+            (CallFunction(name="add", target="aten::add.Tensor", args=(Ref(name="x"), Ref(name="p_w"))),
+             m, Provenance(debug_handle=1)),
+            (CallFunction(name="relu", target="aten::relu.default", args=(Ref(name="add"),)), m,
+             Provenance(debug_handle=2)),
+            (Output(args=(Ref(name="relu"),)), None, None),
+        ]),
         signature=GraphSignature(
             inputs=(ParameterInput(name="p_w", target="w"), UserInput(arg=Ref(name="x"))),
             outputs=(UserOutput(arg=Ref(name="relu")),),
@@ -131,13 +131,11 @@ def kitchen_sink() -> Program:
     """A Program holding every node, argument, metadata, signature and table kind at least once."""
     m = _meta("s0", 4)
     m_i = _meta(3, dtype=DType.int64)
-    branch = Graph(
-        nodes=(
-            Placeholder(name="a", meta=m),
-            CallFunction(name="neg", target="aten::neg.default", args=(Ref(name="a"),), meta=m),
-            Output(args=(Ref(name="neg"),)),
-        )
-    )
+    branch = build_graph([
+        (Placeholder(name="a"), m, None),
+        (CallFunction(name="neg", target="aten::neg.default", args=(Ref(name="a"),)), m, None),
+        (Output(args=(Ref(name="neg"),)), None, None),
+    ])
     every_arg = (
         Ref(name="x"), NoneArg(), IntArg(value=-(2**62)), FloatArg(value=0.1), FloatArg(value="inf"),
         FloatArg(value="-inf"), FloatArg(value="nan"), BoolArg(value=True), StrArg(value="ünïcode \"q\""),
@@ -153,34 +151,33 @@ def kitchen_sink() -> Program:
         source_fn_stack=(SourceFn(name="add", target="<built-in function add>"),),
         torch_fn=("add_1", "method_descriptor.add"),
     )
-    nodes = (
-        Placeholder(name="p_w", meta=m),
-        Placeholder(name="b_buf", meta=m),
-        Placeholder(name="c_k", meta=m_i),
-        Placeholder(name="obj", meta=CustomObjMeta(class_fqn="__torch__.torch.classes.x.Y")),
-        Placeholder(name="token", meta=TokenMeta()),
-        Placeholder(name="x", meta=m),
-        Placeholder(name="y", meta=m),
-        Placeholder(name="n", meta=SymIntMeta(expr="s0")),
-        GetAttr(name="true_graph_0", target="true_graph_0", meta=SubgraphMeta(graph="true_graph_0")),
-        GetAttr(name="lowered_module_0", target="lowered_module_0", meta=DelegateMeta(module="lowered_module_0")),
-        CallFunction(name="every", target="test::every.default", args=every_arg,
-                     kwargs=(("alpha", IntArg(value=2)), ("out", NoneArg())), meta=NoneMeta(), prov=prov),
-        CallFunction(name="sf", target="test::sf.default", meta=SymFloatMeta(expr="s0/2")),
-        CallFunction(name="sb", target="test::sb.default", meta=SymBoolMeta(expr="Eq(s0, 4)")),
-        CallFunction(name="sc", target="test::sc.default", meta=ScalarMeta(value="x")),
-        CallFunction(name="cond", target="higher_order::cond",
-                     args=(BoolArg(value=True), Ref(name="true_graph_0"), Ref(name="true_graph_0"),
-                           TupleArg(items=(Ref(name="x"),))),
-                     meta=TupleMeta(items=(m,))),
-        CallFunction(name="call", target="texir::call_delegate",
-                     args=(Ref(name="lowered_module_0"), Ref(name="x")),
-                     meta=TupleMeta(items=(m, TupleMeta(items=(m_i,), is_list=True)))),
-        CallFunction(name="getitem", target="_operator::getitem", args=(Ref(name="call"), IntArg(value=0)),
-                     meta=m),
-        Output(args=(Ref(name="getitem"), Ref(name="getitem"), Ref(name="x"), Ref(name="getitem"),
-                     Ref(name="getitem"), Ref(name="getitem"), Ref(name="token"))),
-    )
+    entries: list[tuple[Node, ValueMeta | None, Provenance | None]] = [
+        (Placeholder(name="p_w"), m, None),
+        (Placeholder(name="b_buf"), m, None),
+        (Placeholder(name="c_k"), m_i, None),
+        (Placeholder(name="obj"), CustomObjMeta(class_fqn="__torch__.torch.classes.x.Y"), None),
+        (Placeholder(name="token"), TokenMeta(), None),
+        (Placeholder(name="x"), m, None),
+        (Placeholder(name="y"), m, None),
+        (Placeholder(name="n"), SymIntMeta(expr="s0"), None),
+        (GetAttr(name="true_graph_0", target="true_graph_0"), SubgraphMeta(graph="true_graph_0"), None),
+        (GetAttr(name="lowered_module_0", target="lowered_module_0"), DelegateMeta(module="lowered_module_0"), None),
+        (CallFunction(name="every", target="test::every.default", args=every_arg,
+                      kwargs=(("alpha", IntArg(value=2)), ("out", NoneArg()))), NoneMeta(), prov),
+        (CallFunction(name="sf", target="test::sf.default"), SymFloatMeta(expr="s0/2"), None),
+        (CallFunction(name="sb", target="test::sb.default"), SymBoolMeta(expr="Eq(s0, 4)"), None),
+        (CallFunction(name="sc", target="test::sc.default"), ScalarMeta(value="x"), None),
+        (CallFunction(name="cond", target="higher_order::cond",
+                      args=(BoolArg(value=True), Ref(name="true_graph_0"), Ref(name="true_graph_0"),
+                            TupleArg(items=(Ref(name="x"),)))),
+         TupleMeta(items=(m,)), None),
+        (CallFunction(name="call", target="texir::call_delegate", args=(Ref(name="lowered_module_0"), Ref(name="x"))),
+         TupleMeta(items=(m, TupleMeta(items=(m_i,), is_list=True))), None),
+        (CallFunction(name="getitem", target="_operator::getitem", args=(Ref(name="call"), IntArg(value=0))),
+         m, None),
+        (Output(args=(Ref(name="getitem"), Ref(name="getitem"), Ref(name="x"), Ref(name="getitem"),
+                      Ref(name="getitem"), Ref(name="getitem"), Ref(name="token"))), None, None),
+    ]
     lowered = LoweredBackendModule(
         backend_id="BackendWithCompilerDemo",
         processed_bytes=b"\x00\xffprocessed",
@@ -190,7 +187,7 @@ def kitchen_sink() -> Program:
                           DebugHandleEntry(identifier="fused", debug_handles=())),
     )
     return Program(
-        graph=Graph(nodes=nodes, subgraphs=(Subgraph(name="true_graph_0", graph=branch),)),
+        graph=build_graph(entries, (Subgraph(name="true_graph_0", graph=branch),)),
         signature=GraphSignature(
             inputs=(
                 ParameterInput(name="p_w", target="w"),
@@ -412,22 +409,25 @@ def test_wrong_version_says_found_supported_and_how_to_fix() -> None:
     data = dumps(_leaf_program())
     current = b'"schema_version":[%d,%d]' % SCHEMA_VERSION
     assert current in data
-    data = data.replace(current, b'"schema_version":[1,0]', 1)
-    assert loads(data) == loads(dumps(_leaf_program()))  # an older minor version still loads
-    newer = data.replace(b'"schema_version":[1,0]', b'"schema_version":[%d,0]' % (SCHEMA_VERSION[0] + 1), 1)
+    major = SCHEMA_VERSION[0]
+    data = data.replace(current, b'"schema_version":[%d,0]' % major, 1)
+    assert loads(data) == loads(dumps(_leaf_program()))
+    newer = data.replace(b'"schema_version":[%d,0]' % major, b'"schema_version":[%d,0]' % (major + 1), 1)
     with pytest.raises(SnapshotVersionError) as info:
         loads(newer)
     message = str(info.value)
-    assert f"{SCHEMA_VERSION[0] + 1}.0" in message and "newer" in message
-    assert f"{SCHEMA_VERSION[0]}.0" in message and "texir snapshot" in message and "upgrade" in message
-    older = data.replace(b'"schema_version":[1,0]', b'"schema_version":[0,3]', 1)
-    with pytest.raises(SnapshotVersionError, match=r"0\.3 is older"):
+    assert f"{major + 1}.0" in message and "newer" in message
+    assert f"{major}.0" in message and "texir snapshot" in message and "upgrade" in message
+    older = data.replace(b'"schema_version":[%d,0]' % major, b'"schema_version":[0,3]', 1)
+    with pytest.raises(SnapshotVersionError, match=r"0\.3 is older than this texir can read \(this texir reads 1\.0, 1\.1 and 2\.0\).*re-create"):
         loads(older)
-    newer_minor = data.replace(b'"schema_version":[1,0]', b'"schema_version":[1,%d]' % (SCHEMA_VERSION[1] + 1), 1)
+    newer_minor = data.replace(
+        b'"schema_version":[%d,0]' % major, b'"schema_version":[%d,%d]' % (major, SCHEMA_VERSION[1] + 1), 1
+    )
     with pytest.raises(SnapshotVersionError, match="newer"):
         loads(newer_minor)
     with pytest.raises(SnapshotError, match=r"\$\.schema_version"):
-        loads(data.replace(b'"schema_version":[1,0]', b'"schema_version":"1.0"', 1))
+        loads(data.replace(b'"schema_version":[%d,0]' % major, b'"schema_version":"2.0"', 1))
     # The same check on msgpack.
     packed = msgspec.msgpack.encode({"format": "texir-snapshot", "schema_version": [99, 0], "program": {}})
     with pytest.raises(SnapshotVersionError, match="99.0"):
@@ -445,8 +445,8 @@ def test_foreign_and_empty_input() -> None:
         (b"\x00\x01\x02", "not a texir snapshot"),
         (b"PK\x03\x04 a zip file", "not a texir snapshot"),
         (b"\xc1", "corrupt"),
-        (b'{"format":"texir-snapshot","schema_version":[1,0],"kind":"program"}', r"no `\$\.program`"),
-        (b'{"format":"texir-snapshot","schema_version":[1,0],"kind":"graph","program":{}}', "unknown `\\$.kind`"),
+        (b'{"format":"texir-snapshot","schema_version":[2,0],"kind":"program"}', r"no `\$\.program`"),
+        (b'{"format":"texir-snapshot","schema_version":[2,0],"kind":"graph","program":{}}', "unknown `\\$.kind`"),
     ):
         with pytest.raises(SnapshotError, match=pattern):
             loads(data)
@@ -485,20 +485,20 @@ def test_bad_payloads_are_reported() -> None:
 
 
 def test_deep_nesting_does_not_crash() -> None:
-    deep_json = b'{"format":"texir-snapshot","schema_version":[1,0],"program":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    deep_json = b'{"format":"texir-snapshot","schema_version":[2,0],"program":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
     with pytest.raises(SnapshotError, match="nested too deeply"):
         loads(deep_json)
     nested = b'{"kind":"list","items":[' * 50_000 + b'{"kind":"none"}' + b"]}" * 50_000
     doc = dumps(_leaf_program()).replace(b'{"kind":"ref","name":"x"}', nested, 1)
     with pytest.raises(SnapshotError, match="nested too deeply"):
         loads(doc)
-    deep_pack = b"\x83\xa6format\xaetexir-snapshot\xaeschema_version\x92\x01\x00\xa7program" + b"\x91" * 200_000
+    deep_pack = b"\x83\xa6format\xaetexir-snapshot\xaeschema_version\x92\x02\x00\xa7program" + b"\x91" * 200_000
     with pytest.raises(SnapshotError):
         loads(deep_pack)
 
 
 def test_absurd_lengths_fail_fast_without_allocating() -> None:
-    prefix = b"\x83\xa6format\xaetexir-snapshot\xaeschema_version\x92\x01\x00\xa7program"
+    prefix = b"\x83\xa6format\xaetexir-snapshot\xaeschema_version\x92\x02\x00\xa7program"
     for body in (b"\xdd\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff", b"\xc6\xff\xff\xff\xff",
                  b"\xdb\xff\xff\xff\xff", b"\xc9\xff\xff\xff\xff\x01"):
         with pytest.raises(SnapshotError, match="truncated"):
@@ -555,3 +555,46 @@ def test_unencodable_program_is_a_snapshot_error() -> None:
         dumps(_leaf_program(), format="yaml")  # type: ignore[arg-type]  # deliberately wrong
     with pytest.raises(SnapshotError, match="cannot snapshot a str"):
         snapshot.dumps_value("program")  # type: ignore[arg-type]  # deliberately wrong
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (b'"name":"add"}],"meta_id":0', b'"name":"add"}],"meta_id":5', r"\$\.program\.graph: node #3 'relu' has meta_id 5, which is out of range \(1 metas\)"),
+        (b'"name":"add"}],"meta_id":0', b'"name":"add"}],"meta_id":-1', r"Expected `int` >= 0 - at `\$\.program\.graph\.nodes\[3\]\.meta_id`"),
+        (b'"debug_handle":[null,null,1,2,null]', b'"debug_handle":[null,1,2,null]', r"provenance\.debug_handle: 4 entries for 5 nodes"),
+        (b'"location":[null,null,null,null,null]', b'"location":[null,null,3,null,null]', r"provenance\.location\[2\] \(node 'add'\): 3 is out of range \(0 locations\)"),
+    ],
+)
+def test_bad_table_indices_are_snapshot_errors(old: bytes, new: bytes, message: str) -> None:
+    data = dumps(_leaf_program())
+    assert old in data, data
+    with pytest.raises(SnapshotError, match=message):
+        loads(data.replace(old, new, 1))
+
+
+def test_metadata_and_locations_are_stored_once_per_graph() -> None:
+    program = _leaf_program()
+    graph = program.graph
+    assert len(graph.metas) == 1 and [getattr(n, "meta_id", None) for n in graph.nodes] == [0, 0, 0, 0, None]
+    assert graph.provenance is not None and graph.provenance.debug_handle == (None, None, 1, 2, None)
+    assert graph.prov(2) == Provenance(debug_handle=1) and graph.prov(0) is None
+    doc = json.loads(dumps(program))
+    assert len(doc["program"]["graph"]["metas"]) == 1
+
+
+@pytest.mark.parametrize("suffix", ["json", "msgpack"])
+def test_schema_1_1_snapshots_load_and_are_upgraded(suffix: str) -> None:
+    # Written by texir at schema 1.1 (metadata and provenance inline on nodes) from kitchen_sink().
+    data = (Path(__file__).parent / "data" / f"snapshot_v1.1_kitchen_sink.{suffix}").read_bytes()
+    assert b"1,1" in data[:80] or b"\x92\x01\x01" in data[:80]
+    upgraded = loads(data)
+    assert upgraded == kitchen_sink()
+    verify(upgraded)
+    # A lowered-module snapshot of schema 1.1 upgrades too (its original program included).
+    doc = msgspec.json.decode(data) if suffix == "json" else msgspec.msgpack.decode(data)
+    lowered_doc = {"format": "texir-snapshot", "schema_version": [1, 1], "kind": "lowered_module",
+                   "module": doc["program"]["lowered_modules"][0]["module"]}
+    encoded = msgspec.json.encode(lowered_doc) if suffix == "json" else msgspec.msgpack.encode(lowered_doc)
+    module = snapshot.loads_lowered_module(encoded)
+    assert module == kitchen_sink().lowered_modules[0].module

@@ -14,6 +14,7 @@ from texir.ir import (
     DType,
     FloatArg,
     Graph,
+    GraphBuilder,
     GraphSignature,
     Output,
     Placeholder,
@@ -40,15 +41,11 @@ def _meta(*shape: int) -> TensorMeta:
 
 def build_program(scale: float = 2.0, name: str = "y") -> Program:
     """y = x * scale, written by hand."""
-    graph = Graph(
-        nodes=(
-            Placeholder(name="x", meta=_meta(2, 3)),
-            CallFunction(
-                name=name, target="aten::mul.Scalar", args=(Ref(name="x"), FloatArg(value=scale)), meta=_meta(2, 3)
-            ),
-            Output(args=(Ref(name=name),)),
-        )
-    )
+    builder = GraphBuilder()
+    builder.add(Placeholder(name="x"), _meta(2, 3))
+    builder.add(CallFunction(name=name, target="aten::mul.Scalar", args=(Ref(name="x"), FloatArg(value=scale))), _meta(2, 3))
+    builder.add(Output(args=(Ref(name=name),)))
+    graph: Graph = builder.build()
     signature = GraphSignature(
         inputs=(UserInput(arg=Ref(name="x")),), outputs=(UserOutput(arg=Ref(name=name)),)
     )

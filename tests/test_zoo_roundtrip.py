@@ -11,7 +11,7 @@ and review the diff before committing.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import pytest
 import torch
@@ -156,7 +156,9 @@ def test_ir_fx_ir_is_a_fixpoint(programs: dict[tuple[str, bool], Program], name:
 
 @pytest.mark.parametrize("fmt", ["json", "msgpack"])
 @pytest.mark.parametrize("name", NAMES)
-def test_snapshot_roundtrip(programs: dict[tuple[str, bool], Program], name: str, fmt: str) -> None:
+def test_snapshot_roundtrip(
+    programs: dict[tuple[str, bool], Program], name: str, fmt: Literal["json", "msgpack"]
+) -> None:
     program = _program(programs, name, True)
     data = dumps(program, format=fmt, include_data=True)
     restored = loads(data)
@@ -199,17 +201,18 @@ def _features(program: Program) -> set[str]:
         found.add("mutation")
     for graph in graphs:
         for node in graph.nodes:
+            meta = graph.meta(node)
             if isinstance(node, CallFunction):
                 if node.target == "higher_order::cond":
                     found.add("cond")
-                    if isinstance(node.meta, TupleMeta) and len(node.meta.items) > 1:
+                    if isinstance(meta, TupleMeta) and len(meta.items) > 1:
                         found.add("cond_multi_output")
                     if graph is not program.graph:
                         found.add("nested_cond")
-                if isinstance(node.meta, TupleMeta) and node.target.startswith("aten::"):
+                if isinstance(meta, TupleMeta) and node.target.startswith("aten::"):
                     found.add("multi_output_op")
-            if isinstance(node, Placeholder) and isinstance(node.meta, TensorMeta):
-                if any(isinstance(d, str) for d in node.meta.shape):
+            if isinstance(node, Placeholder) and isinstance(meta, TensorMeta):
+                if any(isinstance(d, str) for d in meta.shape):
                     found.add("dynamic")
     for arg in _all_args(program):
         if isinstance(arg, NoneArg):

@@ -44,6 +44,7 @@ from texir.adapters.tensors import (
     tensor_meta_from_tensor,
 )
 from texir._io import gc_paused
+from texir.ir.builder import GraphBuilder
 from texir.ir.literals import literal_arg
 from texir.errors import ConversionError, UnsupportedError
 from texir.ir import types as ir
@@ -182,7 +183,7 @@ class _FromFx:
         self.ep = ep
         self.handles: dict[torch.fx.Node, tuple[int, str]] = {}
         self.graph_ordinals: dict[int, int] = {}
-        self.module_stack_cache: dict[int, tuple[Any, tuple[ir.ModuleFrame, ...]]] = {}
+        self.module_stack_cache: dict[Any, tuple[ir.ModuleFrame, ...]] = {}
         self.sym_cache: dict[Any, str] = {}
         self.arg_dispatch: dict[type, Callable[[Any, torch.fx.Node], ir.Argument]] = {
             torch.fx.Node: lambda v, n: ir.Ref(name=v.name),
@@ -288,14 +289,21 @@ class _FromFx:
         stack = meta.get("nn_module_stack")
         frames: tuple[ir.ModuleFrame, ...] = ()
         if stack:
-            cached = self.module_stack_cache.get(id(stack))
-            if cached is not None and cached[0] is stack:
-                frames = cached[1]
+            # torch gives every node its own dict, but a layer's nodes repeat its contents: cache
+            # by content (which also makes equal stacks one tuple, cheap for GraphBuilder to intern).
+            try:
+                key: Any = tuple(stack.items())
+                cached = self.module_stack_cache.get(key)
+            except TypeError:  # an unhashable entry: convert without caching
+                key = cached = None
+            if cached is not None:
+                frames = cached
             else:
                 frames = tuple(
                     ir.ModuleFrame(key=k, path=v[0], type=_str_of(v[1])) for k, v in stack.items()
                 )
-                self.module_stack_cache[id(stack)] = (stack, frames)
+                if key is not None:
+                    self.module_stack_cache[key] = frames
         source_fn = meta.get("source_fn_stack")
         sources: tuple[ir.SourceFn, ...] = ()
         if source_fn:
@@ -342,7 +350,8 @@ class _FromFx:
     # -- graphs ------------------------------------------------------------------------------
 
     def graph(self, gm: torch.fx.GraphModule, lowered: list[ir.NamedLoweredModule]) -> ir.Graph:
-        nodes: list[ir.Node] = []
+        builder = GraphBuilder()
+        add = builder.add
         subgraphs: list[ir.Subgraph] = []
         arg = self.arg
         meta_of = self.meta
@@ -354,33 +363,36 @@ class _FromFx:
                 if target is None:
                     raise UnsupportedError(_unsupported_target_message(node))
                 val = node.meta.get("val", _MISSING)
-                nodes.append(ir.CallFunction(
-                    name=node.name,
-                    target=target,
-                    args=tuple([arg(a, node) for a in node.args]),
-                    kwargs=tuple([(k, arg(v, node)) for k, v in node.kwargs.items()]),
-                    meta=None if val is _MISSING else meta_of(val, node),
-                    prov=prov_of(node),
-                ))
+                add(
+                    ir.CallFunction(
+                        name=node.name,
+                        target=target,
+                        args=tuple([arg(a, node) for a in node.args]),
+                        kwargs=tuple([(k, arg(v, node)) for k, v in node.kwargs.items()]),
+                    ),
+                    None if val is _MISSING else meta_of(val, node),
+                    prov_of(node),
+                )
             elif op == "placeholder":
                 val = node.meta.get("val", _MISSING)
-                nodes.append(ir.Placeholder(
-                    name=node.name,
-                    meta=None if val is _MISSING else meta_of(val, node),
-                    prov=prov_of(node),
-                ))
+                add(
+                    ir.Placeholder(name=node.name),
+                    None if val is _MISSING else meta_of(val, node),
+                    prov_of(node),
+                )
             elif op == "get_attr":
-                nodes.append(self.get_attr(gm, node, subgraphs, lowered))
+                attr_node, attr_meta = self.get_attr(gm, node, subgraphs, lowered)
+                add(attr_node, attr_meta, prov_of(node))
             elif op == "output":
                 (results,) = node.args
                 items = results if isinstance(results, (tuple, list)) else (results,)
-                nodes.append(ir.Output(name=node.name, args=tuple(arg(a, node) for a in items)))
+                add(ir.Output(name=node.name, args=tuple(arg(a, node) for a in items)))
             else:
                 raise UnsupportedError(
                     f"node {node.name!r}: {op} nodes are not supported; torch.export programs "
                     "hold only placeholder, call_function, get_attr and output nodes"
                 )
-        return ir.Graph(nodes=tuple(nodes), subgraphs=tuple(subgraphs))
+        return builder.build(subgraphs)
 
     def get_attr(
         self,
@@ -388,7 +400,8 @@ class _FromFx:
         node: torch.fx.Node,
         subgraphs: list[ir.Subgraph],
         lowered: list[ir.NamedLoweredModule],
-    ) -> ir.GetAttr:
+    ) -> tuple[ir.GetAttr, ir.ValueMeta]:
+        """The node and its metadata; collects the subgraph or lowered module it names."""
         target = node.target
         assert isinstance(target, str)  # FX guarantees string get_attr targets
         attr = _getattr_path(gm, target)
@@ -413,7 +426,7 @@ class _FromFx:
                 "only nested graphs (torch.cond/torch.map branches) and texir lowered modules are "
                 "(tensors must be lifted: use torch.export.export, not a traced GraphModule)"
             )
-        return ir.GetAttr(name=node.name, target=target, meta=meta, prov=self.prov(node))
+        return ir.GetAttr(name=node.name, target=target), meta
 
 
 def _unsupported_target_message(node: torch.fx.Node) -> str:
@@ -444,6 +457,11 @@ class _NodeRef:
 _MISSING = object()
 _NONE_ARG = ir.NoneArg()
 _NONE_META = ir.NoneMeta()
+
+
+def _no_prov(index: int) -> None:
+    """`Graph.prov` of a graph without provenance."""
+    return None
 
 
 def _getattr_path(module: torch.nn.Module, target: str) -> Any:
@@ -910,9 +928,12 @@ class _ToFx:
         env: dict[str, torch.fx.Node] = {}
         arg = self.arg
         val_of = self.val
+        metas = graph.metas
+        # Provenance is read only where it is written back, from the graph's columns.
+        prov_of = graph.prov if graph.provenance is not None else _no_prov
         set_prov = self.set_prov
         create = fx_graph.create_node
-        for node in graph.nodes:
+        for i, node in enumerate(graph.nodes):
             kind = type(node)
             if kind is ir.CallFunction:
                 assert isinstance(node, ir.CallFunction)
@@ -923,23 +944,28 @@ class _ToFx:
                     {k: arg(v, env) for k, v in node.kwargs},
                     name=node.name,
                 )
-                val = val_of(node.meta)
-                if val is not _MISSING:
-                    fx_node.meta["val"] = val
-                set_prov(fx_node, node.prov)
+                meta_id = node.meta_id
+                if meta_id is not None:
+                    val = val_of(metas[meta_id])
+                    if val is not _MISSING:
+                        fx_node.meta["val"] = val
+                set_prov(fx_node, prov_of(i))
             elif kind is ir.Placeholder:
                 assert isinstance(node, ir.Placeholder)
                 fx_node = create("placeholder", node.name, name=node.name)
-                val = val_of(node.meta, False)
-                if val is not _MISSING:
-                    fx_node.meta["val"] = val
-                set_prov(fx_node, node.prov)
+                meta_id = node.meta_id
+                if meta_id is not None:
+                    val = val_of(metas[meta_id], False)
+                    if val is not _MISSING:
+                        fx_node.meta["val"] = val
+                set_prov(fx_node, prov_of(i))
             elif kind is ir.GetAttr:
                 assert isinstance(node, ir.GetAttr)
                 target = node.target
                 if not hasattr(root, target):
-                    if isinstance(node.meta, ir.DelegateMeta):
-                        root.add_module(target, self.lowered_module(node.meta.module, node.name))
+                    meta = graph.meta(node)
+                    if isinstance(meta, ir.DelegateMeta):
+                        root.add_module(target, self.lowered_module(meta.module, node.name))
                     else:
                         sub = subgraphs.get(target)
                         if sub is None:
@@ -949,7 +975,7 @@ class _ToFx:
                             )
                         root.add_module(target, self.graph_module(sub, f"{path}.{target}" if path else target))
                 fx_node = create("get_attr", target, name=node.name)
-                set_prov(fx_node, node.prov)
+                set_prov(fx_node, prov_of(i))
             elif kind is ir.Output:
                 assert isinstance(node, ir.Output)
                 fx_node = create(
@@ -1089,13 +1115,14 @@ class _ToFx:
         state_dict, constants = self.state()
         # ExportedProgram builds the GraphModule itself: handing it the graph saves a codegen pass.
         root, fx_graph = self.build_graph(program.graph, "")
+        table = program.graph.metas
         metas: dict[str, ir.ValueMeta | None] = {}
         placeholder_names: list[str] = []
         for node in program.graph.nodes:
-            if isinstance(node, (ir.Placeholder, ir.CallFunction, ir.GetAttr)):
-                metas[node.name] = node.meta
-            if isinstance(node, ir.Placeholder):
-                placeholder_names.append(node.name)
+            if not isinstance(node, ir.Output):
+                metas[node.name] = None if node.meta_id is None else table[node.meta_id]
+                if isinstance(node, ir.Placeholder):
+                    placeholder_names.append(node.name)
         out = program.graph.nodes[-1]
         if not isinstance(out, ir.Output):
             raise ConversionError("the program graph does not end in an Output node; run texir.ir.verify")

@@ -6,6 +6,7 @@ import hashlib
 import warnings
 from typing import Any, Union
 
+import msgspec
 import torch
 
 from texir.errors import ConversionError, UnsupportedError
@@ -61,11 +62,18 @@ MEMORY_FORMAT_TO_TORCH: dict[MemoryFormat, torch.memory_format] = {
     v: k for k, v in MEMORY_FORMAT_FROM_TORCH.items()
 }
 
+# TensorMeta's default device, the very object: msgspec's omit_defaults tests a field against its
+# default by identity, and torch.device.type returns a new "cpu" string on every call, so an equal
+# but distinct string would be written into every snapshot for every CPU tensor.
+_DEFAULT_DEVICE: str = next(f.default for f in msgspec.structs.fields(TensorMeta) if f.name == "device")
+
+
 def device_str(device: torch.device) -> str:
+    """As torch prints it (``"cpu"``, ``"cuda:0"``); CPU is TensorMeta's default object itself."""
     kind = device.type
     index = device.index
     if index is None:
-        return kind
+        return _DEFAULT_DEVICE if kind == _DEFAULT_DEVICE else kind
     return f"{kind}:{index}"
 
 

@@ -12,6 +12,7 @@ from texir.ir.analysis import (
     walk_graphs,
 )
 from texir.ir.blob import Blob
+from texir.ir.builder import GraphBuilder, build_graph
 from texir.ir.canonical import canonicalize
 from texir.ir.literals import float_value, literal_arg
 from texir.ir.printer import format_lowered_module, format_program
@@ -21,6 +22,8 @@ from texir.ir.verify import verify, verify_graph
 
 __all__ = [
     "Blob",
+    "GraphBuilder",
+    "build_graph",
     "call_nodes",
     "canonicalize",
     "float_value",

@@ -59,10 +59,11 @@ def users(graph: Graph) -> dict[str, tuple[str, ...]]:
 
 def value_metas(graph: Graph) -> dict[str, ValueMeta]:
     """Name-keyed table of the metadata of every node that has one."""
+    metas = graph.metas
     table: dict[str, ValueMeta] = {}
     for node in graph.nodes:
-        if isinstance(node, (Placeholder, CallFunction, GetAttr)) and node.meta is not None:
-            table[node.name] = node.meta
+        if not isinstance(node, Output) and node.meta_id is not None:
+            table[node.name] = metas[node.meta_id]
     return table
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
+from texir.ir.builder import GraphBuilder
 from texir.ir.types import (
     Argument,
     CallFunction,
@@ -50,25 +51,21 @@ def _stable_prov(prov: Provenance | None) -> Provenance | None:
 
 
 def _rename_node(node: Node, names: dict[str, str]) -> Node:
-    if isinstance(node, Placeholder):
-        return msgspec.structs.replace(node, name=names[node.name], prov=_stable_prov(node.prov))
+    if isinstance(node, (Placeholder, GetAttr)):
+        return msgspec.structs.replace(node, name=names[node.name])
     if isinstance(node, CallFunction):
         return msgspec.structs.replace(
             node,
             name=names[node.name],
             args=tuple(_rename_arg(a, names) for a in node.args),
             kwargs=tuple((k, _rename_arg(v, names)) for k, v in node.kwargs),
-            prov=_stable_prov(node.prov),
         )
-    if isinstance(node, GetAttr):
-        return msgspec.structs.replace(node, name=names[node.name], prov=_stable_prov(node.prov))
-    return msgspec.structs.replace(
-        node, args=tuple(_rename_arg(a, names) for a in node.args), prov=_stable_prov(node.prov)
-    )
+    return msgspec.structs.replace(node, args=tuple(_rename_arg(a, names) for a in node.args))
 
 
 def canonicalize_graph(graph: Graph) -> tuple[Graph, dict[str, str]]:
-    """The graph with nodes renamed %0.. in order; also returns the old -> new name map."""
+    """The graph with nodes renamed %0.. in order (metadata and locations re-interned in order of
+    first use); also returns the old -> new name map."""
     names: dict[str, str] = {}
     counter = 0
     for node in graph.nodes:
@@ -77,12 +74,14 @@ def canonicalize_graph(graph: Graph) -> tuple[Graph, dict[str, str]]:
         else:
             names[node.name] = str(counter)
             counter += 1
-    nodes = tuple(_rename_node(n, names) for n in graph.nodes)
+    builder = GraphBuilder()
+    for node, meta, prov in graph.entries():
+        builder.add(_rename_node(node, names), meta, _stable_prov(prov))
     subs = tuple(
         Subgraph(name=s.name, graph=canonicalize_graph(s.graph)[0])
         for s in sorted(graph.subgraphs, key=lambda s: s.name)
     )
-    return Graph(nodes=nodes, subgraphs=subs), names
+    return builder.build(subs), names
 
 
 def _rename_input(spec: InputSpec, names: dict[str, str]) -> InputSpec:

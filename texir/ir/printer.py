@@ -161,18 +161,16 @@ def _format_prov(prov: Provenance | None) -> str:
     return f"  # dh={prov.debug_handle}"
 
 
-def format_node(node: Node) -> str:
+def format_node(node: Node, meta: ValueMeta | None = None, prov: Provenance | None = None) -> str:
+    """One line for `node`, given its value metadata and provenance (see `Graph.entries`)."""
     if isinstance(node, Placeholder):
-        return f"%{node.name} : {format_meta(node.meta)} = placeholder"
+        return f"%{node.name} : {format_meta(meta)} = placeholder"
     if isinstance(node, CallFunction):
         parts = [format_arg(a) for a in node.args]
         parts += [f"{k}={format_arg(v)}" for k, v in node.kwargs]
-        return (
-            f"%{node.name} : {format_meta(node.meta)} = {node.target}({', '.join(parts)})"
-            + _format_prov(node.prov)
-        )
+        return f"%{node.name} : {format_meta(meta)} = {node.target}({', '.join(parts)})" + _format_prov(prov)
     if isinstance(node, GetAttr):
-        return f"%{node.name} : {format_meta(node.meta)} = get_attr {node.target}"
+        return f"%{node.name} : {format_meta(meta)} = get_attr {node.target}"
     if isinstance(node, Output):
         inner = ", ".join(format_arg(a) for a in node.args)
         return f"return ({inner}{',' if len(node.args) == 1 else ''})"
@@ -180,7 +178,7 @@ def format_node(node: Node) -> str:
 
 
 def format_graph(graph: Graph, *, indent: str = "") -> list[str]:
-    lines = [f"{indent}  {format_node(n)}" for n in graph.nodes]
+    lines = [f"{indent}  {format_node(n, meta, prov)}" for n, meta, prov in graph.entries()]
     for sub in graph.subgraphs:
         lines.append(f"{indent}  subgraph {sub.name}():")
         lines.extend(format_graph(sub.graph, indent=indent + "  "))

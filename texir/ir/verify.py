@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 from texir.errors import IRError
 from texir.ir.analysis import iter_refs, node_args, output_node
 from texir.ir.types import (
@@ -36,11 +38,86 @@ def _output_name(spec: OutputSpec) -> str | None:
     return spec.name
 
 
+_meta_id = operator.attrgetter("meta_id")
+
+
+def check_indices(graph: Graph, where: str = "graph") -> None:
+    """Check that every table index of `graph` resolves: `meta_id`s, provenance column lengths and
+    location indices. Cheap (no per-node Python code on well-formed input), so snapshot decoding
+    runs it on every graph; `check_tables` (run by `verify`) checks the canonical order too."""
+    nodes, metas = graph.nodes, graph.metas
+    try:
+        # Every node but the trailing Output has a meta_id; filter(None) drops None (and 0s,
+        # which cannot be out of range), so max() runs without Python-level code.
+        top = max(filter(None, map(_meta_id, nodes[:-1])), default=0)
+        last = getattr(nodes[-1], "meta_id", None) if nodes else None
+        if last is not None:
+            top = max(top, last)
+        ok = top < len(metas) or not nodes
+    except AttributeError:  # an Output before the end; let check_tables name the bad node
+        ok = False
+    table = graph.provenance
+    if table is not None:
+        n = len(nodes)
+        sizes = (len(table.debug_handle), len(table.ancestor), len(table.torch_fn_name), len(table.location))
+        ok = ok and sizes == (n, n, n, n) and max(filter(None, table.location), default=0) < len(table.locations)
+    if not ok:
+        check_tables(graph, where)
+
+
+def check_tables(graph: Graph, where: str = "graph") -> None:
+    """Check `graph`'s tables: every `meta_id` and location index in range, metadata interned in
+    order of first use with no unused entry (what `GraphBuilder` makes), provenance columns one
+    entry per node. Snapshot decoding runs this on every graph it reads."""
+    metas = graph.metas
+    expected = 0
+    for index, node in enumerate(graph.nodes):
+        meta_id = getattr(node, "meta_id", None)
+        if meta_id is None or meta_id < expected:
+            continue
+        if meta_id > expected:
+            problem = "is out of range" if meta_id >= len(metas) else "skips ahead of first use"
+            raise IRError(
+                f"{where}: node #{index} '{node.name}' has meta_id {meta_id}, which {problem} "
+                f"({len(metas)} metas); build graphs with GraphBuilder, which interns in order"
+            )
+        expected += 1
+    if expected != len(metas):
+        raise IRError(
+            f"{where}: metas holds {len(metas)} entries but nodes use {expected}; drop unused metadata "
+            "(build graphs with GraphBuilder)"
+        )
+    table = graph.provenance
+    if table is None:
+        return
+    n = len(graph.nodes)
+    for column in ("debug_handle", "ancestor", "torch_fn_name", "location"):
+        size = len(getattr(table, column))
+        if size != n:
+            raise IRError(
+                f"{where}.provenance.{column}: {size} entries for {n} nodes; give one entry per node"
+            )
+    locations = table.locations
+    for index, loc in enumerate(table.location):
+        if loc is not None and loc >= len(locations):
+            raise IRError(
+                f"{where}.provenance.location[{index}] (node '{graph.nodes[index].name}'): "
+                f"{loc} is out of range ({len(locations)} locations)"
+            )
+        name = table.torch_fn_name[index]
+        if name is not None and (loc is None or locations[loc].torch_fn_type is None):
+            raise IRError(
+                f"{where}.provenance.torch_fn_name[{index}] (node '{graph.nodes[index].name}'): "
+                "a torch_fn name needs a location with torch_fn_type"
+            )
+
+
 def verify_graph(graph: Graph, *, where: str = "graph", lowered: frozenset[str] = frozenset()) -> None:
     """Check one graph and its nested graphs: unique names, defs before uses, one trailing output,
     get_attr targets that resolve."""
     if not graph.nodes or not isinstance(graph.nodes[-1], Output):
         raise IRError(f"{where}: the last node must be the Output node; append one Output(args=...)")
+    check_tables(graph, where)
     sub_names = [s.name for s in graph.subgraphs]
     if len(set(sub_names)) != len(sub_names):
         raise IRError(f"{where}: duplicate subgraph names {sorted(sub_names)}; give each a unique name")

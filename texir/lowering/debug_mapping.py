@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
 from texir.errors import LoweringError
-from texir.ir import DebugHandleEntry, Node
+from texir.ir import DebugHandleEntry, Graph, Node
 
 Identifier = Union[int, str]
 
@@ -19,8 +19,17 @@ class MissingDebugHandleError(DelegateMappingError):
     """A node passed to `DelegateMappingBuilder` carries no debug handle."""
 
 
-def _node_handle(node: Node) -> int:
-    handle = node.prov.debug_handle if node.prov is not None else None
+def _node_handle(node: Node, handles: Mapping[str, int | None] | None) -> int:
+    if handles is None:
+        raise DelegateMappingError(
+            f"node {node.name!r} given to a builder built without a graph; build it with "
+            "DelegateMappingBuilder(graph=program.graph), or pass handles="
+        )
+    if node.name not in handles:
+        raise DelegateMappingError(
+            f"node {node.name!r} is not a node of the builder's graph; map nodes of the delegated program's graph"
+        )
+    handle = handles[node.name]
     if handle is None:
         raise MissingDebugHandleError(
             f"node {node.name!r} ({type(node).__name__}) has no debug handle; map only call_function nodes "
@@ -34,13 +43,19 @@ class DelegateMappingBuilder:
 
     With ``generated_identifiers=True`` identifiers are 0, 1, 2, ... in insertion order and may not be
     given; otherwise every entry must name a fresh identifier (int or str). Exactly one of ``nodes``
-    and ``handles`` is given per entry. As in ExecuTorch, ``None`` among raw ``handles`` is skipped
+    and ``handles`` is given per entry; ``nodes`` must be nodes of `graph` (the delegated program's
+    graph, which holds their debug handles). As in ExecuTorch, ``None`` among raw ``handles`` is skipped
     and an entry left with no handle is an error; unlike ExecuTorch, a *node* without a debug handle
     is an error naming it (silently dropping it hides a broken adapter).
     """
 
-    def __init__(self, *, generated_identifiers: bool = False) -> None:
+    def __init__(self, *, graph: Graph | None = None, generated_identifiers: bool = False) -> None:
         self._generated = generated_identifiers
+        self._handles: dict[str, int | None] | None = None
+        if graph is not None:
+            table = graph.provenance
+            column = (None,) * len(graph.nodes) if table is None else table.debug_handle
+            self._handles = {node.name: handle for node, handle in zip(graph.nodes, column)}
         self._entries: dict[Identifier, frozenset[int]] = {}
         self._next_index = 0
 
@@ -84,7 +99,7 @@ class DelegateMappingBuilder:
         if nodes is not None:
             node_list: Sequence[Node] = nodes if isinstance(nodes, (list, tuple)) else (nodes,)
             for node in node_list:
-                collected.add(_node_handle(node))
+                collected.add(_node_handle(node, self._handles))
         elif handles is not None:
             raw: Iterable[int | None] = (handles,) if isinstance(handles, int) else handles
             for handle in raw:

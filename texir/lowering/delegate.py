@@ -27,6 +27,7 @@ from texir.ir import (
     DelegateMeta,
     GetAttr,
     Graph,
+    GraphBuilder,
     GraphSignature,
     InputSpec,
     IntArg,
@@ -51,8 +52,9 @@ from texir.ir import (
     UserInput,
     UserOutput,
     ValueMeta,
+    build_graph,
 )
-from texir.ir.analysis import node_inputs
+from texir.ir.analysis import node_inputs, value_metas
 from texir.ir.verify import verify
 from texir.lowering.backend import lower_with_backend
 from texir.lowering.errors import PartitionerError
@@ -71,6 +73,8 @@ __all__ = ["LoweringReport", "PartitionSummary", "lower_plan", "lower_plan_expla
 
 _Cache = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 _Consumable = ParameterInput | BufferInput | ConstantTensorInput
+_Entry = tuple[Node, ValueMeta | None, Provenance | None]
+"""A node with its value metadata and provenance (see `Graph.entries`)."""
 
 
 @overload
@@ -221,9 +225,14 @@ def _module_call_graph(n_inputs: int, n_outputs: int) -> tuple[ModuleCallEntry, 
     )
 
 
-def _handle(node: Node) -> int:
-    prov = node.prov
+def _handle(prov: Provenance | None) -> int:
     return prov.debug_handle if prov is not None and prov.debug_handle is not None else 0
+
+
+def _handles(graph: Graph) -> tuple[int | None, ...]:
+    """The debug handle of each node of `graph`, in order."""
+    table = graph.provenance
+    return (None,) * len(graph.nodes) if table is None else table.debug_handle
 
 
 # --------------------------------------------------------------------------------------------------
@@ -237,7 +246,8 @@ class _GraphWork:
     tag_of: dict[str, str]
     parts: list[_Part]
     users: dict[str, list[str]]
-    node_by_name: dict[str, Node]
+    entry_of: dict[str, _Entry]
+    """Each node's entry (node, meta, prov), by name."""
     positions: dict[str, list[int]]
     """Output positions of each value returned by the graph."""
     mutation_positions: dict[str, list[int]]
@@ -342,7 +352,7 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
                     tag_of=tag_of,
                     parts=ordered,
                     users=users,
-                    node_by_name={n.name: n for n in graph.nodes},
+                    entry_of={entry[0].name: entry for entry in graph.entries()},
                     positions=positions,
                     mutation_positions=mutation_positions,
                 )
@@ -351,15 +361,19 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
     # Sub-programs and names, in ExecuTorch's order: top-level partitions, then nested graphs.
     module_names = _Names(all_names)
     top_tags = works[0].tag_of if works and not works[0].path else {}
-    top_handle_base = max((_handle(n) for n in program.graph.nodes if n.name not in top_tags), default=0)
+    top_handle_base = max(
+        (h or 0 for n, h in zip(program.graph.nodes, _handles(program.graph)) if n.name not in top_tags), default=0
+    )
     running_handle = 0
     for work in works:
         names = _Names({n.name for n in work.graph.nodes})
+        prov_of = {name: prov for name, (_, _, prov) in work.entry_of.items()}
         is_top = not work.path
         if is_top:
             suffix = [0] * (len(work.parts) + 1)
             for i in range(len(work.parts) - 1, -1, -1):
-                suffix[i] = max(suffix[i + 1], max((_handle(n) for n in work.parts[i].members), default=0))
+                members = work.parts[i].members
+                suffix[i] = max(suffix[i + 1], max((_handle(prov_of[n.name]) for n in members), default=0))
         for i, part in enumerate(work.parts):
             _build_sub_program(program, work, part, top_consumable if is_top else {}, state_by_target)
             part.module_name = module_names.fresh_indexed("lowered_module")
@@ -369,9 +383,8 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
             # ExecuTorch numbers the call max(debug handles in the owning graph) + 1 at the moment
             # it is inserted: other nodes, later partitions, earlier calls, and the getitems of this
             # partition's results, which carry their values' handles.
-            by_name = {n.name: n for n in part.members}
             results = [*part.user_outputs, *(n for n, _ in part.consumed_mutations)]
-            result_max = max((_handle(by_name[n]) for n in results), default=0)
+            result_max = max((_handle(prov_of[n]) for n in results), default=0)
             if is_top:
                 running_handle = max(top_handle_base, suffix[i + 1], running_handle, result_max) + 1
             else:
@@ -435,8 +448,8 @@ def _build_sub_program(
     state_by_target: Mapping[str, StateEntry],
 ) -> None:
     graph = work.graph
+    entry_of = work.entry_of
     member_names = part.names
-    metas: dict[str, ValueMeta | None] = {}
     consumed: dict[type, list[Placeholder]] = {ParameterInput: [], BufferInput: [], ConstantTensorInput: []}
     body: list[Node] = []
     external: dict[str, None] = {}
@@ -448,8 +461,6 @@ def _build_sub_program(
         for name in node_inputs(node):
             if name not in member_names:
                 external.setdefault(name)
-    for name in external:
-        metas[name] = getattr(work.node_by_name[name], "meta", None)
     part.user_inputs = list(external)
 
     # Parent output positions of each value, and which of them are consumed buffer mutations.
@@ -479,14 +490,17 @@ def _build_sub_program(
             part.user_outputs.append(node.name)
 
     ordered_consumed = consumed[ParameterInput] + consumed[BufferInput] + consumed[ConstantTensorInput]
-    placeholders: list[Node] = list(ordered_consumed)
-    placeholders += [Placeholder(name=name, meta=metas[name]) for name in part.user_inputs]
     attr_targets = {n.target for n in body if isinstance(n, GetAttr)} if graph.subgraphs else set()
     out_args = tuple(Ref(name=n) for n, _ in mutations) + tuple(Ref(name=n) for n in part.user_outputs)
-    sub_graph = Graph(
-        nodes=(*placeholders, *body, Output(name=out.name, args=out_args)),
-        subgraphs=tuple(s for s in graph.subgraphs if s.name in attr_targets),
-    )
+    # Consumed placeholders and body nodes keep their metadata and provenance; a user input is a
+    # fresh placeholder with its value's metadata only.
+    builder = GraphBuilder()
+    builder.extend(entry_of[p.name] for p in ordered_consumed)
+    for name in part.user_inputs:
+        builder.add(Placeholder(name=name), entry_of[name][1])
+    builder.extend(entry_of[n.name] for n in body)
+    builder.add(Output(name=out.name, args=out_args))
+    sub_graph = builder.build(s for s in graph.subgraphs if s.name in attr_targets)
     inputs: list[InputSpec] = [consumable[p.name] for p in ordered_consumed]
     inputs += [UserInput(arg=Ref(name=name)) for name in part.user_inputs]
     outputs: list[OutputSpec] = [BufferMutation(name=n, target=t) for n, t in mutations]
@@ -504,7 +518,7 @@ def _build_sub_program(
 
 def _output_metas(part: _Part) -> tuple[ValueMeta, ...]:
     assert part.sub_program is not None
-    metas = {n.name: n.meta for n in part.sub_program.graph.nodes if isinstance(n, (CallFunction, GetAttr, Placeholder))}
+    metas = value_metas(part.sub_program.graph)
     out = part.sub_program.graph.nodes[-1]
     assert isinstance(out, Output)
     result: list[ValueMeta] = []
@@ -520,37 +534,27 @@ def _output_metas(part: _Part) -> tuple[ValueMeta, ...]:
     return tuple(result)
 
 
-def _emit_partition(part: _Part, renames: Mapping[str, str]) -> list[Node]:
+def _emit_partition(part: _Part, renames: Mapping[str, str], entry_of: Mapping[str, _Entry]) -> list[_Entry]:
     n_mut = len(part.consumed_mutations)
     metas = _output_metas(part)
     call = CallFunction(
         name=part.call_name,
         target=CALL_DELEGATE,
         args=(Ref(name=part.module_name), *(_rename(Ref(name=n), renames) for n in part.user_inputs)),
-        meta=TupleMeta(items=metas),
-        prov=Provenance(debug_handle=part.debug_handle),
     )
-    nodes: list[Node] = [
-        GetAttr(name=part.module_name, target=part.module_name, meta=DelegateMeta(module=part.module_name)),
-        call,
+    entries: list[_Entry] = [
+        (GetAttr(name=part.module_name, target=part.module_name), DelegateMeta(module=part.module_name), None),
+        (call, TupleMeta(items=metas), Provenance(debug_handle=part.debug_handle)),
     ]
-    members = {n.name: n for n in part.members}
     for i, (name, source) in enumerate(zip(part.getitem_names, part.user_outputs)):
         # As in ExecuTorch, a result keeps the provenance of the value it replaces, minus the
         # module and source-function stacks, which describe the delegated op, not the getitem.
-        prov = members[source].prov
+        prov = entry_of[source][2]
         if prov is not None:
             prov = msgspec.structs.replace(prov, nn_module_stack=(), source_fn_stack=())
-        nodes.append(
-            CallFunction(
-                name=name,
-                target=GETITEM,
-                args=(Ref(name=part.call_name), IntArg(value=i)),
-                meta=metas[n_mut + i],
-                prov=prov,
-            )
-        )
-    return nodes
+        getitem = CallFunction(name=name, target=GETITEM, args=(Ref(name=part.call_name), IntArg(value=i)))
+        entries.append((getitem, metas[n_mut + i], prov))
+    return entries
 
 
 def _assemble(
@@ -605,18 +609,19 @@ def _assemble(
             if all(u in tag_of for u in work.users[node.name]):
                 dropped.add(node.name)
 
-    emitted_nodes: list[Node] = []
+    entry_of = work.entry_of
+    emitted: list[_Entry] = []
     node_by_group: dict[str, Node] = {}
     reached: set[str] = set()
     done: set[str] = set()
 
     def emit(g: str) -> None:
         if g in part_of:
-            emitted_nodes.extend(_emit_partition(part_of[g], renames))
+            emitted.extend(_emit_partition(part_of[g], renames, entry_of))
         else:
-            node = node_by_group[g]
+            node, meta, prov = entry_of[node_by_group[g].name]
             if node.name not in dropped:
-                emitted_nodes.append(_rename_node(node, renames))
+                emitted.append((_rename_node(node, renames), meta, prov))
 
     def release(start: str) -> None:
         stack = [start]
@@ -654,9 +659,9 @@ def _assemble(
         new_out = msgspec.structs.replace(
             new_out, args=tuple(a for i, a in enumerate(new_out.args) if i not in drop_positions)
         )
-    emitted_nodes.append(new_out)
-    kept_subgraphs = {n.target for n in emitted_nodes if isinstance(n, GetAttr) and isinstance(n.meta, SubgraphMeta)}
-    new_graph = Graph(nodes=tuple(emitted_nodes), subgraphs=tuple(s for s in subgraphs if s.name in kept_subgraphs))
+    emitted.append((new_out, None, entry_of[out_node.name][2]))
+    kept_subgraphs = {n.target for n, meta, _ in emitted if isinstance(n, GetAttr) and isinstance(meta, SubgraphMeta)}
+    new_graph = build_graph(emitted, subgraphs=tuple(s for s in subgraphs if s.name in kept_subgraphs))
     if path:
         return new_graph, signature
 

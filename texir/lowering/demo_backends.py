@@ -53,7 +53,7 @@ _RULES: Final[dict[str, _Rule]] = {_RELU: _relu_rule, _TAN: _tan_rule}
 
 def encode_demo_program(program: Program) -> PreprocessResult:
     """Processed bytes and debug handle map of the demo backend for `program`'s top-level graph."""
-    builder = DelegateMappingBuilder(generated_identifiers=True)
+    builder = DelegateMappingBuilder(graph=program.graph, generated_identifiers=True)
     nodes: dict[str, Node] = {}
     ops: list[str] = []
 

@@ -7,12 +7,11 @@ from texir.ir import (
     CallFunction,
     DelegateMeta,
     GetAttr,
+    GraphBuilder,
     GraphSignature,
-    Graph,
     IntArg,
     LoweredBackendModule,
     NamedLoweredModule,
-    Node,
     Output,
     Placeholder,
     Program,
@@ -21,6 +20,7 @@ from texir.ir import (
     UserInput,
     UserOutput,
     ValueMeta,
+    value_metas,
 )
 from texir.lowering.plan import CALL_DELEGATE, GETITEM
 
@@ -31,11 +31,12 @@ def get_lowered_submodules(program: Program) -> tuple[tuple[str, LoweredBackendM
     """``(lowered module name, module, call node)`` for each delegate call of the top-level graph,
     in graph order (ExecuTorch's ``get_lowered_submodules``)."""
     modules = {entry.name: entry.module for entry in program.lowered_modules}
+    graph = program.graph
     targets = {
-        n.name: n.target for n in program.graph.nodes if isinstance(n, GetAttr) and isinstance(n.meta, DelegateMeta)
+        n.name: n.target for n in graph.nodes if isinstance(n, GetAttr) and isinstance(graph.meta(n), DelegateMeta)
     }
     result: list[tuple[str, LoweredBackendModule, CallFunction]] = []
-    for node in program.graph.nodes:
+    for node in graph.nodes:
         if not isinstance(node, CallFunction) or node.target != CALL_DELEGATE:
             continue
         first = node.args[0] if node.args else None
@@ -54,19 +55,18 @@ def delegate_wrapper_program(name: str, module: LoweredBackendModule) -> Program
     output of the delegated program -> outputs. Parameters, buffers and constants stay inside the
     delegate, so the state is empty (ExecuTorch's ``LoweredBackendModule.program()``)."""
     original = module.original_program
+    # The user-input placeholders, with their metadata and provenance.
     inputs = [
-        node
-        for node, spec in zip(
-            (n for n in original.graph.nodes if isinstance(n, Placeholder)), original.signature.inputs
+        entry
+        for entry, spec in zip(
+            (e for e in original.graph.entries() if isinstance(e[0], Placeholder)), original.signature.inputs
         )
         if isinstance(spec, UserInput)
     ]
     out = original.graph.nodes[-1]
     if not isinstance(out, Output):
         raise LoweringError(f"lowered module '{name}': its program has no trailing Output node")
-    metas: dict[str, ValueMeta | None] = {
-        n.name: n.meta for n in original.graph.nodes if isinstance(n, (Placeholder, CallFunction, GetAttr))
-    }
+    metas = value_metas(original.graph)
     items: list[ValueMeta] = []
     for arg in out.args:
         meta = metas.get(arg.name) if isinstance(arg, Ref) else None
@@ -75,28 +75,26 @@ def delegate_wrapper_program(name: str, module: LoweredBackendModule) -> Program
                 f"lowered module '{name}': output {arg!r} has no value metadata; delegate outputs need it"
             )
         items.append(meta)
-    used = {n.name for n in inputs} | {name}
+    input_names = [node.name for node, _, _ in inputs]
+    used = {*input_names, name}
     call_name = _fresh("executorch_call_delegate", used)
-    nodes: list[Node] = [Placeholder(name=n.name, meta=n.meta, prov=n.prov) for n in inputs]
-    nodes.append(GetAttr(name=name, target=name, meta=DelegateMeta(module=name)))
-    nodes.append(
+    builder = GraphBuilder()
+    builder.extend(inputs)
+    builder.add(GetAttr(name=name, target=name), DelegateMeta(module=name))
+    builder.add(
         CallFunction(
-            name=call_name,
-            target=CALL_DELEGATE,
-            args=(Ref(name=name), *(Ref(name=n.name) for n in inputs)),
-            meta=TupleMeta(items=tuple(items)),
-        )
+            name=call_name, target=CALL_DELEGATE, args=(Ref(name=name), *(Ref(name=n) for n in input_names))
+        ),
+        TupleMeta(items=tuple(items)),
     )
     getitems = [_fresh("getitem", used) for _ in items]
-    nodes.extend(
-        CallFunction(name=g, target=GETITEM, args=(Ref(name=call_name), IntArg(value=i)), meta=items[i])
-        for i, g in enumerate(getitems)
-    )
-    nodes.append(Output(name="output", args=tuple(Ref(name=g) for g in getitems)))
+    for i, g in enumerate(getitems):
+        builder.add(CallFunction(name=g, target=GETITEM, args=(Ref(name=call_name), IntArg(value=i))), items[i])
+    builder.add(Output(name="output", args=tuple(Ref(name=g) for g in getitems)))
     return Program(
-        graph=Graph(nodes=tuple(nodes)),
+        graph=builder.build(),
         signature=GraphSignature(
-            inputs=tuple(UserInput(arg=Ref(name=n.name)) for n in inputs),
+            inputs=tuple(UserInput(arg=Ref(name=n)) for n in input_names),
             outputs=tuple(UserOutput(arg=Ref(name=g)) for g in getitems),
         ),
         range_constraints=original.range_constraints,

@@ -25,8 +25,9 @@ from texir.ir import (
     Program,
     Ref,
     SubgraphMeta,
+    ValueMeta,
 )
-from texir.ir.analysis import node_inputs
+from texir.ir.analysis import node_inputs, value_metas
 from texir.lowering.errors import PartitionerError
 from texir.lowering.plan import CALL_DELEGATE, GETITEM, DelegationSpec, PartitionPlan, node_key, walk_keyed_graphs
 
@@ -38,7 +39,9 @@ __all__ = [
     "tag_mutated_buffers",
 ]
 
-OpPredicate = Callable[[CallFunction], bool]
+OpPredicate = Callable[[CallFunction, Mapping[str, ValueMeta]], bool]
+"""Whether a backend supports a call node: gets the node and its graph's value metadata by name
+(``metas[node.name]`` for its result, ``metas[ref.name]`` for an input)."""
 
 
 class _Options(pydantic.BaseModel):
@@ -77,7 +80,7 @@ def _is_delegate_call(node: CallFunction, delegate_calls: set[str]) -> bool:
 def _with_subgraph_attrs(graph: Graph, tags: dict[str, str], path: tuple[str, ...]) -> None:
     """Tag each nested-graph get_attr whose users all carry one tag with that tag."""
     user_tags: dict[str, set[str | None]] = {}
-    attrs = {n.name for n in graph.nodes if isinstance(n, GetAttr) and isinstance(n.meta, SubgraphMeta)}
+    attrs = {n.name for n in graph.nodes if isinstance(n, GetAttr) and isinstance(graph.meta(n), SubgraphMeta)}
     if not attrs:
         return
     for node in graph.nodes:
@@ -197,8 +200,8 @@ class WholeProgramPartitioner:
 class OpSupportPartitioner:
     """Maximal convex partitions of supported call nodes, in every graph (nested ones included).
 
-    `ops` is a collection of canonical op names (``"aten::add.Tensor"``) or a predicate on the call
-    node. One greedy pass in graph order: a supported node joins the partitions of its supported
+    `ops` is a collection of canonical op names (``"aten::add.Tensor"``) or an `OpPredicate` on the
+    call node and its graph's value metadata (to check dtypes or shapes). One greedy pass in graph order: a supported node joins the partitions of its supported
     inputs that no path outside them connects to it (merging them), else starts a new partition.
     Partitions are numbered 'tag0', 'tag1', ... in order of their first node, so plans do not
     depend on PYTHONHASHSEED. A getitem follows the multi-output node it reads.
@@ -225,7 +228,7 @@ class OpSupportPartitioner:
                     f"invalid op name(s) {bad[:3]}; use canonical names such as 'aten::add.Tensor'"
                 )
             support = frozenset(names)
-            self._supported = lambda node: node.target in support
+            self._supported = lambda node, metas: node.target in support
             self._ops = names
 
     def __repr__(self) -> str:
@@ -291,6 +294,7 @@ def _convex_groups(graph: Graph, supported: OpPredicate) -> dict[str, int]:
     and could not return to the partition's level.
     """
     uf = _UnionFind()
+    metas = value_metas(graph)
     part: dict[str, int] = {}
     level: dict[str, int] = {}
     exit_: dict[str, bool] = {}  # unsupported and reached from a supported node
@@ -312,7 +316,7 @@ def _convex_groups(graph: Graph, supported: OpPredicate) -> dict[str, int]:
                 first = node.args[0] if node.args else None
                 ok = isinstance(first, Ref) and first.name in part
             else:
-                ok = bool(supported(node)) and not isinstance(node.meta, DelegateMeta)
+                ok = bool(supported(node, metas)) and not isinstance(graph.meta(node), DelegateMeta)
         level[node.name] = lvl
         if not ok:
             tainted[node.name] = any(tainted[i] for i in inputs)

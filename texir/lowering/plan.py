@@ -123,9 +123,9 @@ def walk_keyed_graphs(graph: Graph, path: tuple[str, ...] = ()) -> Iterator[tupl
         yield from walk_keyed_graphs(sub.graph, (*path, sub.name))
 
 
-def _is_delegate_node(node: Node, delegate_calls: set[str]) -> bool:
+def _is_delegate_node(graph: Graph, node: Node, delegate_calls: set[str]) -> bool:
     if isinstance(node, GetAttr):
-        return isinstance(node.meta, DelegateMeta)
+        return isinstance(graph.meta(node), DelegateMeta)
     if isinstance(node, CallFunction):
         if node.target == CALL_DELEGATE:
             return True
@@ -210,7 +210,7 @@ def validate_plan(program: Program, plan: PartitionPlan) -> None:
                     f"placeholder '{key}' is tagged '{tag}' but is {what}; only top-level parameters, "
                     "buffers and constants can be tagged (consumed by a delegate)"
                 )
-            if _is_delegate_node(node, delegate_calls):
+            if _is_delegate_node(graph, node, delegate_calls):
                 raise DelegateClaimedError(
                     f"node '{key}' belongs to an already lowered delegate call and is tagged '{tag}'; "
                     "lowered calls cannot be claimed again, untag it"
@@ -283,7 +283,7 @@ def _check_graph(
                     isinstance(node, CallFunction)
                     and node.target == GETITEM
                     and isinstance(src, CallFunction)
-                    and isinstance(src.meta, TupleMeta)
+                    and isinstance(graph.meta(src), TupleMeta)
                     and src.target != CALL_DELEGATE
                     and src_tag != tag
                 ):
@@ -292,7 +292,7 @@ def _check_graph(
                         f"'{node.name}' is tagged {tag!r}{where}; a delegate passes tensors only, so tag "
                         "the getitems with the node they read"
                     )
-                if isinstance(src, GetAttr) and isinstance(src.meta, SubgraphMeta) and src_tag != tag and (
+                if isinstance(src, GetAttr) and isinstance(graph.meta(src), SubgraphMeta) and src_tag != tag and (
                     src_tag is not None or tag is not None
                 ):
                     raise SubgraphAttrError(

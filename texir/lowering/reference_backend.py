@@ -20,9 +20,11 @@ BACKEND_ID: Final = "texir-reference"
 
 
 def encode_reference(program: Program) -> PreprocessResult:
-    builder = DelegateMappingBuilder(generated_identifiers=False)
-    for node in program.graph.nodes:
-        if isinstance(node, CallFunction) and node.prov is not None and node.prov.debug_handle is not None:
+    graph = program.graph
+    builder = DelegateMappingBuilder(graph=graph, generated_identifiers=False)
+    for index, node in enumerate(graph.nodes):
+        prov = graph.prov(index)
+        if isinstance(node, CallFunction) and prov is not None and prov.debug_handle is not None:
             builder.insert_delegate_mapping_entry(nodes=node, identifier=node.name)
     data = snapshot.dumps(program, format="msgpack", include_data=True)
     return PreprocessResult(processed_bytes=data, debug_handle_map=builder.get_delegate_mapping())

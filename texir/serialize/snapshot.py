@@ -29,9 +29,11 @@ from typing import Any, Final, Literal, TypeAlias, TypeVar
 import msgspec
 
 from texir._io import atomic_write, gc_paused
-from texir.errors import SnapshotError
+from texir.errors import IRError, SnapshotError
 from texir.ir.blob import Blob
-from texir.ir.types import SCHEMA_VERSION, LoweredBackendModule, NamedLoweredModule, Program, StateEntry
+from texir.ir.verify import check_indices
+from texir.serialize import legacy_v1
+from texir.ir.types import SCHEMA_VERSION, Graph, LoweredBackendModule, NamedLoweredModule, Program, StateEntry
 
 __all__ = [
     "FORMAT_MARKER",
@@ -154,6 +156,13 @@ _MSGPACK_ENVELOPE: Final = msgspec.msgpack.Decoder(ProgramSnapshot, dec_hook=_de
 _JSON_MODULE: Final = msgspec.json.Decoder(LoweredBackendModule, dec_hook=_dec_hook)
 _MSGPACK_MODULE: Final = msgspec.msgpack.Decoder(
     LoweredBackendModule, dec_hook=_dec_hook, ext_hook=_ext_hook
+)
+# Schema 1.x payloads, upgraded on load (texir/serialize/legacy_v1.py).
+_JSON_PROGRAM_V1: Final = msgspec.json.Decoder(legacy_v1.ProgramV1, dec_hook=_dec_hook)
+_MSGPACK_PROGRAM_V1: Final = msgspec.msgpack.Decoder(legacy_v1.ProgramV1, dec_hook=_dec_hook, ext_hook=_ext_hook)
+_JSON_MODULE_V1: Final = msgspec.json.Decoder(legacy_v1.LoweredBackendModuleV1, dec_hook=_dec_hook)
+_MSGPACK_MODULE_V1: Final = msgspec.msgpack.Decoder(
+    legacy_v1.LoweredBackendModuleV1, dec_hook=_dec_hook, ext_hook=_ext_hook
 )
 
 
@@ -304,7 +313,8 @@ def _immutable(data: bytes | bytearray | memoryview) -> bytes | memoryview:
 
 def _supported_versions() -> str:
     major, minor = SCHEMA_VERSION
-    return f"{major}.0" if minor == 0 else f"{major}.0 to {major}.{minor}"
+    current = f"{major}.0" if minor == 0 else f"{major}.0 to {major}.{minor}"
+    return ", ".join(f"{a}.{b}" for a, b in legacy_v1.LEGACY_VERSIONS) + f" and {current}"
 
 
 def _check_header(header: _Header) -> None:
@@ -328,7 +338,7 @@ def _check_version(version: Any) -> None:
         )
     major, minor = int(version[0]), int(version[1])
     our_major, our_minor = SCHEMA_VERSION
-    if major == our_major and 0 <= minor <= our_minor:
+    if (major == our_major and 0 <= minor <= our_minor) or (major, minor) in legacy_v1.LEGACY_VERSIONS:
         return
     found = f"{major}.{minor}"
     if (major, minor) > SCHEMA_VERSION:
@@ -386,9 +396,22 @@ def _read_header(data: bytes | memoryview, fmt: SnapshotFormat) -> _Header:
         raise SnapshotError(f"corrupt {fmt} snapshot: {type(exc).__name__}: {exc}") from None
 
 
+def _check_tables(graph: Graph, where: str) -> None:
+    # Table indices (`meta_id`, provenance locations) must resolve, or the Program would fail later
+    # far from the bad input.
+    try:
+        check_indices(graph, where)
+    except IRError as exc:
+        raise SnapshotError(f"invalid snapshot: {exc}") from None
+    for sub in graph.subgraphs:
+        _check_tables(sub.graph, f"{where}.subgraphs[{sub.name!r}].graph")
+
+
 def _check_payloads(program: Program, where: str) -> None:
-    # A payload whose length disagrees with nbytes is corrupt. (Hashes are not recomputed here: that
-    # would read every byte; `Blob.digest()` is there for callers who want it.)
+    # Every graph's tables must resolve. A payload whose length disagrees with nbytes is corrupt.
+    # (Hashes are not recomputed here: that would read every byte; `Blob.digest()` is there for
+    # callers who want it.)
+    _check_tables(program.graph, f"{where}.graph")
     for i, entry in enumerate(program.state):
         value = entry.value
         if value.data is not None and value.data.nbytes != value.nbytes:
@@ -417,26 +440,39 @@ def loads_value(data: bytes | bytearray | memoryview) -> Program | LoweredBacken
             envelope = (_JSON_ENVELOPE if fmt == "json" else _MSGPACK_ENVELOPE).decode(buf)
     except (msgspec.DecodeError, RecursionError, ValueError, TypeError, OverflowError, MemoryError):
         envelope = None  # msgspec.ValidationError and _BadExtension are ValueErrors
-    if envelope is not None:
+    if envelope is not None and envelope.schema_version[0] == SCHEMA_VERSION[0]:
         _check_version(envelope.schema_version)
         _check_payloads(envelope.program, "$.program")
         return envelope.program
     header = _read_header(buf, fmt)
     _check_header(header)
+    legacy = tuple(header.schema_version) in legacy_v1.LEGACY_VERSIONS
     if header.kind == "program":
         if not header.program:
             raise SnapshotError("invalid snapshot: the envelope has no `$.program`")
-        program = _decode_payload(
-            _JSON_PROGRAM if fmt == "json" else _MSGPACK_PROGRAM, header.program, "program"
-        )
+        if legacy:
+            old = _decode_payload(
+                _JSON_PROGRAM_V1 if fmt == "json" else _MSGPACK_PROGRAM_V1, header.program, "program"
+            )
+            program = legacy_v1.upgrade_program(old)
+        else:
+            program = _decode_payload(
+                _JSON_PROGRAM if fmt == "json" else _MSGPACK_PROGRAM, header.program, "program"
+            )
         _check_payloads(program, "$.program")
         return program
     if header.kind == "lowered_module":
         if not header.module:
             raise SnapshotError("invalid snapshot: the envelope has no `$.module`")
-        module = _decode_payload(
-            _JSON_MODULE if fmt == "json" else _MSGPACK_MODULE, header.module, "module"
-        )
+        if legacy:
+            old_module = _decode_payload(
+                _JSON_MODULE_V1 if fmt == "json" else _MSGPACK_MODULE_V1, header.module, "module"
+            )
+            module = legacy_v1.upgrade_module(old_module)
+        else:
+            module = _decode_payload(
+                _JSON_MODULE if fmt == "json" else _MSGPACK_MODULE, header.module, "module"
+            )
         _check_payloads(module.original_program, "$.module.original_program")
         return module
     raise SnapshotError(

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Sequence
 
 from texir.ir.blob import Blob
+from texir.ir.builder import GraphBuilder
 from texir.ir.types import (
     BufferInput,
     BufferMutation,
@@ -15,13 +16,11 @@ from texir.ir.types import (
     DelegateMeta,
     DType,
     GetAttr,
-    Graph,
     GraphSignature,
     InputSpec,
     IntArg,
     LoweredBackendModule,
     NamedLoweredModule,
-    Node,
     Output,
     OutputSpec,
     ParameterInput,
@@ -66,42 +65,40 @@ def chain_program(ops: Sequence[str] = ("aten::relu.default",), *, with_param: b
                   with_buffer: bool = False, names: Sequence[str] | None = None) -> Program:
     """x (+ parameter w) -> ops applied in a chain -> output; optional buffer mutated by add_."""
     meta = tensor_meta(2, 3)
-    nodes: list[Node] = []
+    b = GraphBuilder()
     inputs: list[InputSpec] = []
     state: list[StateEntry] = []
     if with_param:
-        nodes.append(Placeholder(name="p_w", meta=meta))
+        b.add(Placeholder(name="p_w"), meta)
         inputs.append(ParameterInput(name="p_w", target="w"))
         state.append(_state("w", meta, "w"))
     if with_buffer:
-        nodes.append(Placeholder(name="b_count", meta=meta))
+        b.add(Placeholder(name="b_count"), meta)
         inputs.append(BufferInput(name="b_count", target="count"))
         state.append(_state("count", meta, "count"))
-    nodes.append(Placeholder(name="x", meta=meta))
+    b.add(Placeholder(name="x"), meta)
     inputs.append(UserInput(arg=Ref(name="x")))
     prev = "x"
     if with_param:
-        nodes.append(CallFunction(name="add", target="aten::add.Tensor",
-                                  args=(Ref(name="x"), Ref(name="p_w")), meta=meta,
-                                  prov=Provenance(debug_handle=1)))
+        b.add(CallFunction(name="add", target="aten::add.Tensor", args=(Ref(name="x"), Ref(name="p_w"))),
+              meta, Provenance(debug_handle=1))
         prev = "add"
     for i, op in enumerate(ops):
         name = names[i] if names is not None else f"{op.split('::')[1].split('.')[0]}_{i}"
-        nodes.append(CallFunction(name=name, target=op, args=(Ref(name=prev),), meta=meta,
-                                  prov=Provenance(debug_handle=i + 2)))
+        b.add(CallFunction(name=name, target=op, args=(Ref(name=prev),)), meta, Provenance(debug_handle=i + 2))
         prev = name
     outputs: list[OutputSpec] = []
     out_args = []
     if with_buffer:
-        nodes.append(CallFunction(name="add_1", target="aten::add.Tensor",
-                                  args=(Ref(name="b_count"), Ref(name=prev)), meta=meta))
+        b.add(CallFunction(name="add_1", target="aten::add.Tensor", args=(Ref(name="b_count"), Ref(name=prev))),
+              meta)
         outputs.append(BufferMutation(name="add_1", target="count"))
         out_args.append(Ref(name="add_1"))
     outputs.append(UserOutput(arg=Ref(name=prev)))
     out_args.append(Ref(name=prev))
-    nodes.append(Output(args=tuple(out_args)))
+    b.add(Output(args=tuple(out_args)))
     return Program(
-        graph=Graph(nodes=tuple(nodes)),
+        graph=b.build(),
         signature=GraphSignature(inputs=tuple(inputs), outputs=tuple(outputs)),
         state=tuple(state),
     )
@@ -112,7 +109,8 @@ def delegated_program(backend_id: str = "DemoBackend", processed: bytes = b"1#re
     """x -> [delegate call -> getitem] * partitions -> sin -> output, each delegate running relu."""
     meta = tensor_meta(2, 3)
     inner = chain_program(("aten::relu.default",), with_param=False)
-    nodes: list[Node] = [Placeholder(name="x", meta=meta)]
+    b = GraphBuilder()
+    b.add(Placeholder(name="x"), meta)
     lowered: list[NamedLoweredModule] = []
     prev = "x"
     for k in range(partitions):
@@ -123,19 +121,18 @@ def delegated_program(backend_id: str = "DemoBackend", processed: bytes = b"1#re
             debug_handle_map=(DebugHandleEntry(identifier=0, debug_handles=(2,)),),
         )
         lowered.append(NamedLoweredModule(name=mod, module=module))
-        nodes.append(GetAttr(name=mod, target=mod, meta=DelegateMeta(module=mod)))
+        b.add(GetAttr(name=mod, target=mod), DelegateMeta(module=mod))
         call = f"executorch_call_delegate_{k}" if k else "executorch_call_delegate"
-        nodes.append(CallFunction(name=call, target="texir::call_delegate",
-                                  args=(Ref(name=mod), Ref(name=prev)), meta=TupleMeta(items=(meta,))))
+        b.add(CallFunction(name=call, target="texir::call_delegate", args=(Ref(name=mod), Ref(name=prev))),
+              TupleMeta(items=(meta,)))
         item = f"getitem_{k}" if k else "getitem"
-        nodes.append(CallFunction(name=item, target="_operator::getitem",
-                                  args=(Ref(name=call), IntArg(value=0)), meta=meta))
+        b.add(CallFunction(name=item, target="_operator::getitem", args=(Ref(name=call), IntArg(value=0))), meta)
         prev = item
-    nodes.append(CallFunction(name="sin", target="aten::sin.default", args=(Ref(name=prev),),
-                              meta=meta, prov=Provenance(debug_handle=9)))
-    nodes.append(Output(args=(Ref(name="sin"),)))
+    b.add(CallFunction(name="sin", target="aten::sin.default", args=(Ref(name=prev),)),
+          meta, Provenance(debug_handle=9))
+    b.add(Output(args=(Ref(name="sin"),)))
     return Program(
-        graph=Graph(nodes=tuple(nodes)),
+        graph=b.build(),
         signature=GraphSignature(inputs=(UserInput(arg=Ref(name="x")),),
                                  outputs=(UserOutput(arg=Ref(name="sin")),)),
         lowered_modules=tuple(lowered),
@@ -147,7 +144,9 @@ def wide_program(n: int, *, width: int = 8, partitions: int = 4) -> Program:
     lane, lanes mixing every few layers) with `partitions` delegate calls spread through it."""
     meta = tensor_meta(4, 4)
     ops = ("aten::add.Tensor", "aten::mul.Tensor", "aten::sub.Tensor")
-    nodes: list[Node] = [Placeholder(name="w", meta=meta), Placeholder(name="x", meta=meta)]
+    b = GraphBuilder()
+    b.add(Placeholder(name="w"), meta)
+    b.add(Placeholder(name="x"), meta)
     lanes = ["x"] * width
     lowered: list[NamedLoweredModule] = []
     inner = chain_program(("aten::relu.default",), with_param=False)
@@ -158,9 +157,8 @@ def wide_program(n: int, *, width: int = 8, partitions: int = 4) -> Program:
         for lane in range(width):
             name = f"n{layer}_{lane}"
             other = lanes[(lane + 1) % width] if layer % 3 == 0 else "w"
-            nodes.append(CallFunction(name=name, target=ops[(layer + lane) % 3],
-                                      args=(Ref(name=lanes[lane]), Ref(name=other)), meta=meta,
-                                      prov=Provenance(debug_handle=count)))
+            b.add(CallFunction(name=name, target=ops[(layer + lane) % 3],
+                               args=(Ref(name=lanes[lane]), Ref(name=other))), meta, Provenance(debug_handle=count))
             lanes[lane] = name
             count += 1
         if layer % every == 0 and len(lowered) < partitions:
@@ -169,17 +167,16 @@ def wide_program(n: int, *, width: int = 8, partitions: int = 4) -> Program:
                 backend_id="DemoBackend", processed_bytes=mod.encode(), compile_specs=(),
                 original_program=inner)))
             call = f"call_{mod}"
-            nodes.append(GetAttr(name=mod, target=mod, meta=DelegateMeta(module=mod)))
-            nodes.append(CallFunction(name=call, target="texir::call_delegate",
-                                      args=(Ref(name=mod), Ref(name=lanes[0])),
-                                      meta=TupleMeta(items=(meta,))))
-            nodes.append(CallFunction(name=f"{call}_0", target="_operator::getitem",
-                                      args=(Ref(name=call), IntArg(value=0)), meta=meta))
+            b.add(GetAttr(name=mod, target=mod), DelegateMeta(module=mod))
+            b.add(CallFunction(name=call, target="texir::call_delegate", args=(Ref(name=mod), Ref(name=lanes[0]))),
+                  TupleMeta(items=(meta,)))
+            b.add(CallFunction(name=f"{call}_0", target="_operator::getitem", args=(Ref(name=call), IntArg(value=0))),
+                  meta)
             lanes[0] = f"{call}_0"
             count += 3
-    nodes.append(Output(args=tuple(Ref(name=lane) for lane in lanes)))
+    b.add(Output(args=tuple(Ref(name=lane) for lane in lanes)))
     return Program(
-        graph=Graph(nodes=tuple(nodes)),
+        graph=b.build(),
         signature=GraphSignature(
             inputs=(ParameterInput(name="w", target="w"), UserInput(arg=Ref(name="x"))),
             outputs=tuple(UserOutput(arg=Ref(name=lane)) for lane in lanes),

@@ -221,14 +221,14 @@ class _ProgramModel:
                                                  sub_index, tag)
             subpages[sub.name] = sub_index
         delegate_of: dict[str, int] = {}  # value name -> partition tag (calls and their getitems)
-        for node in graph.nodes:
+        for node, node_meta, prov in graph.entries():
             if isinstance(node, Output):
                 self._outputs(b, node, program if program is not None and graph is program.graph
                               else None, ids)
                 continue
             preds = [ids.get(n, -1) for n in node_inputs(node)]
-            meta = format_meta(node.meta)
-            dh = node.prov.debug_handle if node.prov is not None else None
+            meta = format_meta(node_meta)
+            dh = prov.debug_handle if prov is not None else None
             if isinstance(node, Placeholder):
                 kind, role = roles.get(node.name, ("user input" if tag < 0 else "other input", "placeholder"))
                 ids[node.name] = b.add(node.name, kind, _detail(
@@ -257,8 +257,8 @@ class _ProgramModel:
                     if isinstance(first, Ref) and first.name in delegate_of:
                         part = delegate_of[first.name]
                 stack = ""
-                if node.prov is not None and node.prov.nn_module_stack:
-                    frame = node.prov.nn_module_stack[-1]
+                if prov is not None and prov.nn_module_stack:
+                    frame = prov.nn_module_stack[-1]
                     stack = f"{frame.path} ({frame.type})"
                 partition = None
                 if part >= 0:

@@ -576,9 +576,9 @@ class _MethodEmitter:
                     if isinstance(pending, _PendingTensor) and pending.storage is not None:
                         self.storages[pending.storage].end = last_step
             elif isinstance(node, GetAttr):
-                self.metas[node.name] = node.meta
+                self.metas[node.name] = self.graph.meta(node)
             elif isinstance(node, CallFunction):
-                self.metas[node.name] = node.meta
+                self.metas[node.name] = self.graph.meta(node)
                 try:
                     self.emit_call(node, where=f"{where} ({node.target})")
                 except EmitError:
@@ -592,7 +592,7 @@ class _MethodEmitter:
     def emit_placeholder(
         self, node: Placeholder, spec: object, mutated: Mapping[str, Argument], *, where: str
     ) -> int:
-        meta = node.meta
+        meta = self.graph.meta(node)
         self.metas[node.name] = meta
         if isinstance(spec, (ParameterInput, BufferInput, ConstantTensorInput)):
             if isinstance(spec, BufferInput) and spec.target in mutated:
@@ -719,7 +719,7 @@ class _MethodEmitter:
         forced_order: tuple[int, ...] | None = None,
         emitted: Mapping[str, int] | None = None,
     ) -> None:
-        meta = node.meta
+        meta = self.graph.meta(node)
         out_args = out.out_args
         # Allocate the out tensors first (exir's memory.alloc nodes precede their op).
         item_metas: list[ValueMeta]
@@ -793,7 +793,7 @@ class _MethodEmitter:
     ) -> dict[str, int]:
         """RemoveMixedTypeOperators: the tensor operands of add/sub/mul/div/minimum are cast to the
         computation dtype (the result's) first, lifted scalars included, as exir's to_edge does."""
-        meta = node.meta
+        meta = self.graph.meta(node)
         if target not in _MIXED_TYPE_OPS or not isinstance(meta, TensorMeta):
             return {}
         want = DTYPE_TO_SCALAR_TYPE.get(meta.dtype)
@@ -844,7 +844,7 @@ class _MethodEmitter:
         """MemoryFormatOpsPass: memory_format becomes an explicit dim_order."""
         kwargs = dict(node.kwargs)
         fmt = kwargs.get("memory_format", NoneArg())
-        meta = node.meta
+        meta = self.graph.meta(node)
         rank = len(meta.shape) if isinstance(meta, TensorMeta) else 0
         order: tuple[int, ...]
         fmt_value = fmt.value if isinstance(fmt, MemoryFormatArg) else None
@@ -869,7 +869,7 @@ class _MethodEmitter:
 
     def drop_noop_slice(self, node: CallFunction) -> bool:
         """RemoveNoopPass: a static slice that keeps the whole tensor is its input."""
-        meta = node.meta
+        meta = self.graph.meta(node)
         base = node.args[0] if node.args else None
         if not isinstance(meta, TensorMeta) or not isinstance(base, Ref):
             return False
@@ -888,7 +888,7 @@ class _MethodEmitter:
         """ReplaceViewCopyWithViewPass: a reshape of a planned or constant tensor that is not a graph
         output becomes a second Tensor value over the same memory: with no instruction when static,
         through `executorch_prim::et_view` (which sets the runtime shape) when dynamic."""
-        meta = node.meta
+        meta = self.graph.meta(node)
         if not isinstance(meta, TensorMeta):
             return False
         if node.name in self.output_names or not node.args or not isinstance(node.args[0], Ref):
@@ -948,7 +948,7 @@ class _MethodEmitter:
         true_graph = self.subgraph(true_arg, where=where)
         false_graph = self.subgraph(false_arg, where=where)
         operands = [self.scalar(item, where=where) for item in operand_arg.items]
-        meta = node.meta
+        meta = self.graph.meta(node)
         item_metas = list(meta.items) if isinstance(meta, TupleMeta) else [meta] if meta is not None else []
         outs: list[int] = []
         for m in item_metas:
@@ -991,13 +991,13 @@ class _MethodEmitter:
         try:
             for ph, index in zip(placeholders, operands):
                 self.by_name[ph.name] = index
-                self.metas[ph.name] = ph.meta
+                self.metas[ph.name] = graph.meta(ph)
             results: list[int] = []
             for n in graph.nodes:
                 if isinstance(n, GetAttr):
-                    self.metas[n.name] = n.meta
+                    self.metas[n.name] = graph.meta(n)
                 elif isinstance(n, CallFunction):
-                    self.metas[n.name] = n.meta
+                    self.metas[n.name] = graph.meta(n)
                     self.emit_call(n, where=f"{where} > {n.name!r} ({n.target})")
                 elif isinstance(n, Output):
                     results = [self.scalar(a, where=where) for a in n.args]
@@ -1030,7 +1030,7 @@ class _MethodEmitter:
                 f"{where}: lowered module {module_meta.module!r} is not in program.lowered_modules"
             )
         inputs = [self.scalar(arg, where=where) for arg in node.args[1:]]
-        meta = node.meta
+        meta = self.graph.meta(node)
         item_metas = list(meta.items) if isinstance(meta, TupleMeta) else [meta] if meta is not None else []
         outs: list[int] = []
         for m in item_metas:
