@@ -8,7 +8,10 @@ side by side with torch.export.save/load (measured on ~5k nodes, where it is sti
 
 The big program is a residual chain of cheap elementwise ops on a 2x4 tensor. Exporting 100k nodes
 with torch.export takes minutes, so a ~100-op block is exported once and its nodes are replicated
-(metadata included) with torch.fx into one long graph, wrapped as an ExportedProgram.
+with torch.fx into one long graph, wrapped as an ExportedProgram. Each copy gets the provenance a
+real model's repeated layer has: its own module path (``blocks.<k>``), its own torch_fn call names
+and, with ``from_node`` dropped, one debug handle and ancestor per node (the worst case: decomposed
+ops would share them); value metadata and stack traces repeat, as they do across real layers.
 Each figure is the best of several repetitions (the machine is shared; the best is the least noisy).
 """
 
@@ -31,7 +34,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
 from texir.adapters import from_exported_program, to_exported_program
-from texir.ir import Program
+from texir.ir import Output, Program
 from texir.serialize.snapshot import ProgramSnapshot, dumps, loads
 
 T = TypeVar("T")
@@ -84,10 +87,18 @@ def build_chain_program(target_nodes: int, block: ExportedProgram | None = None)
     for p in placeholders:
         env[p] = graph.node_copy(p)
     current = env[user_input]
-    for _ in range(repeats):
+    for k in range(repeats):
         env[user_input] = current
         for n in body:
-            env[n] = graph.node_copy(n, lambda a: env[a])
+            copy_ = env[n] = graph.node_copy(n, lambda a: env[a])
+            copy_.meta.pop("from_node", None)
+            copy_.meta["nn_module_stack"] = {
+                "L__self__": ("", "bench_ir._Chain"),
+                f"L__self___blocks_{k}": (f"blocks.{k}", "bench_ir._ChainBlock"),
+            }
+            fn = n.meta.get("torch_fn")
+            if fn is not None:
+                copy_.meta["torch_fn"] = (f"{fn[0]}_{k}", fn[1])
         current = env[result]
     env[user_input] = env[placeholders[placeholders.index(user_input)]]
     out = graph.output((current,))
@@ -170,14 +181,13 @@ def _row(name: str, nodes: int, seconds: float, nbytes: int | None = None, goal:
 
 
 def _without(program: Program, *, meta: bool) -> Program:
-    """`program` with every node's provenance dropped (and its value metadata too when `meta`):
-    what decoding costs without them shows where the decode time goes."""
-    drop: dict[str, None] = {"prov": None}
-    nodes = tuple(
-        msgspec.structs.replace(n, **(dict(drop, meta=None) if meta and hasattr(n, "meta") else drop))
-        for n in program.graph.nodes
-    )
-    return msgspec.structs.replace(program, graph=msgspec.structs.replace(program.graph, nodes=nodes))
+    """`program` with provenance dropped (and value metadata too when `meta`): what decoding
+    costs without them shows where the decode time goes."""
+    graph = msgspec.structs.replace(program.graph, provenance=None)
+    if meta:
+        nodes = tuple(n if isinstance(n, Output) else msgspec.structs.replace(n, meta_id=None) for n in graph.nodes)
+        graph = msgspec.structs.replace(graph, nodes=nodes, metas=())
+    return msgspec.structs.replace(program, graph=graph)
 
 
 def _decode_costs(program: Program, reps: int) -> tuple[float, float, int, float]:
