@@ -7,6 +7,8 @@ import sys
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from texir.errors import IRError
 from texir.ir import (
@@ -18,16 +20,21 @@ from texir.ir import (
     FloatArg,
     GetAttr,
     Graph,
+    ProvenanceTable,
     build_graph,
     GraphSignature,
     IntArg,
     ListArg,
+    ModuleFrame,
+    Node,
     Output,
     ParameterInput,
     Placeholder,
     Program,
+    Provenance,
     RangeConstraint,
     Ref,
+    SourceFn,
     StateEntry,
     Subgraph,
     SubgraphMeta,
@@ -35,10 +42,12 @@ from texir.ir import (
     TensorMeta,
     UserInput,
     UserOutput,
+    ValueMeta,
     canonicalize,
     format_program,
     users,
     verify,
+    verify_graph,
 )
 
 
@@ -132,6 +141,10 @@ def test_canonicalize_drops_stack_traces_but_keeps_debug_handles() -> None:
     assert prov.debug_handle == 7 and prov.stack_trace is None and prov.torch_fn == ("mm_1", "fn.mm")
 
 
+def _with_graph(p: Program, **fields: object) -> Program:
+    return msgspec.structs.replace(p, graph=msgspec.structs.replace(p.graph, **fields))
+
+
 def _with_nodes(p: Program, nodes: tuple[object, ...]) -> Program:
     return msgspec.structs.replace(p, graph=Graph(nodes=nodes, metas=p.graph.metas))  # type: ignore[arg-type]  # tests feed malformed graphs on purpose
 
@@ -186,6 +199,27 @@ def _with_nodes(p: Program, nodes: tuple[object, ...]) -> Program:
         (
             lambda p: msgspec.structs.replace(p, range_constraints=(RangeConstraint(symbol="s0", min=4, max=3),)),
             r"'s0'\): empty range \[4, 3\]",
+        ),
+        (
+            lambda p: _with_graph(p, metas=(*p.graph.metas, _t(9))),
+            r"metas holds 3 entries but nodes use 2; drop unused metadata",
+        ),
+        (
+            lambda p: _with_graph(p, metas=p.graph.metas[::-1], nodes=tuple(
+                msgspec.structs.replace(n, meta_id=1 - n.meta_id) if getattr(n, "meta_id", None) is not None else n
+                for n in p.graph.nodes
+            )),
+            r"node #0 'p_w' has meta_id 1, which skips ahead of first use",
+        ),
+        (
+            lambda p: _with_graph(p, metas=p.graph.metas[:1]),
+            r"node #1 'b_buf' has meta_id 1, which is out of range \(1 metas\)",
+        ),
+        (
+            lambda p: _with_graph(p, provenance=ProvenanceTable(
+                debug_handle=(None,) * 7, ancestor=(None,) * 7, torch_fn_name=(None, None, None, "mm_1", None, None, None),
+                location=(None,) * 7)),
+            r"provenance\.torch_fn_name\[3\] \(node 'mm'\): a torch_fn name needs a location with torch_fn_type",
         ),
     ],
 )
@@ -246,3 +280,42 @@ def test_literal_args_spell_special_floats_and_keep_bool_apart_from_int() -> Non
     assert float_value(2.5) == 2.5
     with pytest.raises(TypeError):
         literal_arg(object())
+
+
+_frames = st.lists(
+    st.builds(ModuleFrame, key=st.sampled_from(["L__self__", "L__self___a"]), path=st.sampled_from(["", "a"]), type=st.just("M")),
+    max_size=2,
+).map(tuple)
+_provs = st.none() | st.builds(
+    Provenance,
+    debug_handle=st.none() | st.integers(0, 300),
+    ancestor=st.none() | st.sampled_from(["add.0", "mul.0"]),
+    stack_trace=st.none() | st.sampled_from(['File "m.py", line 3', 'File "m.py", line 4']),
+    nn_module_stack=_frames,
+    source_fn_stack=st.lists(st.builds(SourceFn, name=st.just("add"), target=st.just("add")), max_size=1).map(tuple),
+    torch_fn=st.none() | st.tuples(st.sampled_from(["add_1", "add_2"]), st.just("method_descriptor.add")),
+)
+
+
+@given(rows=st.lists(st.tuples(st.sampled_from([None, (2, 2), (3,)]), _provs), min_size=1, max_size=12))
+@settings(max_examples=150, deadline=None)
+def test_graph_builder_interns_and_gives_back_every_row(rows: list[tuple[tuple[int, ...] | None, Provenance | None]]) -> None:
+    entries: list[tuple[Node, ValueMeta | None, Provenance | None]] = []
+    for i, (shape, prov) in enumerate(rows):
+        entries.append((Placeholder(name=f"x{i}"), None if shape is None else _t(*shape), prov))
+    entries.append((Output(args=()), None, None))
+    graph = build_graph(entries)
+    verify_graph(graph)
+    # Every row comes back (an empty Provenance() reads back as None: nothing to record).
+    expected = [(n.name, m, None if p == Provenance() else p) for n, m, p in entries]
+    assert [(n.name, m, p) for n, m, p in graph.entries()] == expected
+    assert len(graph.metas) == len({m for _, m, _ in entries if m is not None})
+    # Rebuilding from the entries gives an equal graph (tables in first-use order), whatever the
+    # meta_ids the nodes carried in.
+    assert build_graph(graph.entries()) == graph
+    if all(p is None for _, _, p in expected):
+        assert graph.provenance is None
+    else:
+        assert graph.provenance is not None
+        locations = graph.provenance.locations
+        assert len(locations) == len(set(locations))

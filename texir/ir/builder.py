@@ -52,13 +52,15 @@ class GraphBuilder:
             self._fn_names.append(None)
             self._locs.append(None)
             return node
-        self._any_prov = True
-        self._handles.append(prov.debug_handle)
-        self._ancestors.append(prov.ancestor)
-        fn = prov.torch_fn
+        handle, ancestor, fn = prov.debug_handle, prov.ancestor, prov.torch_fn
+        self._handles.append(handle)
+        self._ancestors.append(ancestor)
         self._fn_names.append(None if fn is None else fn[0])
         if prov.stack_trace is None and not prov.nn_module_stack and not prov.source_fn_stack and fn is None:
             self._locs.append(None)
+            # An empty Provenance records nothing: the graph keeps no table for it alone.
+            if handle is not None or ancestor is not None:
+                self._any_prov = True
         else:
             where = Location(
                 stack_trace=prov.stack_trace,
@@ -67,6 +69,7 @@ class GraphBuilder:
                 torch_fn_type=None if fn is None else fn[1],
             )
             self._locs.append(self._locations.setdefault(where, len(self._locations)))
+            self._any_prov = True
         return node
 
     def extend(self, entries: Iterable[tuple[Node, ValueMeta | None, Provenance | None]]) -> None:

@@ -75,7 +75,7 @@ def check_tables(graph: Graph, where: str = "graph") -> None:
         meta_id = getattr(node, "meta_id", None)
         if meta_id is None or meta_id < expected:
             continue
-        if meta_id > expected:
+        if meta_id > expected or meta_id >= len(metas):
             problem = "is out of range" if meta_id >= len(metas) else "skips ahead of first use"
             raise IRError(
                 f"{where}: node #{index} '{node.name}' has meta_id {meta_id}, which {problem} "
