@@ -10,7 +10,7 @@ Conventions (see STYLE.md):
   (`Graph.provenance`: entry i of each column belongs to ``nodes[i]``), with the parts nodes share
   (stack trace, module stack, source fn, torch fn type) uniqued as `Location`s; `graph.prov(i)`
   assembles a node's `Provenance`. Real graphs repeat a few dozen metas and locations over
-  thousands of nodes, so this keeps snapshots ~3x smaller and decoding ~3x faster than inline
+  thousands of nodes, so this keeps snapshots ~3x smaller and decoding ~2.5x faster than inline
   metadata (see benchmarks/bench_ir.py). Build graphs with `texir.ir.GraphBuilder`, which interns.
 """
 
