@@ -7,7 +7,6 @@ from collections.abc import Iterator, Mapping
 from texir.ir.types import (
     Argument,
     CallFunction,
-    GetAttr,
     Graph,
     ListArg,
     Node,

@@ -21,7 +21,6 @@ from texir.ir import (
     Graph,
     Output,
     ParameterInput,
-    Placeholder,
     Program,
     Ref,
     SubgraphMeta,

@@ -447,32 +447,25 @@ def loads_value(data: bytes | bytearray | memoryview) -> Program | LoweredBacken
     header = _read_header(buf, fmt)
     _check_header(header)
     legacy = tuple(header.schema_version) in legacy_v1.LEGACY_VERSIONS
+    json = fmt == "json"
     if header.kind == "program":
         if not header.program:
             raise SnapshotError("invalid snapshot: the envelope has no `$.program`")
         if legacy:
-            old = _decode_payload(
-                _JSON_PROGRAM_V1 if fmt == "json" else _MSGPACK_PROGRAM_V1, header.program, "program"
-            )
+            old = _decode_payload(_JSON_PROGRAM_V1 if json else _MSGPACK_PROGRAM_V1, header.program, "program")
             program = legacy_v1.upgrade_program(old)
         else:
-            program = _decode_payload(
-                _JSON_PROGRAM if fmt == "json" else _MSGPACK_PROGRAM, header.program, "program"
-            )
+            program = _decode_payload(_JSON_PROGRAM if json else _MSGPACK_PROGRAM, header.program, "program")
         _check_payloads(program, "$.program")
         return program
     if header.kind == "lowered_module":
         if not header.module:
             raise SnapshotError("invalid snapshot: the envelope has no `$.module`")
         if legacy:
-            old_module = _decode_payload(
-                _JSON_MODULE_V1 if fmt == "json" else _MSGPACK_MODULE_V1, header.module, "module"
-            )
+            old_module = _decode_payload(_JSON_MODULE_V1 if json else _MSGPACK_MODULE_V1, header.module, "module")
             module = legacy_v1.upgrade_module(old_module)
         else:
-            module = _decode_payload(
-                _JSON_MODULE if fmt == "json" else _MSGPACK_MODULE, header.module, "module"
-            )
+            module = _decode_payload(_JSON_MODULE if json else _MSGPACK_MODULE, header.module, "module")
         _check_payloads(module.original_program, "$.module.original_program")
         return module
     raise SnapshotError(
