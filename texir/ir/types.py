@@ -470,6 +470,11 @@ class Graph(_Frozen, frozen=True, kw_only=True):
             torch_fn=None if name is None or where.torch_fn_type is None else (name, where.torch_fn_type),
         )
 
+    def debug_handles(self) -> tuple[int | None, ...]:
+        """The debug handle of each node, in node order (None where a node has none)."""
+        table = self.provenance
+        return (None,) * len(self.nodes) if table is None else table.debug_handle
+
     def entries(self) -> list[tuple[Node, ValueMeta | None, Provenance | None]]:
         """``(node, meta, prov)`` for every node in order: what `GraphBuilder.add` takes."""
         metas = self.metas

@@ -53,9 +53,7 @@ class DelegateMappingBuilder:
         self._generated = generated_identifiers
         self._handles: dict[str, int | None] | None = None
         if graph is not None:
-            table = graph.provenance
-            column = (None,) * len(graph.nodes) if table is None else table.debug_handle
-            self._handles = {node.name: handle for node, handle in zip(graph.nodes, column)}
+            self._handles = {node.name: handle for node, handle in zip(graph.nodes, graph.debug_handles())}
         self._entries: dict[Identifier, frozenset[int]] = {}
         self._next_index = 0
 

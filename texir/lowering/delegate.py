@@ -229,12 +229,6 @@ def _handle(prov: Provenance | None) -> int:
     return prov.debug_handle if prov is not None and prov.debug_handle is not None else 0
 
 
-def _handles(graph: Graph) -> tuple[int | None, ...]:
-    """The debug handle of each node of `graph`, in order."""
-    table = graph.provenance
-    return (None,) * len(graph.nodes) if table is None else table.debug_handle
-
-
 # --------------------------------------------------------------------------------------------------
 # The pass
 
@@ -362,7 +356,7 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
     module_names = _Names(all_names)
     top_tags = works[0].tag_of if works and not works[0].path else {}
     top_handle_base = max(
-        (h or 0 for n, h in zip(program.graph.nodes, _handles(program.graph)) if n.name not in top_tags), default=0
+        (h or 0 for n, h in zip(program.graph.nodes, program.graph.debug_handles()) if n.name not in top_tags), default=0
     )
     running_handle = 0
     for work in works:

@@ -22,9 +22,8 @@ BACKEND_ID: Final = "texir-reference"
 def encode_reference(program: Program) -> PreprocessResult:
     graph = program.graph
     builder = DelegateMappingBuilder(graph=graph, generated_identifiers=False)
-    for index, node in enumerate(graph.nodes):
-        prov = graph.prov(index)
-        if isinstance(node, CallFunction) and prov is not None and prov.debug_handle is not None:
+    for node, handle in zip(graph.nodes, graph.debug_handles()):
+        if isinstance(node, CallFunction) and handle is not None:
             builder.insert_delegate_mapping_entry(nodes=node, identifier=node.name)
     data = snapshot.dumps(program, format="msgpack", include_data=True)
     return PreprocessResult(processed_bytes=data, debug_handle_map=builder.get_delegate_mapping())
