@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from texir.ir.builder import GraphBuilder
+from texir.ir.names import rename_arg, rename_input_spec, rename_node, rename_output_spec
 from texir.ir.types import (
     Argument,
     CallFunction,
@@ -34,33 +35,10 @@ from texir.ir.types import (
 )
 
 
-def _rename_arg(arg: Argument, names: dict[str, str]) -> Argument:
-    if isinstance(arg, Ref):
-        return Ref(name=names.get(arg.name, arg.name))
-    if isinstance(arg, ListArg):
-        return ListArg(items=tuple(_rename_arg(a, names) for a in arg.items))
-    if isinstance(arg, TupleArg):
-        return TupleArg(items=tuple(_rename_arg(a, names) for a in arg.items))
-    return arg
-
-
 def _stable_prov(prov: Provenance | None) -> Provenance | None:
     if prov is None:
         return None
     return msgspec.structs.replace(prov, stack_trace=None)
-
-
-def _rename_node(node: Node, names: dict[str, str]) -> Node:
-    if isinstance(node, (Placeholder, GetAttr)):
-        return msgspec.structs.replace(node, name=names[node.name])
-    if isinstance(node, CallFunction):
-        return msgspec.structs.replace(
-            node,
-            name=names[node.name],
-            args=tuple(_rename_arg(a, names) for a in node.args),
-            kwargs=tuple((k, _rename_arg(v, names)) for k, v in node.kwargs),
-        )
-    return msgspec.structs.replace(node, args=tuple(_rename_arg(a, names) for a in node.args))
 
 
 def canonicalize_graph(graph: Graph) -> tuple[Graph, dict[str, str]]:
@@ -76,7 +54,7 @@ def canonicalize_graph(graph: Graph) -> tuple[Graph, dict[str, str]]:
             counter += 1
     builder = GraphBuilder()
     for node, meta, prov in graph.entries():
-        builder.add(_rename_node(node, names), meta, _stable_prov(prov))
+        builder.add(rename_node(node, names), meta, _stable_prov(prov))
     subs = tuple(
         Subgraph(name=s.name, graph=canonicalize_graph(s.graph)[0])
         for s in sorted(graph.subgraphs, key=lambda s: s.name)
@@ -84,25 +62,13 @@ def canonicalize_graph(graph: Graph) -> tuple[Graph, dict[str, str]]:
     return builder.build(subs), names
 
 
-def _rename_input(spec: InputSpec, names: dict[str, str]) -> InputSpec:
-    if isinstance(spec, UserInput):
-        return UserInput(arg=_rename_arg(spec.arg, names))
-    return msgspec.structs.replace(spec, name=names.get(spec.name, spec.name))
-
-
-def _rename_output(spec: OutputSpec, names: dict[str, str]) -> OutputSpec:
-    if isinstance(spec, UserOutput):
-        return UserOutput(arg=_rename_arg(spec.arg, names))
-    return msgspec.structs.replace(spec, name=names.get(spec.name, spec.name))
-
-
 def canonicalize(program: Program) -> Program:
     """The canonical form of `program` (see the module docstring). Pure; idempotent."""
     graph, names = canonicalize_graph(program.graph)
     signature = msgspec.structs.replace(
         program.signature,
-        inputs=tuple(_rename_input(s, names) for s in program.signature.inputs),
-        outputs=tuple(_rename_output(s, names) for s in program.signature.outputs),
+        inputs=tuple(rename_input_spec(s, names) for s in program.signature.inputs),
+        outputs=tuple(rename_output_spec(s, names) for s in program.signature.outputs),
     )
     calls = []
     for entry in program.module_call_graph:
@@ -110,8 +76,8 @@ def canonicalize(program: Program) -> Program:
         if sig is not None:
             sig = msgspec.structs.replace(
                 sig,
-                inputs=tuple(_rename_arg(a, names) for a in sig.inputs),
-                outputs=tuple(_rename_arg(a, names) for a in sig.outputs),
+                inputs=tuple(rename_arg(a, names) for a in sig.inputs),
+                outputs=tuple(rename_arg(a, names) for a in sig.outputs),
             )
         calls.append(ModuleCallEntry(fqn=entry.fqn, signature=sig))
     lowered = tuple(
