@@ -98,3 +98,29 @@ def canonicalize(program: Program) -> Program:
         module_call_graph=tuple(calls),
         lowered_modules=lowered,
     )
+
+
+def _graph_without_stack_traces(graph: Graph) -> Graph:
+    table = graph.provenance
+    subs = tuple(Subgraph(name=s.name, graph=_graph_without_stack_traces(s.graph)) for s in graph.subgraphs)
+    if (table is None or all(loc.stack_trace is None for loc in table.locations)) and all(
+        a.graph is b.graph for a, b in zip(subs, graph.subgraphs)
+    ):
+        return graph
+    builder = GraphBuilder()
+    for node, meta, prov in graph.entries():
+        builder.add(node, meta, _stable_prov(prov))
+    return builder.build(subs)
+
+
+def drop_stack_traces(program: Program) -> Program:
+    """`program` without stack traces (they hold machine paths and line numbers), in nested graphs
+    and lowered modules too; everything else, debug handles included, is kept. Pure."""
+    lowered = tuple(
+        NamedLoweredModule(
+            name=m.name,
+            module=msgspec.structs.replace(m.module, original_program=drop_stack_traces(m.module.original_program)),
+        )
+        for m in program.lowered_modules
+    )
+    return msgspec.structs.replace(program, graph=_graph_without_stack_traces(program.graph), lowered_modules=lowered)

@@ -1,7 +1,7 @@
 """The 'texir-reference' backend: processed bytes are the delegated program's msgpack snapshot.
 
-Nothing is compiled, so a delegate can always be decoded back into the exact Program it was given
-(`decode_reference`) and run through `texir.adapters`. The debug handle map has one entry per
+Nothing is compiled, so a delegate can always be decoded back into the Program it was given, less
+its stack traces (`decode_reference`; stack traces hold machine paths, which bytes must not) and run through `texir.adapters`. The debug handle map has one entry per
 call_function that carries a debug handle, keyed by the node's name.
 """
 
@@ -12,6 +12,7 @@ from typing import Final
 
 from texir.errors import LoweringError, SnapshotError
 from texir.ir import CallFunction, CompileSpec, Program
+from texir.ir.canonical import drop_stack_traces
 from texir.lowering.backend import PreprocessResult, register_backend
 from texir.lowering.debug_mapping import DelegateMappingBuilder
 from texir.serialize import snapshot
@@ -25,7 +26,8 @@ def encode_reference(program: Program) -> PreprocessResult:
     for node, handle in zip(graph.nodes, graph.debug_handles()):
         if isinstance(node, CallFunction) and handle is not None:
             builder.insert_delegate_mapping_entry(nodes=node, identifier=node.name)
-    data = snapshot.dumps(program, format="msgpack", include_data=True)
+    # Stack traces hold machine paths: a delegate's bytes must not depend on where the model lives.
+    data = snapshot.dumps(drop_stack_traces(program), format="msgpack", include_data=True)
     return PreprocessResult(processed_bytes=data, debug_handle_map=builder.get_delegate_mapping())
 
 
