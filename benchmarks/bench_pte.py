@@ -66,8 +66,9 @@ def _child_big(side: str, mib: int, out_path: str) -> dict[str, float]:
     os.unlink(out_path + ".warm")
     if side == "texir":
         sys.path.insert(0, ROOT)
-        from texir.adapters.fx import from_exported_program
-        from texir.serialize.pte import dump, emit
+        from texir.adapters import from_exported_program
+        from texir.emit import emit
+        from texir.serialize.pte import dump
 
         program = from_exported_program(ep, decompose=True)
         _reset_peak()
@@ -138,8 +139,9 @@ def bench_deep(blocks: int) -> None:
     from executorch import exir
 
     sys.path.insert(0, ROOT)
-    from texir.adapters.fx import from_exported_program
-    from texir.serialize.pte import dumps, emit
+    from texir.adapters import from_exported_program
+    from texir.emit import emit
+    from texir.serialize.pte import dumps
 
     model, args = _deep_model(blocks)
     ep = torch.export.export(model, args, strict=False)

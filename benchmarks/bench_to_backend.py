@@ -148,7 +148,7 @@ def _texir_groups(program: Any) -> dict[str, list[str]]:
 
 
 def bench_texir(blocks: int, *, decompose: bool) -> dict[str, float]:
-    from texir.adapters.fx import from_exported_program
+    from texir.adapters import from_exported_program
     from texir.lowering import NodeGroupPartitioner, get_lowered_submodules, register_backend, to_backend
 
     register_backend(TEXIR_BENCH_BACKEND, _TrivialBackend(), replace=True)

@@ -1,4 +1,4 @@
-"""MODEL specs (texir.adapters.model_spec) and the `texir snapshot` / `texir show` commands."""
+"""MODEL specs (texir.cli.model_spec) and the `texir snapshot` / `texir show` commands."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from texir.adapters.model_spec import ExportRecipe, load_model, load_program, load_value
+from texir.cli.model_spec import ExportRecipe, load_model, load_program, load_value
 from texir.cli.main import main
 from texir.errors import ModelSpecError
 from texir.ir import LoweredBackendModule, format_program, verify

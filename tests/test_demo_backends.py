@@ -10,7 +10,7 @@ from texir.ir.canonical import drop_stack_traces
 import torch
 
 import texir.lowering
-from texir.adapters.fx import from_exported_program, to_exported_program
+from texir.adapters import from_exported_program, to_exported_program
 from texir.errors import LoweringError
 from texir.ir import (
     CallFunction,

@@ -172,7 +172,7 @@ def test_cli_equal_and_different(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_cli_pte_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from texir.serialize.pte import codec
-    from texir.serialize.pte.emit import emit
+    from texir.emit import emit
 
     base = chain_program(RELU_SIN, with_param=False)
     other = chain_program(("aten::relu.default", "aten::tanh.default", "aten::cos.default"),
@@ -283,7 +283,7 @@ def test_state_compares_by_hash_not_by_attached_payload() -> None:
 
 
 def test_cli_model_spec_against_its_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from texir.adapters.model_spec import load_program
+    from texir.cli.model_spec import load_program
 
     snap = tmp_path / "demo.json"
     snap.write_bytes(dumps(load_program("texir.models:conv_relu_tan")))  # hashes, no tensor bytes

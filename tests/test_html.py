@@ -180,7 +180,7 @@ def test_show_html_for_snapshot_and_pte(tmp_path: Path, capsys: pytest.CaptureFi
     import texir.cli.main as cli_main
     from texir.lowering import OpSupportPartitioner, to_backend
     from texir.serialize.pte import codec
-    from texir.serialize.pte.emit import emit
+    from texir.emit import emit
     from texir.serialize.snapshot import dumps
 
     program = chain_program(("aten::relu.default", "aten::sin.default", "aten::cos.default"),

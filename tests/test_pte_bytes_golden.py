@@ -16,7 +16,8 @@ from texir.ir import CallFunction, Program
 from texir.errors import PteError
 from texir.lowering import OpSupportPartitioner, to_backend
 from texir.lowering import reference_backend as _reference_backend  # noqa: F401  (registers it)
-from texir.serialize.pte import dumps, emit
+from texir.emit import emit
+from texir.serialize.pte import dumps
 
 
 def _sha(data: bytes) -> str:

@@ -12,10 +12,11 @@ import torch
 import torch.utils._pytree as pytree
 
 from tests.zoo import ZOO, cached_export, example_argsets, zoo_model
-from texir.adapters.fx import from_exported_program
+from texir.adapters import from_exported_program
 from texir.ir import CallFunction, CompileSpec, Program
 from texir.lowering import DelegationSpec, PartitionPlan, get_lowered_submodules, to_backend
-from texir.serialize.pte import EmitOptions, dumps, emit, loads
+from texir.emit import EmitOptions, emit
+from texir.serialize.pte import dumps, loads
 
 # Kernels the ExecuTorch 1.5.1 pip runtime does not register: a .pte using them fails to load, and
 # ExecuTorch's own .pte of the same model fails the same way (checked below).
@@ -283,7 +284,7 @@ def test_lowered_module_buffer_matches_executorch_buffer_structure() -> None:
     from executorch import exir
     from executorch.exir.backend.backend_api import to_backend as et_to_backend
     from executorch.exir.backend.test import backend_with_delegate_mapping_demo  # noqa: F401
-    from texir.serialize.pte import lowered_module_buffer
+    from texir.emit import lowered_module_buffer
 
     module, args = _demo_model()
     ep = torch.export.export(module, args, strict=True)

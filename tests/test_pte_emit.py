@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.zoo import cached_export
-from texir.adapters.fx import from_exported_program
+from texir.adapters import from_exported_program
 from texir.adapters.op_schemas import is_view, op_schema, out_variant, view_copy_target
 from texir.ir import (
     CallFunction,
@@ -30,22 +30,17 @@ from texir.ir import (
     build_graph,
 )
 from texir.ir.types import DType
+from texir.emit import EmitError, EmitOptions, MemoryPlanError, check_plan, emit, plan_memory
+from texir.emit.memory_plan import Interval, MemoryPlan
 from texir.serialize.pte import (
-    EmitError,
-    EmitOptions,
     Int,
     IntList,
     KernelCall,
-    MemoryPlanError,
     Null,
     Tensor,
     TensorList,
-    check_plan,
     dumps,
-    emit,
-    plan_memory,
 )
-from texir.serialize.pte.memory_plan import Interval, MemoryPlan
 
 
 def _program(name: str) -> Program:
@@ -275,8 +270,9 @@ import hashlib, sys, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, {root!r})
 from tests.zoo import cached_export
-from texir.adapters.fx import from_exported_program
-from texir.serialize.pte import dumps, emit
+from texir.adapters import from_exported_program
+from texir.emit import emit
+from texir.serialize.pte import dumps
 for name in ("attention", "running_stats", "dynamic_seq"):
     data = dumps(emit(from_exported_program(cached_export(name), decompose=False)))
     print(name, hashlib.sha256(data).hexdigest())

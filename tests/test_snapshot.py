@@ -349,7 +349,7 @@ def test_dump_and_load_files_atomically(tmp_path: Path) -> None:
 
 def test_exported_models_round_trip() -> None:
     from tests.zoo import cached_export
-    from texir.adapters.fx import from_exported_program
+    from texir.adapters import from_exported_program
 
     for name in ("conv_relu_tan", "cond_simple"):
         program = from_exported_program(cached_export(name, True))
@@ -370,7 +370,7 @@ _DETERMINISM_SCRIPT = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from tests.zoo import cached_export
     from tests.test_snapshot import kitchen_sink
-    from texir.adapters.fx import from_exported_program
+    from texir.adapters import from_exported_program
     from texir.serialize.snapshot import dumps
     program = from_exported_program(cached_export("running_stats", True))
     for p in (program, kitchen_sink()):

@@ -66,7 +66,7 @@ def _run(root: Path, *args: str, variant: str = "base") -> subprocess.CompletedP
 
 def _write_pte_files(root: Path) -> None:
     from texir.serialize.pte import codec
-    from texir.serialize.pte.emit import emit
+    from texir.emit import emit
 
     base = ("aten::relu.default", "aten::sin.default")
     changed = ("aten::relu.default", "aten::tanh.default")

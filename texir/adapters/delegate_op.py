@@ -4,6 +4,7 @@ it is called on."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -34,8 +35,12 @@ class LoweredBackendModule(torch.nn.Module):
     `processed_bytes`, `compile_specs` and `original_module` are what torch's export verifier
     accepts as a lowered module behind a get_attr node."""
 
-    def __init__(self, lowered: ir.LoweredBackendModule) -> None:
+    def __init__(
+        self, lowered: ir.LoweredBackendModule, rebuild: Callable[[ir.Program], ExportedProgram]
+    ) -> None:
         super().__init__()
+        # IR -> FX is passed in (by texir.adapters.fx_export), so this module does not import it.
+        self._rebuild = rebuild
         self.texir_module = lowered
         self.backend_id: str = lowered.backend_id
         self.processed_bytes: bytes = lowered.processed_bytes
@@ -46,9 +51,7 @@ class LoweredBackendModule(torch.nn.Module):
     def original_module(self) -> ExportedProgram:
         """The delegated sub-program as an ExportedProgram (built on first use)."""
         if self._original is None:
-            from texir.adapters.fx import to_exported_program
-
-            self._original = to_exported_program(self.texir_module.original_program)
+            self._original = self._rebuild(self.texir_module.original_program)
         return self._original
 
     def run(self, *args: Any) -> tuple[Any, ...]:

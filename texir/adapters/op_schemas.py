@@ -17,11 +17,13 @@ from texir.ir.types import (
 __all__ = [
     "ArgKind",
     "ArgSchema",
+    "OpFacts",
     "OpSchema",
     "OpSchemaError",
     "SYM_OPS",
     "is_inplace",
     "is_view",
+    "op_facts",
     "op_schema",
     "out_variant",
     "view_copy_target",
@@ -278,3 +280,31 @@ def is_inplace(target: str) -> bool:
     """True for ops that write one of their non-out inputs (``copy_``, ``index_put_``)."""
     schema = op_schema(target)
     return schema.is_mutable and not _is_out_schema(schema)
+
+
+@dataclass(frozen=True)
+class OpFacts:
+    """Everything the edge passes and the emitter ask about one operator, resolved once."""
+
+    target: str
+    schema: OpSchema
+    """The functional schema the node calls."""
+    out: OpSchema | None
+    """Its out variant (what a `.pte` kernel call runs), or None."""
+    is_view: bool
+    view_copy: str | None
+    """The copy variant's target when the op is a view."""
+
+
+@functools.cache
+def op_facts(target: str) -> OpFacts | None:
+    """The facts of a torch operator target, or None when torch has no such operator."""
+    try:
+        schema = op_schema(target)
+    except OpSchemaError:
+        return None
+    view = is_view(target)
+    return OpFacts(
+        target=target, schema=schema, out=out_variant(target), is_view=view,
+        view_copy=view_copy_target(target) if view else None,
+    )

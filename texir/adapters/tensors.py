@@ -10,11 +10,11 @@ import msgspec
 import torch
 
 from texir.errors import ConversionError, UnsupportedError
-from texir.ir.literals import float_value
 from texir.ir.blob import Blob
+from texir.ir.literals import float_value
 from texir.ir.types import (
-    DType,
     Dim,
+    DType,
     FloatValue,
     Layout,
     MemoryFormat,

@@ -77,7 +77,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     # Heavy imports stay here so `texir --help` stays fast.
     import torch
 
-    from texir.adapters.fx import from_exported_program, to_exported_program
+    from texir.adapters import from_exported_program, to_exported_program
     from texir.ir import CallFunction, verify
     from texir.lowering import OpSupportPartitioner, WholeProgramPartitioner, get_lowered_submodules, to_backend
     from texir.lowering.demo_backends import BACKEND_ID
@@ -118,7 +118,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
             snapshot.dump(lowered, snapshot_path, format="json", include_data=True)
         with progress.phase("writing .pte"):
             from texir.serialize.pte import dump as dump_pte
-            from texir.serialize.pte.emit import emit
+            from texir.emit import emit
 
             dump_pte(emit(lowered), pte_path)
 

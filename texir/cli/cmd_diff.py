@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from texir.adapters.model_spec import load_input
+from texir.cli.model_spec import load_input
 from texir.cli.progress import Progress
 from texir.errors import TexirError
 from texir.ir.diff import ProgramDiff, diff_texts, format_diff, summary_line
@@ -30,7 +30,7 @@ file is emitted to .pte first. Exit status: 0 equal, 1 different, 2 error.
 
 def _as_pte(value: Any) -> Any:
     if isinstance(value, Program):
-        emit = importlib.import_module("texir.serialize.pte.emit")
+        emit = importlib.import_module("texir.emit")
         return emit.emit(value)
     return value
 

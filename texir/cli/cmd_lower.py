@@ -181,7 +181,7 @@ def explain(program: Program, plan: PartitionPlan, partitioner: Any, modules: di
 
 
 def run(args: argparse.Namespace) -> int:
-    from texir.adapters.model_spec import load_program
+    from texir.cli.model_spec import load_program
     from texir.cli.progress import Progress
     from texir.lowering.delegate import LoweringReport, lower_plan_explained
     from texir.lowering.plan import ops_to_not_decompose
@@ -213,10 +213,11 @@ def run(args: argparse.Namespace) -> int:
 
             snapshot.dump(lowered, args.snapshot, include_data=True)
         if args.output is not None:
+            from texir.emit import emit
             from texir.serialize import pte
 
             with progress.phase(f"writing {args.output}"):
-                pte.dump(pte.emit(lowered), args.output)
+                pte.dump(emit(lowered), args.output)
 
     rows = [
         {

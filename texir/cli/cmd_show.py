@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from texir.adapters.model_spec import load_input
+from texir.cli.model_spec import load_input
 from texir.cli.progress import Progress
 from texir.ir.types import LoweredBackendModule, Program
 

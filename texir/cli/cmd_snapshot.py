@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise TexirError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
     if options.output is None and options.resolved_format == "msgpack" and sys.stdout.isatty():
         raise TexirError("refusing to write binary msgpack to a terminal; use -o FILE or redirect stdout")
-    from texir.adapters.model_spec import load_value
+    from texir.cli.model_spec import load_value
     from texir.serialize import snapshot
 
     with Progress("texir snapshot") as progress:

@@ -38,7 +38,7 @@ def text_view(obj: Any) -> TextView:
         text = canonical_module_text(obj)
         return TextView(text, module_original_names(obj, text), "lowered_module")
     if type(obj).__name__ == "ExportedProgram":  # convenience for tests on torch.export output
-        from texir.adapters.fx import from_exported_program
+        from texir.adapters import from_exported_program
 
         return text_view(from_exported_program(obj))
     if type(obj).__name__ == "PteProgram":
@@ -47,6 +47,6 @@ def text_view(obj: Any) -> TextView:
         return TextView(pte_text(obj), {}, "pte")
     raise TexirError(
         f"cannot snapshot or diff a {type(obj).__name__}: pass a texir Program, a "
-        "LoweredBackendModule or a PteProgram (texir.adapters.fx.from_exported_program converts "
+        "LoweredBackendModule or a PteProgram (texir.adapters.from_exported_program converts "
         "an ExportedProgram)"
     )

@@ -1,4 +1,4 @@
-"""The `.pte` layer: schema structs mirroring program.fbs, the codec and (separately) the emitter."""
+"""The `.pte` layer: schema structs mirroring program.fbs and the codec (the emitter is `texir.emit`)."""
 
 from __future__ import annotations
 
@@ -15,20 +15,11 @@ from texir.serialize.pte.codec import (
     tensor_nbytes,
     to_logical,
 )
-from texir.serialize.pte.emit import EmitError, EmitOptions, emit, lowered_module_buffer
-from texir.serialize.pte.memory_plan import MemoryPlanError, check_plan, plan_memory
 from texir.serialize.pte.schema import *  # noqa: F403
 from texir.serialize.pte.schema import __all__ as _schema_all
 
 __all__ = [
     *_schema_all,
-    "EmitError",
-    "EmitOptions",
-    "MemoryPlanError",
-    "check_plan",
-    "emit",
-    "lowered_module_buffer",
-    "plan_memory",
     "PteDecodeError",
     "PteEncodeError",
     "PteOptions",

@@ -39,8 +39,9 @@ from texir.errors import ModelSpecError
 from texir.ir.types import LoweredBackendModule, Program
 
 if TYPE_CHECKING:
-    from texir.serialize.pte.schema import PteProgram
     from torch.export import ExportedProgram
+
+    from texir.serialize.pte.schema import PteProgram
 
 __all__ = [
     "SNAPSHOT_SUFFIXES",
@@ -277,7 +278,7 @@ def load_value(spec: str, *, decompose: bool = False) -> Program | LoweredBacken
 
         return snapshot.load(Path(spec))
     ep = load_model(spec)
-    from texir.adapters.fx import from_exported_program
+    from texir.adapters import from_exported_program
 
     return from_exported_program(ep, decompose=decompose)
 

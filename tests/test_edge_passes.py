@@ -1,0 +1,163 @@
+"""The edge passes: each is pure and idempotent, keeps the program valid, and turns a small program
+into its golden after-form (tests/golden/edge/<pass>.txt holds before and after)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import check_golden
+from texir.adapters import from_exported_program
+from texir.edge import (
+    DEFAULT_PASSES,
+    EDGE_DIALECT,
+    EdgeError,
+    cast_mixed_operands,
+    insert_write_back,
+    remove_graph_asserts,
+    remove_noop_ops,
+    remove_unused_state,
+    replace_view_ops,
+    to_dim_order_ops,
+    to_edge_program,
+)
+from texir.ir import CallFunction, ListArg, MemoryFormat, MemoryFormatArg, Program, format_program, verify
+from texir.ir.analysis import call_nodes
+
+
+class Casts(torch.nn.Module):
+    def forward(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.float16).to(torch.float32) * i + i
+
+
+class Views(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(3, 2).t().contiguous() + x.reshape(2, 3).permute(1, 0).reshape(2, 3)
+
+
+class FullSlice(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.narrow(x, 1, 0, 3).relu() + x[:, 1:].sum()
+
+
+class Counter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(3))
+        self.register_buffer("total", torch.zeros(3))
+        self.unused = torch.nn.Parameter(torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.count.add_(1)
+        self.total.add_(x.sum(0))
+        return x + self.count
+
+
+class Formats(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (x.clone(memory_format=torch.channels_last), x.clone(), torch.empty_like(x).fill_(1.0))
+
+
+ARGS: dict[str, tuple[Callable[[], torch.nn.Module], tuple[Any, ...]]] = {
+    "casts": (Casts, (torch.randn(2, 3), torch.ones(2, 3, dtype=torch.int64))),
+    "views": (Views, (torch.randn(2, 3),)),
+    "full_slice": (FullSlice, (torch.randn(2, 3),)),
+    "counter": (Counter, (torch.randn(2, 3),)),
+    "formats": (Formats, (torch.randn(1, 2, 3, 4),)),
+}
+
+
+@functools.cache
+def program(name: str, decompose: bool = True) -> Program:
+    build, args = ARGS[name]
+    ep = torch.export.export(build().eval(), args, strict=False)
+    return from_exported_program(ep, decompose=decompose)
+
+
+CASES = [
+    ("remove_graph_asserts", remove_graph_asserts, "casts", False),
+    ("cast_mixed_operands", cast_mixed_operands, "casts", True),
+    ("remove_noop_ops", remove_noop_ops, "full_slice", True),
+    ("replace_view_ops", replace_view_ops, "views", True),
+    ("to_dim_order_ops", to_dim_order_ops, "formats", True),
+    ("insert_write_back", insert_write_back, "counter", True),
+    ("remove_unused_state", remove_unused_state, "counter", True),
+]
+
+
+def _targets(p: Program) -> list[str]:
+    return [n.target for n in call_nodes(p.graph)]
+
+
+@pytest.mark.parametrize(("pass_name", "edge_pass", "model", "decompose"), CASES, ids=[c[0] for c in CASES])
+def test_pass_golden_pure_and_idempotent(
+    pass_name: str, edge_pass: Callable[[Program], Program], model: str, decompose: bool
+) -> None:
+    before = program(model, decompose)
+    verify(before)
+    snapshot = format_program(before)
+    after = edge_pass(before)
+    verify(after)
+    assert format_program(before) == snapshot, "the pass changed its input"
+    assert after != before, f"{pass_name} did nothing on {model!r}: the case no longer exercises it"
+    assert edge_pass(after) == after, f"{pass_name} is not idempotent"
+    check_golden(f"edge/{pass_name}.txt", f"{snapshot}\n--- {pass_name} -->\n\n{format_program(after)}")
+
+
+def test_each_pass_does_what_its_exir_counterpart_does() -> None:
+    assert not any(t.startswith("aten::_assert") for t in _targets(remove_graph_asserts(program("casts", False))))
+    casts = cast_mixed_operands(program("casts"))
+    metas = {n.name: casts.graph.meta(n) for n in casts.graph.nodes}
+    for node in call_nodes(casts.graph):
+        if node.target in ("aten::add.Tensor", "aten::mul.Tensor"):
+            dtypes = {getattr(metas[a.name], "dtype", None) for a in node.args if hasattr(a, "name")}
+            assert dtypes == {getattr(metas[node.name], "dtype", None)}, node
+    slices = [t for t in _targets(program("full_slice")) if t == "aten::slice.Tensor"]
+    kept = [t for t in _targets(remove_noop_ops(program("full_slice"))) if t == "aten::slice.Tensor"]
+    assert len(slices) == 2 and len(kept) == 1  # the whole-tensor slice goes, the partial one stays
+    views = _targets(replace_view_ops(program("views")))
+    assert "aten::view_copy.default" in views and "aten::permute_copy.default" in views
+    assert not {"aten::view.default", "aten::permute.default"} & set(views)
+    formats = to_dim_order_ops(program("formats"))
+    orders = [dict(n.kwargs).get("dim_order") for n in call_nodes(formats.graph) if n.target.startswith("dim_order_ops::")]
+    assert len(orders) == 2 and orders[1] is None  # preserve_format: the emitter keeps the input's layout
+    assert isinstance(orders[0], ListArg) and [getattr(i, "value") for i in orders[0].items] == [0, 2, 3, 1]
+    written = insert_write_back(program("counter"))
+    copies = [n for n in call_nodes(written.graph) if n.target == "aten::copy_.default"]
+    assert len(copies) == 2 and written.graph.nodes[-2] is copies[-1]
+    unused = remove_unused_state(program("counter"))
+    assert [s.target for s in unused.state] == ["count", "total"]
+    assert len(unused.signature.inputs) == len(program("counter").signature.inputs) - 1
+
+
+def test_to_edge_program_composes_the_passes_in_order() -> None:
+    for name in ARGS:
+        p = program(name)
+        expected = p
+        for edge_pass in DEFAULT_PASSES:
+            expected = edge_pass(expected)
+        edge = to_edge_program(p, check=True)
+        assert edge.dialect == EDGE_DIALECT
+        assert edge.graph == expected.graph and edge.signature == expected.signature
+        assert to_edge_program(edge) is edge  # an edge program is left alone
+
+
+def test_bad_memory_format_names_the_node() -> None:
+    p = program("formats")
+    node = next(n for n in call_nodes(p.graph) if n.target == "aten::clone.default")
+    import msgspec
+
+    bad_node = msgspec.structs.replace(
+        node, kwargs=(("memory_format", MemoryFormatArg(value=MemoryFormat.channels_last_3d)),)
+    )
+    graph = msgspec.structs.replace(p.graph, nodes=tuple(bad_node if n is node else n for n in p.graph.nodes))
+    with pytest.raises(EdgeError, match=f"node '{node.name}'.*channels_last_3d.*rank-4"):
+        to_dim_order_ops(msgspec.structs.replace(p, graph=graph))
+
+
+def test_call_nodes_are_callfunctions() -> None:
+    assert all(isinstance(n, CallFunction) for n in call_nodes(program("views").graph))

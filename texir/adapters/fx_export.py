@@ -1,0 +1,535 @@
+"""texir IR -> a runnable torch.export.ExportedProgram (fake-tensor metadata, provenance, state)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy  # type: ignore[import-untyped]  # sympy ships no type information
+import torch
+import torch.fx
+from torch._export.verifier import TrainingIRVerifier, Verifier
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.export import ExportedProgram
+from torch.export import exported_program as ep_mod
+from torch.export import graph_signature as gs
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.fx.traceback import NodeSource
+from torch.utils import _pytree as pytree
+from torch.utils._sympy import functions as _sympy_functions
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import ValueRanges
+
+from texir._io import gc_paused
+from texir.adapters import delegate_op
+from texir.adapters.specs import NEG_INF_MIN, load_spec
+from texir.adapters.targets import resolve_target
+from texir.adapters.tensors import (
+    DTYPE_TO_TORCH,
+    LAYOUT_TO_TORCH,
+    MEMORY_FORMAT_TO_TORCH,
+    float_to_python,
+    tensor_from_data,
+)
+from texir.adapters.torch_patches import lazy_graph_module_codegen
+from texir.errors import ConversionError, UnsupportedError
+from texir.ir import types as ir
+
+__all__ = ["to_exported_program"]
+
+_MISSING = object()
+
+
+def _no_prov(index: int) -> None:
+    """`Graph.prov` of a graph without provenance."""
+    return None
+
+# --------------------------------------------------------------------------------------------------
+# IR -> FX
+
+
+_SYMPY_LOCALS: dict[str, Any] = {
+    name: getattr(_sympy_functions, name)
+    for name in (
+        "FloorDiv", "ModularIndexing", "Where", "PythonMod", "Mod", "CleanDiv", "CeilToInt",
+        "FloorToInt", "CeilDiv", "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv",
+        "IntTrueDiv", "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt",
+        "RoundToInt", "RoundDecimal", "ToFloat", "Identity",
+    )
+    if hasattr(_sympy_functions, name)
+}
+
+# Hints are the example values symbolic sizes evaluate to while torch traces; the IR keeps only
+# ranges, so pick a value inside the range that is unlikely to collide with a static size.
+_PREFERRED_HINT = 7
+
+
+class _ToFx:
+    """One conversion: one ShapeEnv and FakeTensorMode, shared by the whole program."""
+
+    def __init__(self, program: ir.Program) -> None:
+        self.program = program
+        self.shape_env = ShapeEnv(assume_static_by_default=True)
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=self.shape_env)
+        self.symbols: dict[str, sympy.Symbol] = {}
+        self.hints: dict[sympy.Symbol, int] = {}
+        self.ranges: dict[sympy.Symbol, ValueRanges[Any]] = {}
+        self.sym_cache: dict[tuple[str, str], Any] = {}
+        self.fake_cache: dict[ir.TensorMeta, torch.Tensor] = {}
+        self.devices: dict[str, torch.device] = {}
+        self.node_sources: dict[str, NodeSource] = {}
+        self.lowered = {entry.name: entry.module for entry in program.lowered_modules}
+        self.lowered_torch: dict[str, delegate_op.LoweredBackendModule] = {}
+        for rc in program.range_constraints:
+            self._add_symbol(rc)
+        self.arg_dispatch: dict[type, Callable[[Any, dict[str, torch.fx.Node]], Any]] = {
+            ir.Ref: self._ref,
+            ir.IntArg: lambda a, env: a.value,
+            ir.FloatArg: lambda a, env: float_to_python(a.value),
+            ir.BoolArg: lambda a, env: a.value,
+            ir.StrArg: lambda a, env: a.value,
+            ir.NoneArg: lambda a, env: None,
+            ir.ListArg: lambda a, env: [self.arg(x, env) for x in a.items],
+            ir.TupleArg: lambda a, env: tuple(self.arg(x, env) for x in a.items),
+            ir.DTypeArg: lambda a, env: DTYPE_TO_TORCH[a.value],
+            ir.DeviceArg: lambda a, env: torch.device(a.value),
+            ir.LayoutArg: lambda a, env: LAYOUT_TO_TORCH[a.value],
+            ir.MemoryFormatArg: lambda a, env: MEMORY_FORMAT_TO_TORCH[a.value],
+            ir.SymExprArg: lambda a, env: self.sym_value(a.expr, a.type),
+        }
+
+    # -- symbols -----------------------------------------------------------------------------
+
+    def _add_symbol(self, rc: ir.RangeConstraint) -> None:
+        unbacked = rc.symbol.startswith("u")
+        sym = sympy.Symbol(rc.symbol, integer=True) if unbacked or rc.min < 0 else \
+            sympy.Symbol(rc.symbol, integer=True, nonnegative=True)
+        self.symbols[rc.symbol] = sym
+        lo: Any = -int_oo if rc.min <= NEG_INF_MIN else rc.min
+        hi: Any = int_oo if rc.max is None else rc.max
+        self.ranges[sym] = ValueRanges(lo, hi)
+        if unbacked:
+            self.shape_env.unbacked_symint_counter += 1
+        else:
+            if rc.hint is not None:
+                if rc.hint < rc.min or (rc.max is not None and rc.hint > rc.max):
+                    raise ConversionError(
+                        f"range constraint {rc.symbol!r}: hint {rc.hint} is outside "
+                        f"[{rc.min}, {'inf' if rc.max is None else rc.max}]; give a hint inside the "
+                        "range, or none (texir.ir.verify reports this too)"
+                    )
+                hint = rc.hint
+            else:  # a program built by hand: any value inside the range will do
+                top = rc.max if rc.max is not None else max(rc.min, _PREFERRED_HINT)
+                hint = min(max(rc.min, _PREFERRED_HINT), top)
+            self.hints[sym] = hint
+            self.shape_env.add_backed_var_to_val(sym, hint)
+        self.shape_env.constrain_symbol_range(
+            sym, compiler_min=lo, compiler_max=hi
+        )
+
+    def parse_expr(self, text: str) -> sympy.Expr:
+        try:
+            expr = sympy.sympify(text, locals={**_SYMPY_LOCALS, **self.symbols})
+        except (sympy.SympifyError, SyntaxError, TypeError) as exc:
+            raise ConversionError(f"symbolic expression {text!r} does not parse: {exc}") from exc
+        for free in expr.free_symbols:
+            if free.name not in self.symbols:
+                raise ConversionError(
+                    f"symbolic expression {text!r} uses symbol {free.name!r} that has no range "
+                    "constraint; add it to Program.range_constraints"
+                )
+        return expr
+
+    def sym_value(self, text: str, kind: str) -> Any:
+        key = (text, kind)
+        value = self.sym_cache.get(key)
+        if value is not None:
+            return value
+        expr = self.parse_expr(text)
+        hint: Any = None
+        if expr.free_symbols and all(s in self.hints for s in expr.free_symbols):
+            hint_expr = expr.xreplace(self.hints)
+            if kind == "int":
+                hint = int(hint_expr)
+            elif kind == "float":
+                hint = float(hint_expr)
+            else:
+                hint = bool(hint_expr)
+        if kind == "int":
+            value = self.shape_env.create_symintnode(expr, hint=hint)
+        elif kind == "float":
+            value = self.shape_env.create_symfloatnode(expr, hint=hint)
+        else:
+            value = self.shape_env.create_symboolnode(expr)
+        self.sym_cache[key] = value
+        return value
+
+    def dim(self, d: ir.Dim) -> Any:
+        return d if isinstance(d, int) else self.sym_value(d, "int")
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    def fake(self, meta: ir.TensorMeta) -> torch.Tensor:
+        dtype = DTYPE_TO_TORCH.get(meta.dtype)
+        if dtype is None:
+            raise UnsupportedError(f"dtype {meta.dtype} is not available in this torch build")
+        shape = [self.dim(d) for d in meta.shape]
+        layout = LAYOUT_TO_TORCH[meta.layout]
+        device = self.devices.get(meta.device)
+        if device is None:
+            device = self.devices[meta.device] = torch.device(meta.device)
+        if layout is not torch.strided:
+            with self.fake_mode:
+                t = torch.empty(shape, dtype=dtype, device=device, layout=layout)
+                if meta.requires_grad:
+                    t.requires_grad_(True)
+            return t
+        # Wrapping a meta tensor is ~10x cheaper than dispatching empty_strided through the
+        # fake mode, and gives the same FakeTensor.
+        strides = [self.dim(d) for d in meta.strides]
+        offset = self.dim(meta.storage_offset)
+        if isinstance(offset, int) and offset == 0:
+            elem = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+        else:
+            extent = offset + 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+            elem = torch.empty((extent,), dtype=dtype, device="meta").as_strided(shape, strides, offset)
+        if meta.requires_grad:
+            elem.requires_grad_(True)
+        return FakeTensor(self.fake_mode, elem, device)
+
+    def shared_fake(self, meta: ir.TensorMeta) -> torch.Tensor:
+        # Computed values with equal metadata share one FakeTensor: meta["val"] is read-only
+        # metadata, and building fake tensors dominates IR -> FX time. Placeholders never share
+        # (torch would read shared input fakes as aliased inputs when it retraces).
+        t = self.fake_cache.get(meta)
+        if t is None:
+            t = self.fake_cache[meta] = self.fake(meta)
+        return t
+
+    def val(self, meta: ir.ValueMeta | None, share: bool = True) -> Any:
+        if isinstance(meta, ir.TensorMeta):
+            return self.shared_fake(meta) if share else self.fake(meta)
+        if meta is None:
+            return _MISSING
+        if isinstance(meta, ir.TupleMeta):
+            items = [self.val(m, share) for m in meta.items]
+            return items if meta.is_list else tuple(items)
+        if isinstance(meta, ir.NoneMeta):
+            return None
+        if isinstance(meta, ir.SymIntMeta):
+            return meta.expr if isinstance(meta.expr, int) else self.sym_value(meta.expr, "int")
+        if isinstance(meta, ir.SymFloatMeta):
+            return self.sym_value(meta.expr, "float")
+        if isinstance(meta, ir.SymBoolMeta):
+            return self.sym_value(meta.expr, "bool")
+        if isinstance(meta, ir.ScalarMeta):
+            value = meta.value
+            return float(value) if value in ("inf", "-inf", "nan") else value
+        if isinstance(meta, ir.TokenMeta):
+            with self.fake_mode:
+                return torch.empty((0,))
+        return _MISSING
+
+    def set_prov(self, fx_node: torch.fx.Node, prov: ir.Provenance | None) -> None:
+        if prov is None:
+            return
+        meta = fx_node.meta
+        if prov.stack_trace is not None:
+            meta["stack_trace"] = prov.stack_trace
+        if prov.nn_module_stack:
+            meta["nn_module_stack"] = {f.key: (f.path, f.type) for f in prov.nn_module_stack}
+        if prov.source_fn_stack:
+            meta["source_fn_stack"] = [(s.name, s.target) for s in prov.source_fn_stack]
+        if prov.torch_fn is not None:
+            meta["torch_fn"] = prov.torch_fn
+        if prov.debug_handle is not None:
+            meta["debug_handle"] = prov.debug_handle
+        if prov.ancestor is not None:
+            source = self.node_sources.get(prov.ancestor)
+            if source is None:
+                name, _, graph_id = prov.ancestor.rpartition(".")
+                source = NodeSource(None, pass_name="texir")
+                source.node_info = NodeSource.NodeInfo(
+                    name=name, target="", graph_id=int(graph_id) if graph_id.isdigit() else -1
+                )
+                self.node_sources[prov.ancestor] = source
+            meta["from_node"] = [source]
+
+    # -- arguments ---------------------------------------------------------------------------
+
+    def _ref(self, a: ir.Ref, env: dict[str, torch.fx.Node]) -> torch.fx.Node:
+        node = env.get(a.name)
+        if node is None:
+            raise ConversionError(f"reference to {a.name!r} before its definition; run texir.ir.verify")
+        return node
+
+    def arg(self, a: ir.Argument, env: dict[str, torch.fx.Node]) -> Any:
+        conv = self.arg_dispatch.get(type(a))
+        if conv is None:
+            raise ConversionError(
+                f"argument {a!r} is not a texir.ir Argument ({type(a).__name__}); build arguments "
+                "from the texir.ir argument types"
+            )
+        return conv(a, env)
+
+    # -- graphs ------------------------------------------------------------------------------
+
+    def graph_module(self, graph: ir.Graph, path: str) -> torch.fx.GraphModule:
+        root, fx_graph = self.build_graph(graph, path)
+        return torch.fx.GraphModule(root, fx_graph)
+
+    def build_graph(self, graph: ir.Graph, path: str) -> tuple[torch.nn.Module, torch.fx.Graph]:
+        fx_graph = torch.fx.Graph()
+        root = torch.nn.Module()
+        subgraphs = {s.name: s.graph for s in graph.subgraphs}
+        env: dict[str, torch.fx.Node] = {}
+        arg = self.arg
+        val_of = self.val
+        metas = graph.metas
+        # Provenance is read only where it is written back, from the graph's columns.
+        prov_of = graph.prov if graph.provenance is not None else _no_prov
+        set_prov = self.set_prov
+        create = fx_graph.create_node
+        for i, node in enumerate(graph.nodes):
+            kind = type(node)
+            if kind is ir.CallFunction:
+                assert isinstance(node, ir.CallFunction)
+                fx_node = create(
+                    "call_function",
+                    resolve_target(node.target),
+                    tuple([arg(a, env) for a in node.args]),
+                    {k: arg(v, env) for k, v in node.kwargs},
+                    name=node.name,
+                )
+                meta_id = node.meta_id
+                if meta_id is not None:
+                    val = val_of(metas[meta_id])
+                    if val is not _MISSING:
+                        fx_node.meta["val"] = val
+                set_prov(fx_node, prov_of(i))
+            elif kind is ir.Placeholder:
+                assert isinstance(node, ir.Placeholder)
+                fx_node = create("placeholder", node.name, name=node.name)
+                meta_id = node.meta_id
+                if meta_id is not None:
+                    val = val_of(metas[meta_id], False)
+                    if val is not _MISSING:
+                        fx_node.meta["val"] = val
+                set_prov(fx_node, prov_of(i))
+            elif kind is ir.GetAttr:
+                assert isinstance(node, ir.GetAttr)
+                target = node.target
+                if not hasattr(root, target):
+                    meta = graph.meta(node)
+                    if isinstance(meta, ir.DelegateMeta):
+                        root.add_module(target, self.lowered_module(meta.module, node.name))
+                    else:
+                        sub = subgraphs.get(target)
+                        if sub is None:
+                            raise ConversionError(
+                                f"get_attr node {node.name!r} names {target!r}, which is neither a "
+                                f"subgraph of {path or 'the program graph'} nor a lowered module"
+                            )
+                        root.add_module(target, self.graph_module(sub, f"{path}.{target}" if path else target))
+                fx_node = create("get_attr", target, name=node.name)
+                set_prov(fx_node, prov_of(i))
+            elif kind is ir.Output:
+                assert isinstance(node, ir.Output)
+                fx_node = create(
+                    "output", "output", (tuple([arg(a, env) for a in node.args]),), name=node.name
+                )
+            else:
+                raise UnsupportedError(f"node kind {type(node).__name__} is not supported")
+            if fx_node.name != node.name:
+                raise ConversionError(
+                    f"node name {node.name!r} is used twice or is not a valid FX name (FX renamed it "
+                    f"{fx_node.name!r}); run texir.ir.verify"
+                )
+            env[node.name] = fx_node
+        return root, fx_graph
+
+    def lowered_module(self, name: str, node_name: str) -> delegate_op.LoweredBackendModule:
+        module = self.lowered_torch.get(name)
+        if module is None:
+            lowered = self.lowered.get(name)
+            if lowered is None:
+                raise ConversionError(
+                    f"get_attr node {node_name!r} names lowered module {name!r}, which is not in "
+                    "Program.lowered_modules"
+                )
+            module = self.lowered_torch[name] = delegate_op.LoweredBackendModule(lowered, to_exported_program)
+        return module
+
+    # -- signature ---------------------------------------------------------------------------
+
+    def argument_spec(self, a: ir.Argument, metas: dict[str, ir.ValueMeta | None], name: str = "") -> Any:
+        if isinstance(a, ir.Ref):
+            meta = metas.get(a.name)
+            spec_type = _ARG_SPEC_BY_META.get(type(meta), gs.TensorArgument)
+            if spec_type is gs.CustomObjArgument:
+                assert isinstance(meta, ir.CustomObjMeta)
+                return gs.CustomObjArgument(name=a.name, class_fqn=meta.class_fqn)
+            return spec_type(name=a.name)
+        return gs.ConstantArgument(name=name, value=self.arg(a, {}))
+
+    def signature(self, metas: dict[str, ir.ValueMeta | None], placeholder_names: list[str],
+                  output_args: Sequence[ir.Argument]) -> gs.ExportGraphSignature:
+        sig = self.program.signature
+        if len(sig.inputs) != len(placeholder_names) or len(sig.outputs) != len(output_args):
+            raise ConversionError(
+                f"signature has {len(sig.inputs)} inputs and {len(sig.outputs)} outputs but the graph "
+                f"has {len(placeholder_names)} placeholders and {len(output_args)} outputs; run texir.ir.verify"
+            )
+        inputs = []
+        for spec, ph in zip(sig.inputs, placeholder_names):
+            if isinstance(spec, ir.UserInput):
+                inputs.append(gs.InputSpec(gs.InputKind.USER_INPUT, self.argument_spec(spec.arg, metas, ph), None))
+            elif isinstance(spec, ir.ParameterInput):
+                inputs.append(gs.InputSpec(gs.InputKind.PARAMETER, gs.TensorArgument(name=spec.name), spec.target))
+            elif isinstance(spec, ir.BufferInput):
+                inputs.append(gs.InputSpec(
+                    gs.InputKind.BUFFER, gs.TensorArgument(name=spec.name), spec.target, spec.persistent
+                ))
+            elif isinstance(spec, ir.ConstantTensorInput):
+                inputs.append(gs.InputSpec(
+                    gs.InputKind.CONSTANT_TENSOR, gs.TensorArgument(name=spec.name), spec.target
+                ))
+            elif isinstance(spec, ir.CustomObjInput):
+                meta = metas.get(spec.name)
+                fqn = meta.class_fqn if isinstance(meta, ir.CustomObjMeta) else ""
+                inputs.append(gs.InputSpec(
+                    gs.InputKind.CUSTOM_OBJ, gs.CustomObjArgument(name=spec.name, class_fqn=fqn), spec.target
+                ))
+            else:
+                inputs.append(gs.InputSpec(gs.InputKind.TOKEN, gs.TokenArgument(name=spec.name), None))
+        outputs = []
+        for out, oarg in zip(sig.outputs, output_args):
+            if isinstance(out, ir.UserOutput):
+                outputs.append(gs.OutputSpec(gs.OutputKind.USER_OUTPUT, self.argument_spec(out.arg, metas), None))
+                continue
+            kind, target = _OUTPUT_KINDS[type(out)], getattr(out, "target", None)
+            arg_type = gs.TokenArgument if kind is gs.OutputKind.TOKEN else gs.TensorArgument
+            outputs.append(gs.OutputSpec(kind, arg_type(name=out.name), target))
+        return gs.ExportGraphSignature(input_specs=inputs, output_specs=outputs)
+
+    def module_call_graph(self, metas: dict[str, ir.ValueMeta | None], n_user_inputs: int,
+                          n_user_outputs: int) -> list[ep_mod.ModuleCallEntry]:
+        entries = []
+        for entry in self.program.module_call_graph:
+            signature = None
+            s = entry.signature
+            if s is not None:
+                signature = ep_mod.ModuleCallSignature(
+                    inputs=[self.argument_spec(a, metas) for a in s.inputs],
+                    outputs=[self.argument_spec(a, metas) for a in s.outputs],
+                    in_spec=load_spec(s.in_spec, f"module_call_graph entry {entry.fqn!r}"),
+                    out_spec=load_spec(s.out_spec, f"module_call_graph entry {entry.fqn!r}"),
+                    forward_arg_names=list(s.forward_arg_names) if s.forward_arg_names is not None else None,
+                )
+            entries.append(ep_mod.ModuleCallEntry(fqn=entry.fqn, signature=signature))
+        if not entries:
+            # A Program built by hand has no call graph; give ep.module() the flat calling
+            # convention: positional user inputs in, a tuple of user outputs out.
+            in_spec = pytree.tree_flatten(((0,) * n_user_inputs, {}))[1]
+            out_spec = pytree.tree_flatten((0,) * n_user_outputs)[1]
+            entries.append(ep_mod.ModuleCallEntry(fqn="", signature=ep_mod.ModuleCallSignature(
+                inputs=[], outputs=[], in_spec=in_spec, out_spec=out_spec
+            )))
+        return entries
+
+    def state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        sig = self.program.signature
+        params = {s.target for s in sig.inputs if isinstance(s, ir.ParameterInput)}
+        mutable = {s.target for s in sig.outputs if isinstance(s, (ir.BufferMutation, ir.UserInputMutation))}
+        buffers = {s.target: s.persistent for s in sig.inputs if isinstance(s, ir.BufferInput)}
+        constants = {s.target for s in sig.inputs if isinstance(s, ir.ConstantTensorInput)}
+        state_dict: dict[str, Any] = {}
+        constant_table: dict[str, Any] = {}
+        for entry in self.program.state:
+            target = entry.target
+            where = f"state entry {target!r}"
+            if target in params:
+                t = tensor_from_data(entry.value, where=where)
+                state_dict[target] = torch.nn.Parameter(t, requires_grad=entry.value.meta.requires_grad)
+            elif target in buffers:
+                # Buffers may be written by the running program: never alias the IR's payload.
+                t = tensor_from_data(entry.value, where=where, copy=True)
+                (state_dict if buffers[target] else constant_table)[target] = t
+            elif target in constants:
+                constant_table[target] = tensor_from_data(entry.value, where=where, copy=target in mutable)
+            else:
+                state_dict[target] = tensor_from_data(entry.value, where=where)
+        return state_dict, constant_table
+
+    def exported_program(self) -> ExportedProgram:
+        program = self.program
+        verifier = _VERIFIERS.get(program.dialect)
+        if verifier is None:
+            raise UnsupportedError(
+                f"program dialect {program.dialect!r} cannot be rebuilt as a torch ExportedProgram; "
+                f"only {sorted(_VERIFIERS)} programs can"
+            )
+        state_dict, constants = self.state()
+        # ExportedProgram builds the GraphModule itself: handing it the graph saves a codegen pass.
+        root, fx_graph = self.build_graph(program.graph, "")
+        table = program.graph.metas
+        metas: dict[str, ir.ValueMeta | None] = {}
+        placeholder_names: list[str] = []
+        for node in program.graph.nodes:
+            if not isinstance(node, ir.Output):
+                metas[node.name] = None if node.meta_id is None else table[node.meta_id]
+                if isinstance(node, ir.Placeholder):
+                    placeholder_names.append(node.name)
+        out = program.graph.nodes[-1]
+        if not isinstance(out, ir.Output):
+            raise ConversionError("the program graph does not end in an Output node; run texir.ir.verify")
+        signature = self.signature(metas, placeholder_names, out.args)
+        n_user_in = sum(isinstance(s, ir.UserInput) for s in program.signature.inputs)
+        n_user_out = sum(isinstance(s, ir.UserOutput) for s in program.signature.outputs)
+        call_graph = self.module_call_graph(metas, n_user_in, n_user_out)
+        range_constraints = {sym: self.ranges[sym] for sym in self.symbols.values()}
+        try:
+            return ExportedProgram(
+                root=root,
+                graph=fx_graph,
+                graph_signature=signature,
+                state_dict=state_dict,
+                range_constraints=range_constraints,
+                module_call_graph=call_graph,
+                constants=constants,
+                verifiers=[verifier],
+            )
+        except Exception as exc:  # torch raises many types; report them as one texir error
+            raise ConversionError(f"torch rejected the rebuilt ExportedProgram: {exc}") from exc
+
+
+_VERIFIERS: dict[str, type[Verifier]] = {"ATEN": Verifier, "TRAINING": TrainingIRVerifier}
+
+_ARG_SPEC_BY_META: dict[type, Any] = {
+    ir.TensorMeta: gs.TensorArgument,
+    ir.SymIntMeta: gs.SymIntArgument,
+    ir.SymFloatMeta: gs.SymFloatArgument,
+    ir.SymBoolMeta: gs.SymBoolArgument,
+    ir.CustomObjMeta: gs.CustomObjArgument,
+    ir.TokenMeta: gs.TokenArgument,
+}
+
+_OUTPUT_KINDS: dict[type, gs.OutputKind] = {
+    ir.BufferMutation: gs.OutputKind.BUFFER_MUTATION,
+    ir.UserInputMutation: gs.OutputKind.USER_INPUT_MUTATION,
+    ir.LossOutput: gs.OutputKind.LOSS_OUTPUT,
+    ir.GradientToParameter: gs.OutputKind.GRADIENT_TO_PARAMETER,
+    ir.GradientToUserInput: gs.OutputKind.GRADIENT_TO_USER_INPUT,
+    ir.TokenOutput: gs.OutputKind.TOKEN,
+}
+
+
+
+
+def to_exported_program(program: ir.Program) -> ExportedProgram:
+    """Rebuild a runnable ExportedProgram (fake-tensor metadata, provenance, state) from a Program."""
+    if not isinstance(program, ir.Program):
+        raise ConversionError(f"expected a texir.ir.Program, got {type(program).__name__}")
+    with gc_paused(), lazy_graph_module_codegen():
+        return _ToFx(program).exported_program()

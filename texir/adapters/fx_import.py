@@ -1,0 +1,543 @@
+"""torch.export.ExportedProgram -> texir IR, in one pass over the nodes."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Union
+
+import sympy  # type: ignore[import-untyped]  # sympy ships no type information
+import torch
+import torch.fx
+from torch._ops import HigherOrderOperator, OpOverload
+from torch.export import ExportedProgram
+from torch.export import graph_signature as gs
+from torch.fx.immutable_collections import immutable_list
+from torch.utils._sympy.numbers import int_oo
+
+from texir._io import gc_paused
+from texir.adapters import delegate_op
+from texir.adapters.specs import NEG_INF_MIN, dump_spec
+from texir.adapters.targets import canonical_target
+from texir.adapters.tensors import (
+    DTYPE_FROM_TORCH,
+    LAYOUT_FROM_TORCH,
+    MEMORY_FORMAT_FROM_TORCH,
+    device_str,
+    dim_from_torch,
+    float_from_python,
+    tensor_data_from_tensor,
+    tensor_meta_from_tensor,
+)
+from texir.errors import ConversionError, UnsupportedError
+from texir.ir import types as ir
+from texir.ir.builder import GraphBuilder
+from texir.ir.literals import literal_arg
+
+__all__ = ["from_exported_program"]
+
+
+# --------------------------------------------------------------------------------------------------
+# FX -> IR
+
+
+_STR_OF_CACHE: dict[Any, str] = {}
+
+
+def _str_of(value: Any) -> str:
+    """A stable string for a source_fn / nn_module_stack target (a class, function or string)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return _STR_OF_CACHE[value]
+    except (KeyError, TypeError):
+        pass
+    text = _str_of_uncached(value)
+    try:
+        _STR_OF_CACHE[value] = text
+    except TypeError:
+        pass
+    return text
+
+
+def _str_of_uncached(value: Any) -> str:
+    if isinstance(value, OpOverload):
+        return canonical_target(value) or str(value)
+    module = getattr(value, "__module__", None)
+    qualname = getattr(value, "__qualname__", None)
+    if module is not None and qualname is not None:
+        return f"{module}.{qualname}"
+    return str(value)
+
+
+class _FromFx:
+    """One conversion: holds the debug-handle numbering and the caches of a single call."""
+
+    def __init__(self, ep: ExportedProgram) -> None:
+        self.ep = ep
+        self.handles: dict[torch.fx.Node, tuple[int, str]] = {}
+        self.graph_ordinals: dict[int, int] = {}
+        self.module_stack_cache: dict[Any, tuple[ir.ModuleFrame, ...]] = {}
+        self.sym_cache: dict[Any, str] = {}
+        self.arg_dispatch: dict[type, Callable[[Any, torch.fx.Node], ir.Argument]] = {
+            torch.fx.Node: lambda v, n: ir.Ref(name=v.name),
+            int: lambda v, n: ir.IntArg(value=v),
+            float: lambda v, n: ir.FloatArg(value=float_from_python(v)),
+            bool: lambda v, n: ir.BoolArg(value=v),
+            str: lambda v, n: ir.StrArg(value=v),
+            type(None): lambda v, n: _NONE_ARG,
+            list: lambda v, n: ir.ListArg(items=tuple(self.arg(x, n) for x in v)),
+            immutable_list: lambda v, n: ir.ListArg(items=tuple(self.arg(x, n) for x in v)),
+            tuple: lambda v, n: ir.TupleArg(items=tuple(self.arg(x, n) for x in v)),
+            torch.dtype: self._dtype_arg,
+            torch.device: lambda v, n: ir.DeviceArg(value=device_str(v)),
+            torch.layout: self._layout_arg,
+            torch.memory_format: lambda v, n: ir.MemoryFormatArg(value=MEMORY_FORMAT_FROM_TORCH[v]),
+            torch.SymInt: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="int"),
+            torch.SymFloat: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="float"),
+            torch.SymBool: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="bool"),
+        }
+
+    # -- debug handles, numbered as ExecuTorch's DebugHandleGeneratorPass numbers them ---------
+
+    def _ordinal(self, graph_id: int) -> int:
+        # torch's graph ids are id() values; renumber them in first-seen order so that the stored
+        # ancestor identifiers are the same in every process.
+        k = self.graph_ordinals.get(graph_id)
+        if k is None:
+            k = self.graph_ordinals[graph_id] = len(self.graph_ordinals)
+        return k
+
+    def number_debug_handles(self, gm: torch.fx.GraphModule) -> None:
+        seen: dict[str, int] = {}
+        queue: deque[torch.fx.GraphModule] = deque([gm])
+        while queue:
+            current = queue.popleft()
+            graph_id = id(current.graph)
+            for node in current.graph.nodes:
+                op = node.op
+                if op == "placeholder" or op == "output":
+                    continue
+                sources = node.meta.get("from_node")
+                if sources:
+                    source = sources[-1]
+                    while source.from_node:
+                        source = source.from_node[-1]
+                    ancestor = f"{source.name}.{self._ordinal(source.graph_id)}"
+                else:
+                    ancestor = f"{node.name}.{self._ordinal(graph_id)}"
+                handle = seen.get(ancestor)
+                if handle is None:
+                    handle = seen[ancestor] = len(seen) + 1
+                self.handles[node] = (handle, ancestor)
+            # Nested graphs follow the graph, in the order their HOP calls name them (for cond:
+            # true then false branch), as ExecuTorch's bfs_trace_with_node_process visits them.
+            for node in current.graph.nodes:
+                if node.op == "call_function" and isinstance(node.target, HigherOrderOperator) \
+                        and node.target is not delegate_op.texir_call_delegate:
+                    for a in node.args:
+                        if isinstance(a, torch.fx.Node) and a.op == "get_attr":
+                            sub = _getattr_path(current, str(a.target))
+                            if isinstance(sub, torch.fx.GraphModule):
+                                queue.append(sub)
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    def _sym(self, value: Union[torch.SymInt, torch.SymFloat, torch.SymBool]) -> str:
+        expr = value.node.expr
+        s = self.sym_cache.get(expr)
+        if s is None:
+            s = self.sym_cache[expr] = str(expr)
+        return s
+
+    def meta(self, val: Any, node: torch.fx.Node) -> ir.ValueMeta | None:
+        if isinstance(val, torch.Tensor):
+            return tensor_meta_from_tensor(val, where=_NodeRef(node))
+        if val is None:
+            return _NONE_META
+        if isinstance(val, (tuple, list)):
+            return ir.TupleMeta(
+                items=tuple(_NONE_META if v is None else self.meta(v, node) or _NONE_META for v in val),
+                is_list=isinstance(val, list),
+            )
+        if isinstance(val, torch.SymInt):
+            return ir.SymIntMeta(expr=dim_from_torch(val))
+        if isinstance(val, torch.SymFloat):
+            return ir.SymFloatMeta(expr=self._sym(val))
+        if isinstance(val, torch.SymBool):
+            return ir.SymBoolMeta(expr=self._sym(val))
+        if isinstance(val, (bool, int, str)):
+            return ir.ScalarMeta(value=val)
+        if isinstance(val, float):
+            return ir.ScalarMeta(value=float_from_python(val))
+        if isinstance(val, torch.ScriptObject) or type(val).__name__ == "FakeScriptObject":
+            return ir.CustomObjMeta(class_fqn=_custom_obj_fqn(val))
+        raise UnsupportedError(
+            f"node {node.name!r} ({node.op} {node.target}): meta['val'] of type "
+            f"{type(val).__name__} is not supported"
+        )
+
+    def prov(self, node: torch.fx.Node) -> ir.Provenance | None:
+        meta = node.meta
+        handle = self.handles.get(node)
+        stack = meta.get("nn_module_stack")
+        frames: tuple[ir.ModuleFrame, ...] = ()
+        if stack:
+            # torch gives every node its own dict, but a layer's nodes repeat its contents: cache
+            # by content (which also makes equal stacks one tuple, cheap for GraphBuilder to intern).
+            try:
+                key: Any = tuple(stack.items())
+                cached = self.module_stack_cache.get(key)
+            except TypeError:  # an unhashable entry: convert without caching
+                key = cached = None
+            if cached is not None:
+                frames = cached
+            else:
+                frames = tuple(
+                    ir.ModuleFrame(key=k, path=v[0], type=_str_of(v[1])) for k, v in stack.items()
+                )
+                if key is not None:
+                    self.module_stack_cache[key] = frames
+        source_fn = meta.get("source_fn_stack")
+        sources: tuple[ir.SourceFn, ...] = ()
+        if source_fn:
+            sources = tuple(ir.SourceFn(name=s[0], target=_str_of(s[1])) for s in source_fn)
+        torch_fn = meta.get("torch_fn")
+        stack_trace = meta.get("stack_trace")
+        if handle is None and not frames and not sources and torch_fn is None and stack_trace is None:
+            return None
+        return ir.Provenance(
+            debug_handle=handle[0] if handle else None,
+            ancestor=handle[1] if handle else None,
+            stack_trace=stack_trace,
+            nn_module_stack=frames,
+            source_fn_stack=sources,
+            torch_fn=(str(torch_fn[0]), str(torch_fn[1])) if torch_fn else None,
+        )
+
+    # -- arguments ---------------------------------------------------------------------------
+
+    def _dtype_arg(self, v: torch.dtype, node: torch.fx.Node) -> ir.Argument:
+        dtype = DTYPE_FROM_TORCH.get(v)
+        if dtype is None:
+            raise UnsupportedError(f"node {node.name!r} ({node.target}): dtype argument {v} is not supported")
+        return ir.DTypeArg(value=dtype)
+
+    def _layout_arg(self, v: torch.layout, node: torch.fx.Node) -> ir.Argument:
+        layout = LAYOUT_FROM_TORCH.get(v)
+        if layout is None:
+            raise UnsupportedError(f"node {node.name!r} ({node.target}): layout argument {v} is not supported")
+        return ir.LayoutArg(value=layout)
+
+    def arg(self, value: Any, node: torch.fx.Node) -> ir.Argument:
+        conv = self.arg_dispatch.get(type(value))
+        if conv is None:
+            hint = ""
+            if isinstance(value, torch.Tensor):
+                hint = "; tensors must be lifted to inputs (export with torch.export.export)"
+            raise UnsupportedError(
+                f"node {node.name!r} ({node.op} {node.target}): argument of type "
+                f"{type(value).__name__} is not supported{hint}"
+            )
+        return conv(value, node)
+
+    # -- graphs ------------------------------------------------------------------------------
+
+    def graph(self, gm: torch.fx.GraphModule, lowered: list[ir.NamedLoweredModule]) -> ir.Graph:
+        builder = GraphBuilder()
+        add = builder.add
+        subgraphs: list[ir.Subgraph] = []
+        arg = self.arg
+        meta_of = self.meta
+        prov_of = self.prov
+        for node in gm.graph.nodes:
+            op = node.op
+            if op == "call_function":
+                target = canonical_target(node.target)
+                if target is None:
+                    raise UnsupportedError(_unsupported_target_message(node))
+                val = node.meta.get("val", _MISSING)
+                add(
+                    ir.CallFunction(
+                        name=node.name,
+                        target=target,
+                        args=tuple([arg(a, node) for a in node.args]),
+                        kwargs=tuple([(k, arg(v, node)) for k, v in node.kwargs.items()]),
+                    ),
+                    None if val is _MISSING else meta_of(val, node),
+                    prov_of(node),
+                )
+            elif op == "placeholder":
+                val = node.meta.get("val", _MISSING)
+                add(
+                    ir.Placeholder(name=node.name),
+                    None if val is _MISSING else meta_of(val, node),
+                    prov_of(node),
+                )
+            elif op == "get_attr":
+                attr_node, attr_meta = self.get_attr(gm, node, subgraphs, lowered)
+                add(attr_node, attr_meta, prov_of(node))
+            elif op == "output":
+                (results,) = node.args
+                items = results if isinstance(results, (tuple, list)) else (results,)
+                add(ir.Output(name=node.name, args=tuple(arg(a, node) for a in items)))
+            else:
+                raise UnsupportedError(
+                    f"node {node.name!r}: {op} nodes are not supported; torch.export programs "
+                    "hold only placeholder, call_function, get_attr and output nodes"
+                )
+        return builder.build(subgraphs)
+
+    def get_attr(
+        self,
+        gm: torch.fx.GraphModule,
+        node: torch.fx.Node,
+        subgraphs: list[ir.Subgraph],
+        lowered: list[ir.NamedLoweredModule],
+    ) -> tuple[ir.GetAttr, ir.ValueMeta]:
+        """The node and its metadata; collects the subgraph or lowered module it names."""
+        target = node.target
+        assert isinstance(target, str)  # FX guarantees string get_attr targets
+        attr = _getattr_path(gm, target)
+        meta: ir.ValueMeta
+        if isinstance(attr, delegate_op.LoweredBackendModule):
+            if not any(entry.name == target for entry in lowered):
+                lowered.append(ir.NamedLoweredModule(name=target, module=attr.texir_module))
+            meta = ir.DelegateMeta(module=target)
+        elif isinstance(attr, torch.fx.GraphModule):
+            if not any(s.name == target for s in subgraphs):
+                subgraphs.append(ir.Subgraph(name=target, graph=self.graph(attr, lowered)))
+            meta = ir.SubgraphMeta(graph=target)
+        elif type(attr).__name__ == "LoweredBackendModule":
+            raise UnsupportedError(
+                f"node {node.name!r}: get_attr {target!r} is an ExecuTorch LoweredBackendModule; texir "
+                "converts programs before ExecuTorch lowering: convert the ATen program and lower it "
+                "with texir.lowering.to_backend"
+            )
+        else:
+            raise UnsupportedError(
+                f"node {node.name!r}: get_attr of {type(attr).__name__} {target!r} is not supported; "
+                "only nested graphs (torch.cond/torch.map branches) and texir lowered modules are "
+                "(tensors must be lifted: use torch.export.export, not a traced GraphModule)"
+            )
+        return ir.GetAttr(name=node.name, target=target), meta
+
+
+def _unsupported_target_message(node: torch.fx.Node) -> str:
+    head = f"node {node.name!r}: call_function target {node.target!r} ({type(node.target).__name__})"
+    if type(node.target).__name__ == "EdgeOpOverload":
+        return (
+            f"{head} is an ExecuTorch edge-dialect op; texir converts ATen programs: pass the "
+            "ExportedProgram from torch.export (before to_edge)"
+        )
+    return (
+        f"{head} is not supported; texir converts core ATen programs: use decompose=True "
+        "(ep.run_decompositions()) first"
+    )
+
+
+class _NodeRef:
+    """Names a node in an error message; formatted only when an error is raised."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: torch.fx.Node) -> None:
+        self.node = node
+
+    def __str__(self) -> str:
+        return f"node {self.node.name!r} ({self.node.op} {self.node.target})"
+
+
+_MISSING = object()
+_NONE_ARG = ir.NoneArg()
+_NONE_META = ir.NoneMeta()
+
+
+def _no_prov(index: int) -> None:
+    """`Graph.prov` of a graph without provenance."""
+    return None
+
+
+def _getattr_path(module: torch.nn.Module, target: str) -> Any:
+    obj: Any = module
+    for part in target.split("."):
+        if not hasattr(obj, part):
+            raise ConversionError(f"get_attr target {target!r} does not exist on the graph module")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _custom_obj_fqn(val: Any) -> str:
+    fqn = getattr(val, "script_class_name", None)
+    if fqn is None:
+        try:
+            fqn = val._type().qualified_name()
+        except (AttributeError, RuntimeError):
+            fqn = type(val).__name__
+    return str(fqn)
+
+
+def _argument_spec(spec: Any, where: str) -> ir.Argument:
+    if isinstance(spec, gs.ConstantArgument):
+        return _literal_arg(spec.value, where)
+    name = getattr(spec, "name", None)
+    if not isinstance(name, str):
+        raise UnsupportedError(f"{where}: argument spec {spec!r} is not supported")
+    return ir.Ref(name=name)
+
+
+def _literal_arg(value: Any, where: str) -> ir.Argument:
+    try:
+        return literal_arg(value)
+    except TypeError:
+        raise UnsupportedError(
+            f"{where}: constant {value!r} of type {type(value).__name__} is not supported"
+        ) from None
+
+
+def _input_spec(spec: gs.InputSpec) -> ir.InputSpec:
+    kind = spec.kind
+    name = getattr(spec.arg, "name", "")
+    where = f"signature input {name!r}"
+    if kind is gs.InputKind.USER_INPUT:
+        return ir.UserInput(arg=_argument_spec(spec.arg, where))
+    if kind is gs.InputKind.TOKEN:
+        return ir.TokenInput(name=name)
+    target = spec.target
+    if target is None:
+        raise ConversionError(f"{where}: {kind.name} input without a target")
+    if kind is gs.InputKind.PARAMETER:
+        return ir.ParameterInput(name=name, target=target)
+    if kind is gs.InputKind.BUFFER:
+        return ir.BufferInput(name=name, target=target, persistent=bool(spec.persistent))
+    if kind is gs.InputKind.CONSTANT_TENSOR:
+        return ir.ConstantTensorInput(name=name, target=target)
+    if kind is gs.InputKind.CUSTOM_OBJ:
+        return ir.CustomObjInput(name=name, target=target)
+    raise UnsupportedError(f"{where}: input kind {kind.name} is not supported")
+
+
+def _output_spec(spec: gs.OutputSpec) -> ir.OutputSpec:
+    kind = spec.kind
+    name = getattr(spec.arg, "name", "")
+    where = f"signature output {name!r}"
+    if kind is gs.OutputKind.USER_OUTPUT:
+        return ir.UserOutput(arg=_argument_spec(spec.arg, where))
+    if kind is gs.OutputKind.LOSS_OUTPUT:
+        return ir.LossOutput(name=name)
+    if kind is gs.OutputKind.TOKEN:
+        return ir.TokenOutput(name=name)
+    target = spec.target
+    if target is None:
+        raise ConversionError(f"{where}: {kind.name} output without a target")
+    if kind is gs.OutputKind.BUFFER_MUTATION:
+        return ir.BufferMutation(name=name, target=target)
+    if kind is gs.OutputKind.USER_INPUT_MUTATION:
+        return ir.UserInputMutation(name=name, target=target)
+    if kind is gs.OutputKind.GRADIENT_TO_PARAMETER:
+        return ir.GradientToParameter(name=name, target=target)
+    if kind is gs.OutputKind.GRADIENT_TO_USER_INPUT:
+        return ir.GradientToUserInput(name=name, target=target)
+    raise UnsupportedError(
+        f"{where}: output kind {kind.name} is not supported; run ep.run_decompositions() to "
+        "functionalize the program first"
+    )
+
+
+def _bound(value: Any) -> int | None:
+    if value in (int_oo, sympy.oo):
+        return None
+    if value in (-int_oo, -sympy.oo):
+        return NEG_INF_MIN
+    return int(value)
+
+
+
+
+def _symbol_hints(ep: ExportedProgram) -> dict[str, int]:
+    """Each backed symbol's example value, read from the shape environment of the program's fake
+    inputs (empty when the program carries no fake values)."""
+    vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"]
+    fake_mode = torch._guards.detect_fake_mode(vals)
+    if fake_mode is None or fake_mode.shape_env is None:
+        return {}
+    return {
+        str(sym): int(val) for sym, val in fake_mode.shape_env.backed_var_to_val.items()
+        if getattr(val, "is_integer", False)
+    }
+
+
+def from_exported_program(ep: ExportedProgram, *, decompose: bool = False) -> ir.Program:
+    """Convert an ExportedProgram to a Program (after `run_decompositions()` when `decompose`)."""
+    if not isinstance(ep, ExportedProgram):
+        raise ConversionError(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
+    if decompose:
+        ep = ep.run_decompositions()
+    with gc_paused(), torch._C.DisableTorchFunctionSubclass():
+        # (Reading a FakeTensor's attributes goes through __torch_function__ otherwise: 2x slower.)
+        return _convert_from(ep)
+
+
+def _convert_from(ep: ExportedProgram) -> ir.Program:
+    conv = _FromFx(ep)
+    gm = ep.graph_module
+    conv.number_debug_handles(gm)
+    lowered: list[ir.NamedLoweredModule] = []
+    graph = conv.graph(gm, lowered)
+    sig = ep.graph_signature
+    signature = ir.GraphSignature(
+        inputs=tuple(_input_spec(s) for s in sig.input_specs),
+        outputs=tuple(_output_spec(s) for s in sig.output_specs),
+    )
+    # Buffers are the state a running program writes to (in place, or through ep.module()'s
+    # write-back), so their payload is copied; parameters and constants are aliased zero-copy.
+    buffers = {s.target for s in sig.input_specs if s.kind is gs.InputKind.BUFFER}
+    state: list[ir.StateEntry] = []
+    for table in (ep.state_dict, ep.constants):
+        for target, value in table.items():
+            if not isinstance(value, torch.Tensor):
+                raise UnsupportedError(
+                    f"state entry {target!r}: {type(value).__name__} constants (custom objects) "
+                    "are not supported"
+                )
+            if target in buffers:
+                value = value.detach().clone(memory_format=torch.contiguous_format) \
+                    if value.is_contiguous() else value
+            state.append(ir.StateEntry(
+                target=target, value=tensor_data_from_tensor(value, where=f"state entry {target!r}")
+            ))
+    state.sort(key=lambda e: e.target)
+    ranges = []
+    hints = _symbol_hints(ep) if ep.range_constraints else {}
+    for sym, vr in ep.range_constraints.items():
+        lo = _bound(vr.lower)
+        ranges.append(ir.RangeConstraint(
+            symbol=str(sym), min=NEG_INF_MIN if lo is None else lo, max=_bound(vr.upper),
+            hint=hints.get(str(sym)),
+        ))
+    calls = []
+    for entry in ep.module_call_graph:
+        signature_ir = None
+        if entry.signature is not None:
+            s = entry.signature
+            where = f"module_call_graph entry {entry.fqn!r}"
+            signature_ir = ir.ModuleCallSignature(
+                inputs=tuple(_argument_spec(a, where) for a in s.inputs),
+                outputs=tuple(_argument_spec(a, where) for a in s.outputs),
+                in_spec=dump_spec(s.in_spec, where),
+                out_spec=dump_spec(s.out_spec, where),
+                forward_arg_names=tuple(s.forward_arg_names) if s.forward_arg_names is not None else None,
+            )
+        calls.append(ir.ModuleCallEntry(fqn=entry.fqn, signature=signature_ir))
+    dialect = ep.dialect
+    return ir.Program(
+        graph=graph,
+        signature=signature,
+        state=tuple(state),
+        range_constraints=tuple(ranges),
+        module_call_graph=tuple(calls),
+        lowered_modules=tuple(sorted(lowered, key=lambda e: e.name)),
+        dialect=dialect,
+    )
+
+

@@ -1,0 +1,104 @@
+"""The one graph-rewriting loop the edge passes share: per node keep, drop (forward its uses to
+another value) or replace with new entries; nested graphs are rewritten too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from texir.errors import PteError
+from texir.ir.builder import GraphBuilder
+from texir.ir.names import NameAllocator, rename_node, rename_output_spec
+from texir.ir.types import Graph, Node, Program, Provenance, Subgraph, ValueMeta
+
+__all__ = ["EdgeError", "Entry", "Forward", "MetaLookup", "NodeRule", "all_names", "rewrite_graph", "rewrite_program"]
+
+Entry = tuple[Node, ValueMeta | None, Provenance | None]
+
+
+class EdgeError(PteError):
+    """A program cannot be put into the edge form (the message names the node and the fix)."""
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Drop the node: every use of it reads `value` instead."""
+
+    value: str
+
+
+NodeRule = Callable[[Node, ValueMeta | None, Provenance | None, Graph], "Forward | Sequence[Entry] | None"]
+"""Given a node (its references already renamed), its metadata and provenance and the graph being
+rewritten: None keeps it, `Forward` drops it, a sequence of entries replaces it."""
+
+
+def rewrite_graph(graph: Graph, rule: NodeRule, *, nested: bool = True) -> Graph:
+    """`graph` with `rule` applied to every node (and, when `nested`, to nested graphs); the same
+    object when nothing changed, so passes compose without rebuilding untouched graphs."""
+    return _rewrite(graph, rule, nested)[0]
+
+
+def _rewrite(graph: Graph, rule: NodeRule, nested: bool) -> tuple[Graph, dict[str, str]]:
+    renames: dict[str, str] = {}
+    builder = GraphBuilder()
+    changed = False
+    for node, meta, prov in graph.entries():
+        renamed = rename_node(node, renames, rename_self=False)
+        changed = changed or renamed is not node
+        result = rule(renamed, meta, prov, graph)
+        if result is None:
+            builder.add(renamed, meta, prov)
+        elif isinstance(result, Forward):
+            renames[node.name] = renames.get(result.value, result.value)
+            changed = True
+        else:
+            builder.extend(result)
+            changed = True
+    subgraphs = graph.subgraphs
+    if nested and subgraphs:
+        new_subs = tuple(Subgraph(name=s.name, graph=rewrite_graph(s.graph, rule)) for s in subgraphs)
+        if any(a.graph is not b.graph for a, b in zip(new_subs, subgraphs)):
+            subgraphs, changed = new_subs, True
+    if not changed:
+        return graph, renames
+    return builder.build(subgraphs), renames
+
+
+def rewrite_program(program: Program, rule: NodeRule, *, nested: bool = True) -> Program:
+    """`program` with its graph rewritten by `rule`; output specs follow forwarded values."""
+    graph, renames = _rewrite(program.graph, rule, nested)
+    if graph is program.graph:
+        return program
+    signature = program.signature
+    if renames:
+        signature = msgspec.structs.replace(
+            signature, outputs=tuple(rename_output_spec(s, renames) for s in signature.outputs)
+        )
+    return msgspec.structs.replace(program, graph=graph, signature=signature)
+
+
+def all_names(program: Program) -> NameAllocator:
+    """A name allocator over every node name of the program's graphs (nested ones included)."""
+    used: set[str] = set()
+    stack = [program.graph]
+    while stack:
+        graph = stack.pop()
+        used.update(node.name for node in graph.nodes)
+        stack.extend(s.graph for s in graph.subgraphs)
+    return NameAllocator(used)
+
+
+class MetaLookup:
+    """Value metadata by name for the graphs a rule sees (built once per graph)."""
+
+    def __init__(self) -> None:
+        self._tables: dict[int, tuple[Graph, dict[str, ValueMeta | None]]] = {}
+
+    def __call__(self, graph: Graph, name: str) -> ValueMeta | None:
+        entry = self._tables.get(id(graph))
+        if entry is None or entry[0] is not graph:
+            entry = (graph, {node.name: graph.meta(node) for node in graph.nodes})
+            self._tables[id(graph)] = entry
+        return entry[1].get(name)

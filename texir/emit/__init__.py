@@ -1,0 +1,26 @@
+"""IR program -> `.pte` program: the edge form mapped to the schema (memory planning, out
+variants, constants, delegates). Sits above lowering: it can emit a lowered module's wrapper."""
+
+from __future__ import annotations
+
+from texir.emit.common import EmitError, EmitOptions
+from texir.emit.program import emit, lowered_module_buffer
+from texir.emit.memory_plan import (
+    Interval,
+    MemoryPlan,
+    MemoryPlanError,
+    check_plan,
+    plan_memory,
+)
+
+__all__ = [
+    "EmitError",
+    "EmitOptions",
+    "Interval",
+    "MemoryPlan",
+    "MemoryPlanError",
+    "check_plan",
+    "emit",
+    "lowered_module_buffer",
+    "plan_memory",
+]

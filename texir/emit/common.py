@@ -1,0 +1,249 @@
+"""What the emitter's parts share: options, errors, dtype and op tables, pending values, symbolic bounds."""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from texir.edge import DIM_ORDER_OPS
+from texir.emit.memory_plan import (
+    PlannerName,
+)
+from texir.errors import PteError
+from texir.ir.blob import Blob
+from texir.ir.literals import literal_arg
+from texir.ir.names import CALL_DELEGATE, GETITEM
+from texir.ir.types import (
+    Argument,
+    FloatArg,
+    IntArg,
+    MemoryFormat,
+    Program,
+    SpecialFloat,
+)
+from texir.serialize.pte.schema import (
+    KernelTypes,
+    ScalarType,
+    TensorShapeDynamism,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+
+class EmitError(PteError):
+    """An IR Program cannot be emitted as a `.pte` program."""
+
+
+class EmitOptions(BaseModel):
+    """Emitter options (validated)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    planner: PlannerName = "greedy"
+    """Memory planner: ExecuTorch's default greedy packing, or one slot per tensor ('naive')."""
+    alignment: int = Field(default=16, ge=1)
+    """Every planned tensor's size is rounded up to this many bytes."""
+    alloc_graph_input: bool = True
+    """Plan user-input tensors (the runtime copies inputs into the arena), as ExecuTorch does."""
+    alloc_graph_output: bool = True
+    """Plan output tensors, as ExecuTorch does. If False, outputs produced directly by a kernel get no
+    allocation and the caller supplies their memory (the pybindings do)."""
+    check_plan: bool = False
+    """Verify that the memory plan never overlaps live tensors (tests turn this on)."""
+
+
+
+# torch's c10::MemoryFormat codes, as the runtime reads a memory_format argument.
+MEMORY_FORMAT_CODE: dict[MemoryFormat, int] = {
+    MemoryFormat.contiguous_format: 0, MemoryFormat.preserve_format: 1,
+    MemoryFormat.channels_last: 2, MemoryFormat.channels_last_3d: 3,
+}
+
+# Python SymInt arithmetic (FX targets) -> ExecuTorch prim kernels (EdgeToBackendOpsPass).
+SYM_ARITH: dict[str, str] = {
+    "_operator::add": "executorch_prim::add.Scalar",
+    "_operator::sub": "executorch_prim::sub.Scalar",
+    "_operator::mul": "executorch_prim::mul.Scalar",
+    "_operator::floordiv": "executorch_prim::floordiv.Scalar",
+    "_operator::truediv": "executorch_prim::truediv.Scalar",
+    "_operator::mod": "executorch_prim::mod.Scalar",
+    "_operator::eq": "executorch_prim::eq.Scalar",
+    "_operator::gt": "executorch_prim::gt.Scalar",
+    "_operator::lt": "executorch_prim::lt.Scalar",
+    "_operator::ge": "executorch_prim::ge.Scalar",
+    "_operator::le": "executorch_prim::le.Scalar",
+    "_operator::neg": "executorch_prim::neg.Scalar",
+    "math::ceil": "executorch_prim::ceil.Scalar",
+    "builtins::round": "executorch_prim::round.Scalar",
+    "math::trunc": "executorch_prim::trunc.Scalar",
+    "torch::sym_float": "executorch_prim::sym_float.Scalar",
+    "torch::sym_int": "executorch_prim::sym_int.Scalar",
+    "torch::sym_max": "executorch_prim::sym_max.Scalar",
+    "torch::sym_min": "executorch_prim::sym_min.Scalar",
+    "torch::sym_not": "executorch_prim::sym_not.Scalar",
+}
+
+# Graph plumbing that never becomes an instruction.
+GETITEM_TARGET = GETITEM
+CALL_DELEGATE_TARGET = CALL_DELEGATE
+# The dim-order ops of the edge form: their out tensors take the order the op names.
+DIM_ORDER_TARGETS = frozenset(DIM_ORDER_OPS.values())
+# Only plain reshapes become aliases (ReplaceViewCopyWithViewPass); other views are copied. In the
+# edge form every reshape is a view_copy.
+ALIASABLE_VIEWS = frozenset({"aten::view_copy.default"})
+
+PendingValue = Union["PendingTensor", KernelTypes]
+
+
+@dataclass
+class PendingTensor:
+    """A Tensor value whose allocation is filled in after memory planning."""
+
+    scalar_type: ScalarType
+    sizes: tuple[int, ...]
+    dim_order: tuple[int, ...]
+    requires_grad: bool
+    dynamism: TensorShapeDynamism
+    data_buffer_idx: int = 0
+    storage: int | None = None
+
+
+@dataclass
+class Storage:
+    size: int
+    start: int
+    end: int
+
+
+@dataclass
+class ProgramState:
+    """Tables shared by all methods of one program: constants and delegate blobs, deduplicated."""
+
+    constants: list[Blob] = field(default_factory=lambda: [Blob(b"")])
+    constant_index: dict[tuple[str, int], int] = field(default_factory=dict)
+    delegate_data: list[Blob] = field(default_factory=list)
+    delegate_index: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def constant(self, blob: Blob, digest: str | None = None) -> int:
+        # The IR already carries each state tensor's SHA-256; hashing again would read every weight.
+        key = (digest or blob.digest(), blob.nbytes)
+        index = self.constant_index.get(key)
+        if index is None:
+            index = len(self.constants)
+            self.constants.append(blob)
+            self.constant_index[key] = index
+        return index
+
+    def delegate_blob(self, blob: Blob) -> int:
+        key = (blob.digest(), blob.nbytes)
+        index = self.delegate_index.get(key)
+        if index is None:
+            index = len(self.delegate_data)
+            self.delegate_data.append(blob)
+            self.delegate_index[key] = index
+        return index
+
+
+def split_op(target: str) -> tuple[str, str]:
+    name, _, overload = target.partition(".")
+    # ExecuTorch's prim kernels are registered with a literal "default" overload name.
+    if overload == "default" and not name.startswith("executorch_prim::"):
+        overload = ""
+    return name, overload
+
+
+class Bounds:
+    """Upper bounds of symbolic dims from the program's range constraints."""
+
+    def __init__(self, program: Program) -> None:
+        self._max: dict[str, int | None] = {rc.symbol: rc.max for rc in program.range_constraints}
+        self._cache: dict[str, int] = {}
+
+    def upper(self, dim: int | str, *, where: str) -> int:
+        if isinstance(dim, int):
+            return dim
+        cached = self._cache.get(dim)
+        if cached is not None:
+            return cached
+        try:
+            value = eval_bound(ast.parse(dim, mode="eval").body, self._max)
+        except Unbounded as exc:
+            raise EmitError(
+                f"{where}: dimension {dim!r} has no upper bound (symbol {exc}); give its "
+                "torch.export.Dim a max=... so the tensor can be planned (DYNAMIC_BOUND)"
+            ) from None
+        except (SyntaxError, ValueError, TypeError, ZeroDivisionError) as exc:
+            raise EmitError(f"{where}: cannot bound dimension {dim!r}: {exc}") from None
+        result = int(math.ceil(value))
+        self._cache[dim] = result
+        return result
+
+
+class Unbounded(Exception):
+    pass
+
+
+_BOUND_FUNCS: dict[str, Callable[..., float]] = {
+    "Max": max, "Min": min, "floor": math.floor, "ceiling": math.ceil, "FloorToInt": math.floor,
+    "CeilToInt": math.ceil, "FloorDiv": lambda a, b: a // b, "Mod": lambda a, b: a % b,
+    "CleanDiv": lambda a, b: a // b, "IntTrueDiv": lambda a, b: a / b,
+}
+_BOUND_BINOPS: dict[type, Callable[[float, float], float]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+    ast.Pow: lambda a, b: a**b,
+}
+
+
+def eval_bound(node: ast.expr, maxima: Mapping[str, int | None]) -> float:
+    """Evaluate a sympy-printed size expression with every symbol at its maximum."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return node.value
+    if isinstance(node, ast.Name):
+        bound = maxima.get(node.id)
+        if bound is None or bound > 2**62:
+            raise Unbounded(node.id)
+        return bound
+    if isinstance(node, ast.BinOp) and type(node.op) in _BOUND_BINOPS:
+        return _BOUND_BINOPS[type(node.op)](eval_bound(node.left, maxima), eval_bound(node.right, maxima))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -eval_bound(node.operand, maxima)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _BOUND_FUNCS:
+        return _BOUND_FUNCS[node.func.id](*(eval_bound(a, maxima) for a in node.args))
+    raise ValueError(f"unsupported expression {ast.dump(node)}")
+
+
+def dim_order_of(strides: tuple[int, ...]) -> tuple[int, ...]:
+    # The dim with the largest stride comes first; ties keep dim order (size-1 dims).
+    return tuple(sorted(range(len(strides)), key=lambda d: -strides[d]))
+
+
+def as_float(value: float | str) -> float:
+    return float(value)
+
+
+def literal_float(arg: Argument, where: str) -> float | str:
+    if isinstance(arg, (FloatArg, IntArg)):
+        return arg.value
+    raise EmitError(f"{where}: float[] argument holds {type(arg).__name__}")
+
+
+_SPECIAL_FLOATS: dict[str, SpecialFloat] = {"inf": "inf", "-inf": "-inf", "nan": "nan"}
+
+
+def literal_of(value: object) -> Argument:
+    # A ScalarMeta value spells non-finite floats as strings ("inf", ...): those are floats here.
+    special = _SPECIAL_FLOATS.get(value) if isinstance(value, str) else None
+    if special is not None:
+        return FloatArg(value=special)
+    try:
+        return literal_arg(value)
+    except TypeError:
+        raise EmitError(f"unsupported scalar input value {value!r}") from None

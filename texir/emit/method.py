@@ -1,0 +1,561 @@
+"""One method's nodes emitted in order: kernel calls, views, casts, control flow, delegates, outputs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from texir.adapters import op_schemas as ops
+from texir.adapters.op_schemas import OpSchema
+from texir.errors import PteError
+from texir.ir.analysis import iter_refs
+from texir.ir.blob import Blob
+from texir.ir.types import (
+    DTYPE_ITEMSIZE,
+    Argument,
+    BoolArg,
+    BufferInput,
+    BufferMutation,
+    CallFunction,
+    ConstantTensorInput,
+    DelegateMeta,
+    FloatArg,
+    GetAttr,
+    Graph,
+    IntArg,
+    ListArg,
+    NoneArg,
+    NoneMeta,
+    Output,
+    ParameterInput,
+    Placeholder,
+    Ref,
+    ScalarMeta,
+    SubgraphMeta,
+    SymBoolMeta,
+    SymFloatMeta,
+    SymIntMeta,
+    TensorMeta,
+    TupleArg,
+    TupleMeta,
+    UserInput,
+    UserOutput,
+    ValueMeta,
+)
+from texir.serialize.pte.dtypes import DTYPE_TO_SCALAR_TYPE, SCALAR_TYPE_TO_DTYPE
+from texir.serialize.pte.schema import (
+    BackendDelegate,
+    BackendDelegateDataReference,
+    Bool,
+    CompileSpec,
+    DataLocation,
+    DelegateCall,
+    ExecutionPlan,
+    Instruction,
+    Int,
+    IntList,
+    JumpFalseCall,
+    MoveCall,
+    Null,
+    ScalarType,
+    TensorList,
+    TensorShapeDynamism,
+)
+
+if TYPE_CHECKING:
+    pass
+from texir.edge import MIXED_TYPE_OPS
+from texir.emit.common import (
+    ALIASABLE_VIEWS,
+    CALL_DELEGATE_TARGET,
+    DIM_ORDER_TARGETS,
+    GETITEM_TARGET,
+    SYM_ARITH,
+    EmitError,
+    PendingTensor,
+    Storage,
+    literal_of,
+)
+from texir.emit.values import ValueTable
+
+
+class MethodEmitter(ValueTable):
+    """Emits one edge-form Program as a `.pte` ExecutionPlan."""
+
+    def emit_method(self) -> ExecutionPlan:
+        program = self.program
+        nodes = program.graph.nodes
+        specs = program.signature.inputs
+        placeholders = [n for n in nodes if isinstance(n, Placeholder)]
+        if len(specs) != len(placeholders):
+            raise EmitError(
+                f"method {self.name!r}: signature has {len(specs)} inputs for {len(placeholders)} placeholders; "
+                "run texir.ir.verify(program)"
+            )
+        output = nodes[-1]
+        if not isinstance(output, Output):
+            raise EmitError(f"method {self.name!r}: the graph does not end with an Output node")
+        if len(program.signature.outputs) != len(output.args):
+            raise EmitError(f"method {self.name!r}: signature outputs do not match the Output node")
+        mutated = {
+            spec.target: arg for spec, arg in zip(program.signature.outputs, output.args)
+            if isinstance(spec, BufferMutation)
+        }
+        spec_of = dict(zip((p.name for p in placeholders), specs))
+        last_step = self.last_step
+        for step, node in enumerate(nodes):
+            self.step = step
+            where = f"method {self.name!r}, node {node.name!r}"
+            if isinstance(node, Placeholder):
+                idx = self.emit_placeholder(node, spec_of[node.name], mutated, where=where)
+                spec = spec_of[node.name]
+                if isinstance(spec, BufferInput) and spec.target in mutated:
+                    # The edge form writes the new value back just before the output.
+                    pending = self.values[idx]
+                    if isinstance(pending, PendingTensor) and pending.storage is not None:
+                        self.storages[pending.storage].end = last_step
+            elif isinstance(node, GetAttr):
+                self.metas[node.name] = self.graph.meta(node)
+            elif isinstance(node, CallFunction):
+                self.metas[node.name] = self.graph.meta(node)
+                try:
+                    self.emit_call(node, where=f"{where} ({node.target})")
+                except EmitError:
+                    raise
+                except PteError as exc:
+                    raise EmitError(f"{where} ({node.target}): {exc}") from exc
+            else:
+                self.emit_output(node, where=where)
+        return self.finish()
+
+    def emit_placeholder(
+        self, node: Placeholder, spec: object, mutated: Mapping[str, Argument], *, where: str
+    ) -> int:
+        meta = self.graph.meta(node)
+        self.metas[node.name] = meta
+        if isinstance(spec, (ParameterInput, BufferInput, ConstantTensorInput)):
+            if isinstance(spec, BufferInput) and spec.target in mutated:
+                if not isinstance(meta, TensorMeta):
+                    raise EmitError(f"{where}: mutable buffer {spec.target!r} has no tensor metadata")
+                idx = self.tensor_value(meta, where=where, planned=True, start=0)
+            else:
+                data = self.state_by_target.get(spec.target)
+                if data is None:
+                    raise EmitError(f"{where}: no state entry for {spec.target!r}; the program lacks its data")
+                if data.data is None:
+                    raise EmitError(
+                        f"{where}: state {spec.target!r} has no payload (a snapshot without data); "
+                        "convert with data or load a snapshot written with include_data=True"
+                    )
+                idx = self.constant_tensor(data.meta, data.data, where=where, digest=data.sha256)
+        elif isinstance(spec, UserInput):
+            if isinstance(meta, TensorMeta):
+                idx = self.tensor_value(
+                    meta, where=where, planned=self.options.alloc_graph_input, start=0
+                )
+            elif isinstance(meta, ScalarMeta):
+                idx = self.scalar(literal_of(meta.value), where=where)
+            elif isinstance(meta, (SymIntMeta, SymBoolMeta, SymFloatMeta)):
+                idx = self.add(Int(int_val=0))
+            elif isinstance(meta, NoneMeta) or meta is None:
+                idx = self.add(Null())
+            else:
+                raise EmitError(f"{where}: user input of kind {type(meta).__name__} is not supported")
+            self.inputs.append(idx)
+        else:
+            raise EmitError(
+                f"{where}: input kind {type(spec).__name__} is not supported by the .pte emitter"
+            )
+        self.by_name[node.name] = idx
+        return idx
+
+    def emit_call(self, node: CallFunction, *, where: str) -> None:
+        target = node.target
+        if target == GETITEM_TARGET:
+            self.emit_getitem(node, where=where)
+            return
+        if target == CALL_DELEGATE_TARGET:
+            self.emit_delegate(node, where=where)
+            return
+        if target in SYM_ARITH:
+            args = [self.scalar(a, where=where) for a in node.args]
+            result = self.add(Int(int_val=0))
+            self.kernel(SYM_ARITH[target], (*args, result))
+            self.by_name[node.name] = result
+            return
+        if target == "higher_order::cond":
+            self.emit_cond(node, where=where)
+            return
+        if target.startswith("higher_order::"):
+            raise EmitError(
+                f"{where}: control flow ({target}) is not supported by the .pte emitter yet; "
+                "export without torch.cond/torch.map or delegate the region"
+            )
+        if target in ops.SYM_OPS:
+            schema = ops.op_schema(target)
+            bound = self.bind(node, schema)
+            args = [self.argument(a, self._arg_or_default(bound, a, node, where), where=where)
+                    for a in schema.arguments]
+            result = self.add(Int(int_val=0))
+            self.kernel(target, (*args, result))
+            self.by_name[node.name] = result
+            return
+        if target in ALIASABLE_VIEWS and self.emit_static_view(node, where=where):
+            return
+        facts = ops.op_facts(target)
+        if facts is None:
+            ops.op_schema(target)  # raises the error that names the unknown operator
+            raise EmitError(f"{where}: operator {target} is not known to torch")
+        kwargs_override: dict[str, Argument] = {}
+        forced: tuple[int, ...] | None = None
+        if target in DIM_ORDER_TARGETS:
+            order_arg = dict(node.kwargs).get("dim_order")
+            if not isinstance(order_arg, ListArg):
+                # No explicit order (preserve_format, or a dtype cast): the input's layout as emitted.
+                order_arg = self.preserved_dim_order(node)
+                kwargs_override = {"dim_order": order_arg}
+            forced = tuple(i.value for i in order_arg.items if isinstance(i, IntArg))
+        elif facts.is_view:
+            raise EmitError(
+                f"{where}: view op has no copy variant; decompose it before emitting "
+                "(the edge form turns views into their *_copy variants)"
+            )
+        functional = facts.schema
+        out = facts.out
+        bound = self.bind(node, functional)
+        bound.update(kwargs_override)
+        if out is None:
+            if functional.is_mutable:
+                self.emit_inplace(node, functional, bound, where=where)
+                return
+            raise EmitError(
+                f"{where}: operator {target} has no out variant, so the ExecuTorch runtime has no kernel "
+                "for it; decompose it to core ATen (from_exported_program(ep, decompose=True)) or "
+                "delegate it to a backend"
+            )
+        casts = self.promote_operands(node, target, functional, bound, where=where)
+        self.emit_out_call(node, out, bound, where=where, forced_order=forced, emitted=casts)
+
+    def emit_out_call(
+        self, node: CallFunction, out: OpSchema, bound: Mapping[str, Argument], *, where: str,
+        forced_order: tuple[int, ...] | None = None,
+        emitted: Mapping[str, int] | None = None,
+    ) -> None:
+        meta = self.graph.meta(node)
+        out_args = out.out_args
+        # Allocate the out tensors first (exir's memory.alloc nodes precede their op).
+        item_metas: list[ValueMeta]
+        if len(out_args) == 1 and out_args[0].kind != "tensor_list":
+            if not isinstance(meta, TensorMeta):
+                raise EmitError(f"{where}: expected one tensor result, metadata is {type(meta).__name__}")
+            item_metas = [meta]
+        elif isinstance(meta, TupleMeta):
+            item_metas = list(meta.items)
+        else:
+            raise EmitError(f"{where}: expected a tuple of results, metadata is {type(meta).__name__}")
+        # With alloc_graph_output=False a method output is left to the caller (no allocation_info).
+        planned = self.options.alloc_graph_output or not (
+            self.graph is self.program.graph and node.name in self.output_names
+        )
+        # Layouts follow the op's tensor inputs (a view's metadata carries its base's strides, but
+        # its copy variant writes a fresh contiguous tensor); dim-order ops say theirs explicitly.
+        orders: set[tuple[int, ...]] = set()
+        if forced_order is not None:
+            orders.add(forced_order)
+        else:
+            for value in bound.values():
+                for name in iter_refs(value):
+                    found = self.by_name.get(name)
+                    tensor = self.values[found] if isinstance(found, int) else None
+                    if isinstance(tensor, PendingTensor):
+                        orders.add(tensor.dim_order)
+        allowed = frozenset(orders)
+        out_values: dict[str, int] = {}
+        result_indices: list[int] = []
+        if len(out_args) == 1 and out_args[0].kind == "tensor_list":
+            items = []
+            for m in item_metas:
+                if not isinstance(m, TensorMeta):
+                    raise EmitError(f"{where}: list result item is {type(m).__name__}, not a tensor")
+                items.append(self.tensor_value(m, where=where, planned=planned, start=self.step, allowed_orders=allowed,
+                    forced_order=forced_order))
+            result_indices = items
+            out_values[out_args[0].name] = self.add(TensorList(items=tuple(items)))
+        else:
+            if len(item_metas) != len(out_args):
+                raise EmitError(
+                    f"{where}: {len(item_metas)} results but out variant {out.target} has {len(out_args)} outs"
+                )
+            for a, m in zip(out_args, item_metas):
+                if not isinstance(m, TensorMeta):
+                    raise EmitError(f"{where}: result {a.name!r} is {type(m).__name__}, not a tensor")
+                out_values[a.name] = self.tensor_value(m, where=where, planned=planned, start=self.step, allowed_orders=allowed,
+                    forced_order=forced_order)
+                result_indices.append(out_values[a.name])
+        args: list[int] = []
+        for a in out.arguments:
+            if a.is_out:
+                args.append(out_values[a.name])
+            elif emitted and a.name in emitted:
+                args.append(emitted[a.name])
+            else:
+                args.append(self.argument(a, self._arg_or_default(bound, a, node, where), where=where))
+        if len(out_args) == 1 and out_args[0].kind != "tensor_list":
+            ret = out_values[out_args[0].name]
+        else:
+            ret = self.add(TensorList(items=tuple(result_indices)))
+        self.kernel(out.target, (*args, ret))
+        if isinstance(meta, TupleMeta) or out_args[0].kind == "tensor_list":
+            self.by_name[node.name] = tuple(result_indices)
+        else:
+            self.by_name[node.name] = result_indices[0]
+
+    def promote_operands(
+        self, node: CallFunction, target: str, schema: OpSchema, bound: Mapping[str, Argument], *, where: str
+    ) -> dict[str, int]:
+        """RemoveMixedTypeOperators: the tensor operands of add/sub/mul/div/minimum are cast to the
+        computation dtype (the result's) first, lifted scalars included, as exir's to_edge does."""
+        meta = self.graph.meta(node)
+        if target not in MIXED_TYPE_OPS or not isinstance(meta, TensorMeta):
+            return {}
+        want = DTYPE_TO_SCALAR_TYPE.get(meta.dtype)
+        if want is None:
+            return {}
+        casts: dict[str, int] = {}
+        for a in schema.in_args:
+            if a.kind != "tensor" or a.name not in bound:
+                continue
+            arg = bound[a.name]
+            if not isinstance(arg, (Ref, IntArg, FloatArg, BoolArg)):
+                continue
+            index = self.argument(a, arg, where=where)
+            value = self.values[index]
+            if isinstance(value, PendingTensor) and value.scalar_type != want:
+                casts[a.name] = self.cast(index, value, want, where=where)
+            elif not isinstance(arg, Ref):
+                casts[a.name] = index  # the lifted constant, emitted once
+        return casts
+
+    def cast(self, index: int, value: PendingTensor, dtype: ScalarType, *, where: str) -> int:
+        out = PendingTensor(
+            scalar_type=dtype, sizes=value.sizes, dim_order=value.dim_order, requires_grad=False,
+            dynamism=value.dynamism,
+        )
+        out.storage = len(self.storages)
+        self.storages.append(Storage(
+            size=math.prod(value.sizes) * DTYPE_ITEMSIZE[SCALAR_TYPE_TO_DTYPE[dtype]],
+            start=self.step, end=self.step,
+        ))
+        out_index = self.add(out)
+        non_blocking = self.add(Bool(bool_val=False))
+        dims = self.add(IntList(items=tuple(self.add(Int(int_val=d)) for d in value.dim_order)))
+        self.use(index)
+        self.kernel("dim_order_ops::_to_dim_order_copy.out", (index, non_blocking, dims, out_index, out_index))
+        return out_index
+
+    def emit_inplace(
+        self, node: CallFunction, schema: OpSchema, bound: Mapping[str, Argument], *, where: str
+    ) -> None:
+        args = [self.argument(a, self._arg_or_default(bound, a, node, where), where=where)
+                for a in schema.arguments]
+        # The return slot of an in-place op is the mutated input itself.
+        self.kernel(schema.target, (*args, args[0]))
+        self.by_name[node.name] = args[0]
+
+    def preserved_dim_order(self, node: CallFunction) -> ListArg:
+        """The dim order of a dim-order op's input as emitted (not torch's view strides): what
+        preserve_format keeps, and what a cast inserted by the edge form keeps."""
+        meta = self.graph.meta(node)
+        rank = len(meta.shape) if isinstance(meta, TensorMeta) else 0
+        base = node.args[0] if node.args else None
+        found = self.by_name.get(base.name) if isinstance(base, Ref) else None
+        base_value = self.values[found] if isinstance(found, int) else None
+        order: tuple[int, ...]
+        if isinstance(base_value, PendingTensor) and len(base_value.dim_order) == rank:
+            order = base_value.dim_order
+        else:
+            order = tuple(range(rank))
+        return ListArg(items=tuple(IntArg(value=d) for d in order))
+
+    def emit_static_view(self, node: CallFunction, *, where: str) -> bool:
+        """ReplaceViewCopyWithViewPass: a reshape of a planned or constant tensor that is not a graph
+        output becomes a second Tensor value over the same memory: with no instruction when static,
+        through `executorch_prim::et_view` (which sets the runtime shape) when dynamic."""
+        meta = self.graph.meta(node)
+        if not isinstance(meta, TensorMeta):
+            return False
+        if node.name in self.output_names or not node.args or not isinstance(node.args[0], Ref):
+            return False
+        base_index = self.by_name.get(node.args[0].name)
+        if not isinstance(base_index, int):
+            return False
+        base = self.values[base_index]
+        if not isinstance(base, PendingTensor):
+            return False
+        if base.storage is None and base.data_buffer_idx == 0:
+            return False
+        if base.dim_order != tuple(range(len(base.dim_order))):
+            return False
+        dynamic = any(isinstance(d, str) for d in meta.shape)
+        if base.dynamism != TensorShapeDynamism.STATIC and not dynamic:
+            return False
+        if dynamic and base.storage is None:
+            return False
+        sizes = tuple(self.bounds.upper(d, where=where) for d in meta.shape)
+        alias = PendingTensor(
+            scalar_type=base.scalar_type, sizes=sizes, dim_order=tuple(range(len(sizes))),
+            requires_grad=meta.requires_grad,
+            dynamism=TensorShapeDynamism.DYNAMIC_BOUND if dynamic else TensorShapeDynamism.STATIC,
+            data_buffer_idx=base.data_buffer_idx, storage=base.storage,
+        )
+        if not dynamic:
+            self.use(base_index)
+            self.by_name[node.name] = self.add(alias)
+            return True
+        self.use(base_index)
+        size_arg = node.args[1] if len(node.args) > 1 else dict(node.kwargs).get("size", NoneArg())
+        seq = size_arg.items if isinstance(size_arg, (ListArg, TupleArg)) else (size_arg,)
+        sizes_index = self.add(IntList(items=tuple(self.scalar(item, where=where) for item in seq)))
+        out = self.add(alias)
+        self.kernel("executorch_prim::et_view.default", (base_index, sizes_index, out))
+        self.by_name[node.name] = out
+        return True
+
+    def emit_getitem(self, node: CallFunction, *, where: str) -> None:
+        if len(node.args) != 2 or not isinstance(node.args[0], Ref) or not isinstance(node.args[1], IntArg):
+            raise EmitError(f"{where}: getitem needs (value, int index)")
+        source = self.by_name.get(node.args[0].name)
+        if not isinstance(source, tuple):
+            raise EmitError(f"{where}: getitem of {node.args[0].name!r}, which is not a multi-output value")
+        index = node.args[1].value
+        if not -len(source) <= index < len(source):
+            raise EmitError(f"{where}: getitem index {index} out of range for {len(source)} results")
+        self.by_name[node.name] = source[index]
+
+    def emit_delegate(self, node: CallFunction, *, where: str) -> None:
+        if not node.args or not isinstance(node.args[0], Ref):
+            raise EmitError(f"{where}: call_delegate's first argument must name a lowered module")
+        module_meta = self.metas.get(node.args[0].name)
+        if not isinstance(module_meta, DelegateMeta):
+            raise EmitError(f"{where}: {node.args[0].name!r} is not a get_attr of a lowered module")
+        module = self.lowered.get(module_meta.module)
+        if module is None:
+            raise EmitError(
+                f"{where}: lowered module {module_meta.module!r} is not in program.lowered_modules"
+            )
+        inputs = [self.scalar(arg, where=where) for arg in node.args[1:]]
+        meta = self.graph.meta(node)
+        item_metas = list(meta.items) if isinstance(meta, TupleMeta) else [meta] if meta is not None else []
+        outs: list[int] = []
+        for m in item_metas:
+            if isinstance(m, TensorMeta):
+                outs.append(self.tensor_value(m, where=where, planned=True, start=self.step))
+            elif isinstance(m, (SymIntMeta, ScalarMeta)):
+                outs.append(self.add(Int(int_val=0)))
+            else:
+                raise EmitError(f"{where}: delegate output of kind {type(m).__name__} is not supported")
+        blob_index = self.state.delegate_blob(Blob(module.processed_bytes))
+        self.delegates.append(BackendDelegate(
+            id=module.backend_id,
+            processed=BackendDelegateDataReference(location=DataLocation.INLINE, index=blob_index),
+            compile_specs=tuple(CompileSpec(key=c.key, value=c.value) for c in module.compile_specs),
+        ))
+        self.instructions.append(Instruction(instr_args=DelegateCall(
+            delegate_index=len(self.delegates) - 1, args=(*inputs, *outs),
+        )))
+        if isinstance(meta, TupleMeta):
+            self.by_name[node.name] = tuple(outs)
+        elif outs:
+            self.by_name[node.name] = outs[0]
+
+    def emit_output(self, node: Output, *, where: str) -> None:
+        # Buffer mutations were written back by the edge form's copy_ nodes.
+        for spec, arg in zip(self.program.signature.outputs, node.args):
+            if isinstance(spec, BufferMutation):
+                continue
+            if not isinstance(spec, UserOutput):
+                raise EmitError(f"{where}: output kind {type(spec).__name__} is not supported by the .pte emitter")
+            if isinstance(arg, Ref):
+                self.outputs.append(self.ref(arg.name, where=where))
+            else:
+                self.outputs.append(self.scalar(arg, where=where))
+
+    def subgraph(self, arg: Argument, *, where: str) -> Graph:
+        meta = self.metas.get(arg.name) if isinstance(arg, Ref) else None
+        if not isinstance(meta, SubgraphMeta):
+            raise EmitError(f"{where}: branch argument is not a get_attr of a nested graph")
+        for sub in self.graph.subgraphs:
+            if sub.name == meta.graph:
+                return sub.graph
+        raise EmitError(f"{where}: nested graph {meta.graph!r} is missing from the graph's subgraphs")
+
+    def emit_cond(self, node: CallFunction, *, where: str) -> None:
+        """torch.cond inlined with jumps, as ExecuTorch's emitter does: JumpFalse(pred -> else), true
+        branch, moves into the results, JumpFalse(False -> end), false branch, moves."""
+        operand_arg = node.args[3] if len(node.args) == 4 else None
+        if not isinstance(operand_arg, (ListArg, TupleArg)):
+            raise EmitError(f"{where}: cond needs (pred, true_graph, false_graph, operands)")
+        pred_arg, true_arg, false_arg = node.args[:3]
+        pred = self.scalar(pred_arg, where=where)
+        true_graph = self.subgraph(true_arg, where=where)
+        false_graph = self.subgraph(false_arg, where=where)
+        operands = [self.scalar(item, where=where) for item in operand_arg.items]
+        meta = self.graph.meta(node)
+        item_metas = list(meta.items) if isinstance(meta, TupleMeta) else [meta] if meta is not None else []
+        outs: list[int] = []
+        for m in item_metas:
+            if not isinstance(m, TensorMeta):
+                raise EmitError(f"{where}: cond result of kind {type(m).__name__} is not supported")
+            outs.append(self.tensor_value(m, where=where, planned=True, start=self.step))
+        first_storage = len(self.storages)
+        jump_else = len(self.instructions)
+        self.instructions.append(Instruction(instr_args=JumpFalseCall(cond_value_index=pred,
+                                                                      destination_instruction=-1)))
+        for src, dst in zip(self.emit_branch(true_graph, operands, outs, where=where), outs):
+            self.instructions.append(Instruction(instr_args=MoveCall(move_from=src, move_to=dst)))
+        false_value = self.add(Bool(bool_val=False))
+        jump_end = len(self.instructions)
+        self.instructions.append(Instruction(instr_args=JumpFalseCall(cond_value_index=false_value,
+                                                                      destination_instruction=-1)))
+        else_start = len(self.instructions)
+        for src, dst in zip(self.emit_branch(false_graph, operands, outs, where=where), outs):
+            self.instructions.append(Instruction(instr_args=MoveCall(move_from=src, move_to=dst)))
+        self.instructions[jump_else] = Instruction(instr_args=JumpFalseCall(
+            cond_value_index=pred, destination_instruction=else_start))
+        self.instructions[jump_end] = Instruction(instr_args=JumpFalseCall(
+            cond_value_index=false_value, destination_instruction=len(self.instructions)))
+        # A move makes a result share its branch value's tensor, so branch tensors and operands
+        # stay live (unshared) to the end of the method.
+        for storage in self.storages[first_storage:]:
+            storage.end = self.last_step
+        for index in operands:
+            value = self.values[index]
+            if isinstance(value, PendingTensor) and value.storage is not None:
+                self.storages[value.storage].end = self.last_step
+        self.by_name[node.name] = tuple(outs)
+
+    def emit_branch(self, graph: Graph, operands: list[int], outs: list[int], *, where: str) -> list[int]:
+        placeholders = [n for n in graph.nodes if isinstance(n, Placeholder)]
+        if len(placeholders) != len(operands):
+            raise EmitError(f"{where}: branch takes {len(placeholders)} inputs, cond passes {len(operands)}")
+        saved = (self.by_name, self.metas, self.graph, self._output_names)
+        self.by_name, self.metas, self.graph, self._output_names = {}, {}, graph, None
+        try:
+            for ph, index in zip(placeholders, operands):
+                self.by_name[ph.name] = index
+                self.metas[ph.name] = graph.meta(ph)
+            results: list[int] = []
+            for n in graph.nodes:
+                if isinstance(n, GetAttr):
+                    self.metas[n.name] = graph.meta(n)
+                elif isinstance(n, CallFunction):
+                    self.metas[n.name] = graph.meta(n)
+                    self.emit_call(n, where=f"{where} > {n.name!r} ({n.target})")
+                elif isinstance(n, Output):
+                    results = [self.scalar(a, where=where) for a in n.args]
+        finally:
+            self.by_name, self.metas, self.graph, self._output_names = saved
+        if len(results) != len(outs):
+            raise EmitError(f"{where}: branch returns {len(results)} values, cond has {len(outs)} results")
+        return results

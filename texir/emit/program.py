@@ -1,0 +1,66 @@
+"""`emit`: IR Programs (one per method) to a `.pte` program; `lowered_module_buffer`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from texir.edge import to_edge_program
+from texir.ir.types import (
+    Program,
+)
+from texir.lowering.lowered import delegate_wrapper_program
+from texir.serialize.pte.codec import PteOptions, dumps
+from texir.serialize.pte.schema import (
+    BackendDelegateInlineData,
+    Buffer,
+    PteProgram,
+)
+from texir.serialize.pte.schema import Program as PteRoot
+
+if TYPE_CHECKING:
+    from texir.ir.types import LoweredBackendModule
+from texir.emit.common import (
+    EmitError,
+    EmitOptions,
+    ProgramState,
+)
+from texir.emit.method import MethodEmitter
+
+
+def emit(
+    program: Program | Mapping[str, Program], options: EmitOptions | None = None
+) -> PteProgram:
+    """Emit one Program (method "forward") or several (method name -> Program) as a `.pte` program.
+
+    Pure: the input is not modified. Constant payloads and delegate blobs are Blob views of the
+    program's own data (never copied), deduplicated by content hash; methods are sorted by name.
+    """
+    options = options or EmitOptions()
+    methods = {"forward": program} if isinstance(program, Program) else dict(program)
+    if not methods:
+        raise EmitError("no methods to emit; pass a Program or a non-empty mapping of name -> Program")
+    state = ProgramState()
+    plans = []
+    for name in sorted(methods):
+        method = methods[name]
+        if not isinstance(method, Program):
+            raise EmitError(f"method {name!r} is a {type(method).__name__}, not a texir.ir.Program")
+        plans.append(MethodEmitter(name, to_edge_program(method), state, options).emit_method())
+    root = PteRoot(
+        execution_plan=tuple(plans),
+        constant_buffer=tuple(Buffer(storage=blob) for blob in state.constants),
+        backend_delegate_data=tuple(BackendDelegateInlineData(data=blob) for blob in state.delegate_data),
+    )
+    return PteProgram(program=root)
+
+
+def lowered_module_buffer(
+    name: str,
+    module: LoweredBackendModule,
+    options: PteOptions | None = None,
+    emit_options: EmitOptions | None = None,
+) -> bytes:
+    """The `.pte` bytes of a lowered module's wrapper program (inputs -> one delegate call ->
+    outputs), the counterpart of ExecuTorch's `LoweredBackendModule.buffer()`."""
+    return dumps(emit(delegate_wrapper_program(name, module), emit_options), options)

@@ -1,0 +1,370 @@
+"""The value table of one method: tensors, scalars, constants, operators and argument mapping."""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from texir.adapters.op_schemas import ArgSchema, OpSchema
+from texir.emit.memory_plan import (
+    Interval,
+    align_up,
+    check_plan,
+    plan_memory,
+)
+from texir.ir.blob import Blob
+from texir.ir.types import (
+    DTYPE_ITEMSIZE,
+    Argument,
+    BoolArg,
+    CallFunction,
+    DeviceArg,
+    DType,
+    DTypeArg,
+    FloatArg,
+    IntArg,
+    LayoutArg,
+    ListArg,
+    MemoryFormatArg,
+    NoneArg,
+    Output,
+    Program,
+    Ref,
+    StrArg,
+    SymExprArg,
+    TensorMeta,
+    TupleArg,
+    ValueMeta,
+)
+from texir.serialize.pte.dtypes import DTYPE_TO_SCALAR_TYPE
+from texir.serialize.pte.schema import (
+    AllocationDetails,
+    BackendDelegate,
+    Bool,
+    BoolList,
+    Chain,
+    ContainerMetadata,
+    Double,
+    DoubleList,
+    EValue,
+    ExecutionPlan,
+    Instruction,
+    Int,
+    IntList,
+    KernelCall,
+    Null,
+    Operator,
+    OptionalTensorList,
+    ScalarType,
+    String,
+    Tensor,
+    TensorList,
+    TensorShapeDynamism,
+)
+
+if TYPE_CHECKING:
+    pass
+from texir.emit.common import (
+    MEMORY_FORMAT_CODE,
+    Bounds,
+    EmitError,
+    EmitOptions,
+    PendingTensor,
+    PendingValue,
+    ProgramState,
+    Storage,
+    as_float,
+    dim_order_of,
+    literal_float,
+    split_op,
+)
+
+
+class ValueTable:
+    """Values, storages, operators and instructions of one method, built in emission order."""
+
+    def __init__(self, name: str, program: Program, state: ProgramState, options: EmitOptions) -> None:
+        self.name = name
+        self.program = program
+        self.state = state
+        self.options = options
+        self.bounds = Bounds(program)
+        self.values: list[PendingValue] = []
+        self.by_name: dict[str, int | tuple[int, ...]] = {}
+        self.metas: dict[str, ValueMeta | None] = {}
+        self.storages: list[Storage] = []
+        self.operators: list[Operator] = []
+        self.operator_index: dict[tuple[str, str], int] = {}
+        self.instructions: list[Instruction] = []
+        self.delegates: list[BackendDelegate] = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+        self.step = 0
+        self.last_step = len(program.graph.nodes)
+        self.graph = program.graph
+        self._output_names: frozenset[str] | None = None
+        self.lowered = {m.name: m.module for m in program.lowered_modules}
+        self.state_by_target = {entry.target: entry.value for entry in program.state}
+
+    # --- values -------------------------------------------------------------------------------
+
+    def add(self, value: PendingValue) -> int:
+        self.values.append(value)
+        return len(self.values) - 1
+
+    def tensor_value(
+        self, meta: TensorMeta, *, where: str, planned: bool, start: int,
+        allowed_orders: frozenset[tuple[int, ...]] | None = None,
+        forced_order: tuple[int, ...] | None = None,
+    ) -> int:
+        """A new Tensor value. With `allowed_orders`, a non-contiguous dim order from the metadata is
+        kept only if one of the op's tensor inputs has it (as ExecuTorch re-derives layouts after
+        turning views into copies); otherwise the tensor is contiguous."""
+        sizes = tuple(self.bounds.upper(d, where=where) for d in meta.shape)
+        dynamic = any(isinstance(d, str) for d in meta.shape)
+        order = dim_order_of(tuple(self.bounds.upper(s, where=where) for s in meta.strides))
+        if forced_order is not None and len(forced_order) == len(sizes):
+            order = forced_order
+        elif allowed_orders is not None and order not in allowed_orders:
+            order = tuple(range(len(sizes)))
+        if meta.dtype not in DTYPE_TO_SCALAR_TYPE:
+            raise EmitError(f"{where}: dtype {meta.dtype} has no ExecuTorch scalar type")
+        tensor = PendingTensor(
+            scalar_type=DTYPE_TO_SCALAR_TYPE[meta.dtype], sizes=sizes, dim_order=order,
+            requires_grad=meta.requires_grad,
+            dynamism=TensorShapeDynamism.DYNAMIC_BOUND if dynamic else TensorShapeDynamism.STATIC,
+        )
+        if planned:
+            nbytes = math.prod(sizes) * DTYPE_ITEMSIZE[meta.dtype]
+            tensor.storage = len(self.storages)
+            self.storages.append(Storage(size=nbytes, start=start, end=start))
+        return self.add(tensor)
+
+    def use(self, index: int) -> None:
+        value = self.values[index]
+        if isinstance(value, PendingTensor) and value.storage is not None:
+            storage = self.storages[value.storage]
+            storage.end = max(storage.end, self.step)
+        elif isinstance(value, (TensorList, OptionalTensorList)):
+            for item in value.items:
+                if item >= 0:
+                    self.use(item)
+
+    def ref(self, name: str, *, where: str) -> int:
+        found = self.by_name.get(name)
+        if found is None:
+            raise EmitError(f"{where}: value {name!r} is used before it is defined or has no value")
+        if isinstance(found, tuple):
+            raise EmitError(
+                f"{where}: multi-output value {name!r} is used directly; read its items with getitem"
+            )
+        self.use(found)
+        return found
+
+    def constant_tensor(self, meta: TensorMeta, blob: Blob, *, where: str, digest: str | None = None) -> int:
+        if any(isinstance(d, str) for d in meta.shape):
+            raise EmitError(f"{where}: constant tensors cannot have symbolic shapes")
+        sizes = tuple(int(d) for d in meta.shape)
+        expected = math.prod(sizes) * DTYPE_ITEMSIZE[meta.dtype]
+        if blob.nbytes != expected:
+            raise EmitError(
+                f"{where}: constant holds {blob.nbytes} bytes but {meta.dtype}{list(sizes)} needs {expected}"
+            )
+        if meta.dtype not in DTYPE_TO_SCALAR_TYPE:
+            raise EmitError(f"{where}: dtype {meta.dtype} has no ExecuTorch scalar type")
+        # IR tensor data is stored contiguous, so constants always get the contiguous dim order.
+        return self.add(PendingTensor(
+            scalar_type=DTYPE_TO_SCALAR_TYPE[meta.dtype], sizes=sizes, dim_order=tuple(range(len(sizes))),
+            requires_grad=meta.requires_grad, dynamism=TensorShapeDynamism.STATIC,
+            data_buffer_idx=self.state.constant(blob, digest),
+        ))
+
+    def scalar_tensor(self, arg: Argument, *, where: str) -> int:
+        """ScalarToTensorPass: a Python scalar where the schema wants a Tensor becomes a 0-dim constant."""
+        if isinstance(arg, BoolArg):
+            dtype, data = DType.bool, struct.pack("<?", arg.value)
+        elif isinstance(arg, IntArg):
+            dtype, data = DType.int64, struct.pack("<q", arg.value)
+        elif isinstance(arg, FloatArg):
+            dtype, data = DType.float32, struct.pack("<f", as_float(arg.value))
+        else:
+            raise EmitError(f"{where}: cannot turn {type(arg).__name__} into a tensor argument")
+        return self.constant_tensor(TensorMeta(dtype=dtype, shape=(), strides=()), Blob(data), where=where)
+
+    def operator(self, target: str) -> int:
+        key = split_op(target)
+        index = self.operator_index.get(key)
+        if index is None:
+            index = len(self.operators)
+            self.operators.append(Operator(name=key[0], overload=key[1]))
+            self.operator_index[key] = index
+        return index
+
+    # --- arguments ----------------------------------------------------------------------------
+
+    def scalar(self, arg: Argument, *, where: str) -> int:
+        """A non-tensor argument as a fresh value (or the value of a symbolic int node)."""
+        if isinstance(arg, Ref):
+            return self.ref(arg.name, where=where)
+        if isinstance(arg, NoneArg):
+            return self.add(Null())
+        if isinstance(arg, BoolArg):
+            return self.add(Bool(bool_val=arg.value))
+        if isinstance(arg, IntArg):
+            return self.add(Int(int_val=arg.value))
+        if isinstance(arg, FloatArg):
+            return self.add(Double(double_val=as_float(arg.value)))
+        if isinstance(arg, StrArg):
+            return self.add(String(string_val=arg.value))
+        if isinstance(arg, DTypeArg):
+            if arg.value not in DTYPE_TO_SCALAR_TYPE:
+                raise EmitError(f"{where}: dtype {arg.value} has no ExecuTorch scalar type")
+            return self.add(Int(int_val=int(DTYPE_TO_SCALAR_TYPE[arg.value])))
+        if isinstance(arg, LayoutArg):
+            return self.add(Int(int_val=0 if arg.value == "strided" else 1))
+        if isinstance(arg, MemoryFormatArg):
+            return self.add(Int(int_val=MEMORY_FORMAT_CODE[arg.value]))
+        if isinstance(arg, DeviceArg):
+            return self.add(Int(int_val=0))
+        if isinstance(arg, SymExprArg):
+            raise EmitError(
+                f"{where}: symbolic expression {arg.expr!r} used directly as an argument; "
+                "the runtime needs it computed by a sym op node"
+            )
+        raise EmitError(f"{where}: unsupported argument {type(arg).__name__}")
+
+    def argument(self, schema: ArgSchema, arg: Argument, *, where: str) -> int:
+        kind = schema.kind
+        items = arg.items if isinstance(arg, (ListArg, TupleArg)) else None
+        if isinstance(arg, NoneArg) and schema.optional:
+            return self.add(Null())
+        if kind == "tensor" or kind == "optional_tensor":
+            if isinstance(arg, Ref):
+                return self.ref(arg.name, where=where)
+            if isinstance(arg, NoneArg):
+                # A non-optional Tensor given None: an empty placeholder tensor, as exir writes it.
+                return self.add(PendingTensor(ScalarType.BYTE, (0,), (0,), False, TensorShapeDynamism.STATIC))
+            return self.scalar_tensor(arg, where=where)
+        if kind in ("tensor_list", "optional_tensor_list") and items is not None:
+            indices = []
+            for item in items:
+                if isinstance(item, NoneArg) and kind == "optional_tensor_list":
+                    indices.append(-1)
+                elif isinstance(item, Ref):
+                    indices.append(self.ref(item.name, where=where))
+                else:
+                    indices.append(self.scalar_tensor(item, where=where))
+            if kind == "tensor_list":
+                return self.add(TensorList(items=tuple(indices)))
+            return self.add(OptionalTensorList(items=tuple(indices)))
+        if kind == "int_list":
+            seq = items if items is not None else (arg,)
+            return self.add(IntList(items=tuple(self.scalar(item, where=where) for item in seq)))
+        if kind == "float_list":
+            seq = items if items is not None else (arg,)
+            return self.add(DoubleList(items=tuple(as_float(literal_float(i, where)) for i in seq)))
+        if kind == "bool_list":
+            seq = items if items is not None else (arg,)
+            bools = []
+            for item in seq:
+                if not isinstance(item, BoolArg):
+                    raise EmitError(f"{where}: bool[] argument {schema.name!r} holds {type(item).__name__}")
+                bools.append(item.value)
+            return self.add(BoolList(items=tuple(bools)))
+        if kind == "float" and isinstance(arg, IntArg):
+            return self.add(Double(double_val=float(arg.value)))
+        if items is not None:
+            raise EmitError(f"{where}: argument {schema.name!r} of kind {kind} got a list")
+        return self.scalar(arg, where=where)
+
+    def bind(self, node: CallFunction, schema: OpSchema) -> dict[str, Argument]:
+        """Match the node's positional and keyword arguments to the schema by name."""
+        bound: dict[str, Argument] = {}
+        positional = [a for a in schema.arguments if not a.kwarg_only]
+        if len(node.args) > len(positional):
+            raise EmitError(
+                f"node {node.name!r} ({node.target}): {len(node.args)} positional arguments, schema "
+                f"{schema.target} takes {len(positional)}"
+            )
+        for a, value in zip(positional, node.args):
+            bound[a.name] = value
+        names = {a.name for a in schema.arguments}
+        for key, value in node.kwargs:
+            if key not in names:
+                raise EmitError(f"node {node.name!r} ({node.target}): unknown keyword argument {key!r}")
+            bound[key] = value
+        return bound
+
+    # --- nodes --------------------------------------------------------------------------------
+
+    def _arg_or_default(
+        self, bound: Mapping[str, Argument], a: ArgSchema, node: CallFunction, where: str
+    ) -> Argument:
+        value = bound.get(a.name)
+        if value is not None:
+            return value
+        if a.default is not None:
+            return a.default
+        if a.optional:
+            return NoneArg()
+        raise EmitError(f"{where}: required argument {a.name!r} is missing")
+
+    def kernel(self, target: str, args: tuple[int, ...]) -> None:
+        self.instructions.append(Instruction(instr_args=KernelCall(op_index=self.operator(target), args=args)))
+
+    # --- planning and assembly ----------------------------------------------------------------
+
+    def finish(self) -> ExecutionPlan:
+        intervals = [Interval(size=s.size, start=s.start, end=s.end) for s in self.storages]
+        plan = plan_memory(intervals, planner=self.options.planner, alignment=self.options.alignment)
+        if self.options.check_plan:
+            check_plan(intervals, plan)
+        values: list[EValue] = []
+        for value in self.values:
+            if isinstance(value, PendingTensor):
+                allocation = None
+                if value.storage is not None:
+                    offset = plan.offsets[value.storage]
+                    allocation = AllocationDetails(
+                        memory_id=1, memory_offset_low=offset & 0xFFFFFFFF, memory_offset_high=offset >> 32
+                    )
+                values.append(EValue(val=Tensor(
+                    scalar_type=value.scalar_type, sizes=value.sizes, dim_order=value.dim_order,
+                    requires_grad=value.requires_grad, data_buffer_idx=value.data_buffer_idx,
+                    allocation_info=allocation, shape_dynamism=value.dynamism,
+                )))
+            else:
+                values.append(EValue(val=value))
+        return ExecutionPlan(
+            name=self.name,
+            container_meta_type=self.container_meta(),
+            values=tuple(values),
+            inputs=tuple(self.inputs),
+            outputs=tuple(self.outputs),
+            chains=(Chain(inputs=(), outputs=(), instructions=tuple(self.instructions)),),
+            operators=tuple(self.operators),
+            delegates=tuple(self.delegates),
+            non_const_buffer_sizes=(0, align_up(plan.total, self.options.alignment)),
+        )
+
+    def container_meta(self) -> ContainerMetadata:
+        for entry in self.program.module_call_graph:
+            if entry.fqn == "" and entry.signature is not None:
+                return ContainerMetadata(
+                    encoded_inp_str=entry.signature.in_spec, encoded_out_str=entry.signature.out_spec
+                )
+        return ContainerMetadata(encoded_inp_str="", encoded_out_str="")
+
+    @property
+    def output_names(self) -> frozenset[str]:
+        if self._output_names is None:
+            out = self.graph.nodes[-1]
+            names = set()
+            if isinstance(out, Output):
+                for arg in out.args:
+                    if isinstance(arg, Ref):
+                        names.add(arg.name)
+            self._output_names = frozenset(names)
+        return self._output_names
