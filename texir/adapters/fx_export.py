@@ -342,10 +342,19 @@ class _ToFx:
             else:
                 raise UnsupportedError(f"node kind {type(node).__name__} is not supported")
             if fx_node.name != node.name:
-                raise ConversionError(
-                    f"node name {node.name!r} is used twice or is not a valid FX name (FX renamed it "
-                    f"{fx_node.name!r}); run texir.ir.verify"
-                )
+                # FX steers new names away from Python builtins and keywords (`input` becomes
+                # `input_1`); torch.export renames its nodes after creating them, so a user input
+                # called `input` keeps its name. Do the same; only a true duplicate is an error.
+                if node.name in env:
+                    raise ConversionError(
+                        f"node name {node.name!r} is used twice in {path or 'the program graph'}; "
+                        "run texir.ir.verify"
+                    )
+                # Only the name: a placeholder's target is the generated forward()'s parameter
+                # name, which must stay a legal, unshadowing identifier (FX's choice).
+                if fx_node.op == "placeholder":
+                    fx_node.target = fx_node.name
+                fx_node.name = node.name
             env[node.name] = fx_node
         return root, fx_graph
 
