@@ -336,3 +336,26 @@ def test_consumed_mutated_buffer_read_outside() -> None:
     # The helper leaves such a buffer in the parent instead.
     tagged = OpSupportPartitioner(TEST_BACKEND, {"aten::add.Tensor"}, tag_mutated_buffers=True)(program)
     assert "b_count" not in tagged.tag_map()
+
+
+def test_partitioner_and_predicate_exceptions_are_typed_and_keep_the_cause() -> None:
+    """A partitioner function or support predicate that raises comes out as a PartitionerError
+    naming the partitioner (and, for a predicate, the node), with the original as its cause."""
+    from texir.testing.programs import chain_program
+
+    program = chain_program()
+
+    def broken(p: Program) -> PartitionPlan:
+        raise KeyError("no such layer")
+
+    with pytest.raises(PartitionerError, match=r"partitioner .*broken.* raised KeyError: 'no such layer'") as info:
+        to_backend(program, broken)
+    assert isinstance(info.value.__cause__, KeyError)
+
+    def predicate(node: object, metas: object) -> bool:
+        raise ZeroDivisionError("bad predicate")
+
+    with pytest.raises(PartitionerError, match=r"OpSupportPartitioner.*predicate raised ZeroDivisionError on node '") as info2:
+        to_backend(program, OpSupportPartitioner("texir-reference", predicate))
+    assert isinstance(info2.value.__cause__, PartitionerError)
+    assert isinstance(info2.value.__cause__.__cause__, ZeroDivisionError)

@@ -14,7 +14,7 @@ import torch.utils._pytree as pytree
 from tests.zoo import ZOO, cached_export, example_argsets, zoo_model
 from texir.adapters import from_exported_program
 from texir.ir import CallFunction, CompileSpec, Program
-from texir.lowering import DelegationSpec, PartitionPlan, get_lowered_submodules, to_backend
+from texir.lowering import DelegationSpec, PartitionPlan, get_lowered_submodules, lower_whole, to_backend
 from texir.emit import EmitOptions, emit
 from texir.serialize.pte import dumps, loads
 
@@ -290,7 +290,7 @@ def test_lowered_module_buffer_matches_executorch_buffer_structure() -> None:
     ep = torch.export.export(module, args, strict=True)
     edge = exir.to_edge(ep, compile_config=exir.EdgeCompileConfig(_check_ir_validity=False))
     theirs = et_to_backend(DEMO_ID, edge.exported_program(), [])
-    lowered = to_backend(from_exported_program(ep, decompose=True), DEMO_ID, ())
+    lowered = lower_whole(from_exported_program(ep, decompose=True), DEMO_ID, ())
     ours = lowered_module_buffer("lowered_module_0", lowered)
     assert _delegate_view(ours) == _delegate_view(bytes(theirs.buffer()))
 

@@ -14,7 +14,8 @@ import pydantic
 
 from texir.errors import LoweringError
 from texir.ir import CallFunction, Program
-from texir.lowering.plan import CALL_DELEGATE, GETITEM, PartitionPlan, node_key, walk_keyed_graphs
+from texir.ir.names import CALL_DELEGATE, GETITEM
+from texir.lowering.plan import PartitionPlan, node_key, walk_keyed_graphs
 
 EPILOG = """\
 examples:

@@ -1,5 +1,8 @@
 """Pure partitioning and backend delegation over texir's frozen IR."""
 
+# The built-in backends register themselves under their ids on import.
+from texir.lowering import demo_backends as _demo_backends  # noqa: E402,F401
+from texir.lowering import reference_backend as _reference_backend  # noqa: E402,F401
 from texir.lowering.backend import (
     Backend,
     PreprocessResult,
@@ -12,6 +15,7 @@ from texir.lowering.delegate import (
     PartitionSummary,
     lower_plan,
     lower_plan_explained,
+    lower_whole,
     to_backend,
 )
 from texir.lowering.errors import (
@@ -38,14 +42,17 @@ from texir.lowering.partitioners import (
     tag_constants,
     tag_mutated_buffers,
 )
-from texir.lowering.plan import DelegationSpec, PartitionPlan, Partitioner, validate_plan
-
-# The built-in backends register themselves under their ids on import.
-from texir.lowering import demo_backends as _demo_backends  # noqa: E402,F401
-from texir.lowering import reference_backend as _reference_backend  # noqa: E402,F401
+from texir.lowering.plan import (
+    CheckedPlan,
+    DelegationSpec,
+    Partitioner,
+    PartitionPlan,
+    validate_plan,
+)
 
 __all__ = [
     "Backend",
+    "CheckedPlan",
     "BackendError",
     "BackendPreprocessError",
     "DelegateClaimedError",
@@ -74,6 +81,7 @@ __all__ = [
     "get_lowered_submodules",
     "lower_plan",
     "lower_plan_explained",
+    "lower_whole",
     "register_backend",
     "registered_backends",
     "tag_constants",

@@ -18,7 +18,6 @@ from typing import overload
 import msgspec
 
 from texir.ir import (
-    Argument,
     BufferInput,
     BufferMutation,
     CallFunction,
@@ -31,7 +30,6 @@ from texir.ir import (
     GraphSignature,
     InputSpec,
     IntArg,
-    ListArg,
     LoweredBackendModule,
     ModuleCallEntry,
     ModuleCallSignature,
@@ -47,7 +45,6 @@ from texir.ir import (
     StateEntry,
     Subgraph,
     SubgraphMeta,
-    TupleArg,
     TupleMeta,
     UserInput,
     UserOutput,
@@ -55,21 +52,29 @@ from texir.ir import (
     build_graph,
 )
 from texir.ir.analysis import node_inputs, value_metas
+from texir.ir.names import (
+    CALL_DELEGATE,
+    GETITEM,
+    NameAllocator,
+    rename_arg,
+    rename_node,
+    rename_output_spec,
+)
+from texir.errors import TexirError
 from texir.ir.verify import verify
 from texir.lowering.backend import lower_with_backend
 from texir.lowering.errors import PartitionerError
 from texir.lowering.plan import (
-    CALL_DELEGATE,
-    GETITEM,
+    CheckedGraph,
+    CheckedPlan,
     DelegationSpec,
-    PartitionPlan,
     Partitioner,
-    node_key,
+    PartitionPlan,
     validate_plan,
     walk_keyed_graphs,
 )
 
-__all__ = ["LoweringReport", "PartitionSummary", "lower_plan", "lower_plan_explained", "to_backend"]
+__all__ = ["LoweringReport", "PartitionSummary", "lower_plan", "lower_plan_explained", "lower_whole", "to_backend"]
 
 _Cache = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 _Consumable = ParameterInput | BufferInput | ConstantTensorInput
@@ -77,37 +82,40 @@ _Entry = tuple[Node, ValueMeta | None, Provenance | None]
 """A node with its value metadata and provenance (see `Graph.entries`)."""
 
 
-@overload
-def to_backend(program: Program, backend_id: str, compile_specs: Sequence[CompileSpec] = ...) -> LoweredBackendModule: ...
+def lower_whole(program: Program, backend_id: str, compile_specs: Sequence[CompileSpec] = ()) -> LoweredBackendModule:
+    """The whole program compiled by one backend (ExecuTorch's ``to_backend(backend_id, program,
+    compile_specs)``): its LoweredBackendModule."""
+    if not isinstance(program, Program):
+        raise PartitionerError(
+            f"lower_whole takes one texir.ir.Program, not {type(program).__name__}; lower each method"
+        )
+    return lower_with_backend(backend_id, program, tuple(compile_specs))
 
 
 @overload
-def to_backend(program: Program, backend_id: Partitioner) -> Program: ...
+def to_backend(program: Program, partitioner: Partitioner) -> Program: ...
 
 
 @overload
-def to_backend(program: Mapping[str, Program], backend_id: Partitioner) -> dict[str, Program]: ...
+def to_backend(program: Mapping[str, Program], partitioner: Partitioner) -> dict[str, Program]: ...
 
 
 def to_backend(
-    program: Program | Mapping[str, Program],
-    backend_id: str | Partitioner,
-    compile_specs: Sequence[CompileSpec] = (),
-) -> LoweredBackendModule | Program | dict[str, Program]:
-    """Lower `program`.
+    program: Program | Mapping[str, Program], partitioner: Partitioner
+) -> Program | dict[str, Program]:
+    """Lower every partition of `partitioner`'s plan.
 
-    - ``to_backend(program, "backend-id", compile_specs)``: the whole program to one backend,
-      returning its LoweredBackendModule (ExecuTorch's ``to_backend(backend_id, program, specs)``).
-    - ``to_backend(program, partitioner)``: every partition of the partitioner's plan, returning
-      the new Program with delegate calls.
+    - ``to_backend(program, partitioner)``: the new Program with delegate calls.
     - ``to_backend({"forward": p, ...}, partitioner)``: each method; identical delegates of
       different methods are compiled once and share one LoweredBackendModule object.
+
+    The whole program to one backend is `lower_whole`.
     """
-    if isinstance(backend_id, str):
-        if not isinstance(program, Program):
-            raise PartitionerError("to_backend(program, backend_id, ...) takes one Program, not a mapping")
-        return lower_with_backend(backend_id, program, tuple(compile_specs))
-    partitioner = backend_id
+    if isinstance(partitioner, str):
+        raise PartitionerError(
+            f"to_backend(program, {partitioner!r}) names a backend, not a partitioner; compile the whole "
+            "program with lower_whole(program, backend_id, compile_specs)"
+        )
     cache: _Cache = {}
     if isinstance(program, Program):
         return lower_plan(program, _call_partitioner(partitioner, program), _cache=cache)
@@ -118,7 +126,19 @@ def to_backend(
 
 
 def _call_partitioner(partitioner: Partitioner, program: Program) -> PartitionPlan:
-    plan = partitioner(program)
+    """The partitioner's plan; anything it raises comes out as a PartitionerError naming it, with
+    the original exception as the cause."""
+    try:
+        plan = partitioner(program)
+    except PartitionerError as exc:
+        raise PartitionerError(f"partitioner {partitioner!r}: {exc}") from exc
+    except TexirError:
+        raise
+    except Exception as exc:
+        raise PartitionerError(
+            f"partitioner {partitioner!r} raised {type(exc).__name__}: {exc}; the cause is attached "
+            "(fix the partitioner, or return a texir.lowering.PartitionPlan)"
+        ) from exc
     if not isinstance(plan, PartitionPlan):
         raise PartitionerError(
             f"partitioner {partitioner!r} returned {type(plan).__name__}; return a texir.lowering.PartitionPlan"
@@ -148,60 +168,6 @@ class _Part:
     getitem_names: list[str] = field(default_factory=list)
     debug_handle: int = 0
     last_index: int = 0
-
-
-class _Names:
-    """FX-like unique naming: ``base``, ``base_1``, ``base_2``... skipping names in use."""
-
-    def __init__(self, used: set[str]) -> None:
-        self.used = used
-        self.counters: dict[str, int] = {}
-
-    def fresh_indexed(self, base: str) -> str:
-        """``base_0``, ``base_1``, ... (ExecuTorch's lowered module names)."""
-        count = self.counters.get(base, 0)
-        while f"{base}_{count}" in self.used:
-            count += 1
-        self.counters[base] = count + 1
-        self.used.add(f"{base}_{count}")
-        return f"{base}_{count}"
-
-    def fresh(self, base: str) -> str:
-        count = self.counters.get(base, 0)
-        while True:
-            name = base if count == 0 else f"{base}_{count}"
-            count += 1
-            if name not in self.used:
-                self.counters[base] = count
-                self.used.add(name)
-                return name
-
-
-def _rename(arg: Argument, names: Mapping[str, str]) -> Argument:
-    if isinstance(arg, Ref):
-        new = names.get(arg.name)
-        return arg if new is None else Ref(name=new)
-    if isinstance(arg, ListArg):
-        return ListArg(items=tuple(_rename(a, names) for a in arg.items))
-    if isinstance(arg, TupleArg):
-        return TupleArg(items=tuple(_rename(a, names) for a in arg.items))
-    return arg
-
-
-def _rename_node(node: Node, names: Mapping[str, str]) -> Node:
-    if not names:
-        return node
-    if isinstance(node, CallFunction):
-        if not any(n in names for n in node_inputs(node)):
-            return node
-        return msgspec.structs.replace(
-            node,
-            args=tuple(_rename(a, names) for a in node.args),
-            kwargs=tuple((k, _rename(v, names)) for k, v in node.kwargs),
-        )
-    if isinstance(node, Output):
-        return msgspec.structs.replace(node, args=tuple(_rename(a, names) for a in node.args))
-    return node
 
 
 def _spec_tree(children: int, kind: str) -> str:
@@ -235,17 +201,17 @@ def _handle(prov: Provenance | None) -> int:
 
 @dataclass
 class _GraphWork:
-    path: tuple[str, ...]
+    """The partitions of one graph while they are lowered (the graph's facts come checked)."""
+
+    checked: CheckedGraph
     graph: Graph
-    tag_of: dict[str, str]
     parts: list[_Part]
-    users: dict[str, list[str]]
     entry_of: dict[str, _Entry]
     """Each node's entry (node, meta, prov), by name."""
-    positions: dict[str, list[int]]
-    """Output positions of each value returned by the graph."""
-    mutation_positions: dict[str, list[int]]
-    """Top-level graph: output positions of the BufferMutation of each buffer target."""
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return self.checked.path
 
 
 class PartitionSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -291,29 +257,32 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
     # Pass boundary: a malformed input gets the verifier's message (naming the node), not a failure
     # deep inside the pass. Linear in the program's size.
     verify(program)
-    validate_plan(program, plan)
-    tags = plan.tag_map()
-    if not tags:
+    checked = validate_plan(program, plan)
+    if not checked.graphs:
         return LoweringReport(program=program, partitions=())
-    specs = plan.spec_map()
-    spec_order = {tag: i for i, (tag, _) in enumerate(plan.specs)}
-    cache: _Cache = {} if _cache is None else _cache
-
     top_consumable: dict[str, _Consumable] = {
         s.name: s for s in program.signature.inputs if isinstance(s, (ParameterInput, BufferInput, ConstantTensorInput))
     }
-    state_by_target = {e.target: e for e in program.state}
-    all_names: set[str] = {m.name for m in program.lowered_modules}
-    works: list[_GraphWork] = []
-    for path, graph in walk_keyed_graphs(program.graph):
-        all_names.update(n.name for n in graph.nodes)
-        tag_of = {}
+    works = _collect_partitions(program, checked)
+    _build_and_name(program, works, top_consumable)
+    lowered = _compile(program, works, {} if _cache is None else _cache)
+    result = _assemble_program(program, works, top_consumable, lowered)
+    return LoweringReport(program=result, partitions=_summaries(works))
+
+
+def _collect_partitions(program: Program, checked: CheckedPlan) -> list[_GraphWork]:
+    """Phase 1: each checked graph's partitions, members in graph order, in the plan's spec order."""
+    specs = checked.plan.spec_map()
+    spec_order = {tag: i for i, (tag, _) in enumerate(checked.plan.specs)}
+    graphs = dict(walk_keyed_graphs(program.graph))
+    works = []
+    for cg in checked.graphs:
+        graph = graphs[cg.path]
         parts: dict[str, _Part] = {}
         for index, node in enumerate(graph.nodes):
-            tag = tags.get(node_key(path, node.name))
+            tag = cg.tag_of.get(node.name)
             if tag is None:
                 continue
-            tag_of[node.name] = tag
             part = parts.get(tag)
             if part is None:
                 part = parts[tag] = _Part(tag=tag, spec=specs[tag])
@@ -321,46 +290,30 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
             part.names.add(node.name)
             if not isinstance(node, Placeholder):
                 part.last_index = index
-        if parts:
-            users: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
-            for node in graph.nodes:
-                for name in dict.fromkeys(node_inputs(node)):
-                    if name in users:
-                        users[name].append(node.name)
-            ordered = sorted(parts.values(), key=lambda p: spec_order[p.tag])
-            out = graph.nodes[-1]
-            positions: dict[str, list[int]] = {}
-            if isinstance(out, Output):
-                for pos, arg in enumerate(out.args):
-                    if isinstance(arg, Ref):
-                        positions.setdefault(arg.name, []).append(pos)
-            mutation_positions: dict[str, list[int]] = {}
-            if not path:
-                for pos, ospec in enumerate(program.signature.outputs):
-                    if isinstance(ospec, BufferMutation):
-                        mutation_positions.setdefault(ospec.target, []).append(pos)
-            works.append(
-                _GraphWork(
-                    path=path,
-                    graph=graph,
-                    tag_of=tag_of,
-                    parts=ordered,
-                    users=users,
-                    entry_of={entry[0].name: entry for entry in graph.entries()},
-                    positions=positions,
-                    mutation_positions=mutation_positions,
-                )
-            )
+        works.append(_GraphWork(
+            checked=cg,
+            graph=graph,
+            parts=sorted(parts.values(), key=lambda p: spec_order[p.tag]),
+            entry_of={entry[0].name: entry for entry in graph.entries()},
+        ))
+    return works
 
-    # Sub-programs and names, in ExecuTorch's order: top-level partitions, then nested graphs.
-    module_names = _Names(all_names)
-    top_tags = works[0].tag_of if works and not works[0].path else {}
+
+def _build_and_name(program: Program, works: list[_GraphWork], top_consumable: Mapping[str, _Consumable]) -> None:
+    """Phase 2: sub-programs, names and debug handles, in ExecuTorch's order (top-level
+    partitions, then nested graphs)."""
+    state_by_target = {e.target: e for e in program.state}
+    all_names: set[str] = {m.name for m in program.lowered_modules}
+    for _, graph in walk_keyed_graphs(program.graph):
+        all_names.update(n.name for n in graph.nodes)
+    module_names = NameAllocator(all_names)
+    top_tags = works[0].checked.tag_of if works and not works[0].path else {}
     top_handle_base = max(
         (h or 0 for n, h in zip(program.graph.nodes, program.graph.debug_handles()) if n.name not in top_tags), default=0
     )
     running_handle = 0
     for work in works:
-        names = _Names({n.name for n in work.graph.nodes})
+        names = NameAllocator({n.name for n in work.graph.nodes})
         prov_of = {name: prov for name, (_, _, prov) in work.entry_of.items()}
         is_top = not work.path
         if is_top:
@@ -385,11 +338,14 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
                 running_handle = max(top_handle_base, running_handle) + 1  # nested: the top graph only
             part.debug_handle = running_handle
 
-    # Every plan problem was found above; only now do backends run.
+
+def _compile(program: Program, works: list[_GraphWork], cache: _Cache) -> tuple[NamedLoweredModule, ...]:
+    """Phase 3: every partition through its backend (identical sub-programs compiled once). Every
+    plan problem was found before: only now do backends run."""
     lowered: list[NamedLoweredModule] = list(program.lowered_modules)
     for work in works:
         for part in work.parts:
-            assert part.sub_program is not None
+            assert part.sub_program is not None  # built in phase 2
             key = (part.spec.backend_id, part.spec.compile_specs, part.sub_program)
             module = cache.get(key)
             if module is None:
@@ -398,23 +354,35 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
                 )
                 cache[key] = module
             lowered.append(NamedLoweredModule(name=part.module_name, module=module))
+    return tuple(lowered)
 
+
+def _assemble_program(
+    program: Program,
+    works: list[_GraphWork],
+    top_consumable: Mapping[str, _Consumable],
+    lowered: tuple[NamedLoweredModule, ...],
+) -> Program:
+    """Phase 4: the parent program with delegate calls in place of its partitions."""
     by_path = {work.path: work for work in works}
     new_graph, signature = _assemble(program, program.graph, (), by_path, top_consumable)
     kept_targets = {
         s.target for s in signature.inputs if isinstance(s, (ParameterInput, BufferInput, ConstantTensorInput))
     }
-    result = msgspec.structs.replace(
+    return msgspec.structs.replace(
         program,
         graph=new_graph,
         signature=signature,
         state=tuple(e for e in program.state if e.target in kept_targets),
-        lowered_modules=tuple(lowered),
+        lowered_modules=lowered,
     )
+
+
+def _summaries(works: list[_GraphWork]) -> tuple[PartitionSummary, ...]:
     summaries = []
     for work in works:
         for part in work.parts:
-            assert part.sub_program is not None
+            assert part.sub_program is not None  # built in phase 2
             summaries.append(
                 PartitionSummary(
                     tag=part.tag,
@@ -431,7 +399,7 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
                     ),
                 )
             )
-    return LoweringReport(program=result, partitions=tuple(summaries))
+    return tuple(summaries)
 
 
 def _build_sub_program(
@@ -460,17 +428,17 @@ def _build_sub_program(
     # Parent output positions of each value, and which of them are consumed buffer mutations.
     out = graph.nodes[-1]
     assert isinstance(out, Output)
-    positions = work.positions
+    positions = work.checked.output_positions
     consumed_targets = {consumable[p.name].target for p in consumed[BufferInput]}
     mutation_target: dict[int, str] = {}
     if not work.path:
         for target in consumed_targets:
-            for pos in work.mutation_positions.get(target, ()):
+            for pos in work.checked.mutation_positions.get(target, ()):
                 mutation_target[pos] = target
 
     mutations: list[tuple[str, str]] = []
     for node in body:
-        outside_users = [u for u in work.users[node.name] if u not in member_names]
+        outside_users = [u for u in work.checked.users[node.name] if u not in member_names]
         if not outside_users:
             continue
         needs_user_output = any(u != out.name for u in outside_users)
@@ -534,7 +502,7 @@ def _emit_partition(part: _Part, renames: Mapping[str, str], entry_of: Mapping[s
     call = CallFunction(
         name=part.call_name,
         target=CALL_DELEGATE,
-        args=(Ref(name=part.module_name), *(_rename(Ref(name=n), renames) for n in part.user_inputs)),
+        args=(Ref(name=part.module_name), *(rename_arg(Ref(name=n), renames) for n in part.user_inputs)),
     )
     entries: list[_Entry] = [
         (GetAttr(name=part.module_name, target=part.module_name), DelegateMeta(module=part.module_name), None),
@@ -568,39 +536,22 @@ def _assemble(
     if work is None:
         return msgspec.structs.replace(graph, subgraphs=subgraphs), signature
 
-    tag_of = work.tag_of
+    tag_of = work.checked.tag_of
     part_of = {p.tag: p for p in work.parts}
     renames: dict[str, str] = {}
     for part in work.parts:
         renames.update(zip(part.user_outputs, part.getitem_names))
 
-    # Groups: each partition (by tag) and every other node (by name). Tagged placeholders stay
-    # singletons: they are consumed, or kept as placeholders when the parent still uses them.
-    def group(node: Node) -> str:
-        tag = tag_of.get(node.name)
-        return "\0" + node.name if tag is None or isinstance(node, Placeholder) else tag
-
-    node_group: dict[str, str] = {node.name: group(node) for node in graph.nodes}
-    pending: dict[str, int] = {}
-    dependents: dict[str, list[str]] = {}
-    deps_seen: dict[str, set[str]] = {}
-    for node in graph.nodes:
-        g = node_group[node.name]
-        seen = deps_seen.setdefault(g, set())
-        pending.setdefault(g, 0)
-        dependents.setdefault(g, [])
-        for name in node_inputs(node):
-            src = node_group.get(name)
-            if src is None or src == g or src in seen:
-                continue
-            seen.add(src)
-            pending[g] += 1
-            dependents.setdefault(src, []).append(g)
+    # Groups (each partition by tag, every other node by name) and the contracted graph between
+    # them come from validation: emit each group once all the groups it reads are out.
+    node_group = work.checked.group_of
+    pending = dict(work.checked.indegree)
+    dependents = work.checked.succs
 
     dropped: set[str] = set()
     for node in graph.nodes:
         if isinstance(node, Placeholder) and node.name in tag_of:
-            if all(u in tag_of for u in work.users[node.name]):
+            if all(u in tag_of for u in work.checked.users[node.name]):
                 dropped.add(node.name)
 
     entry_of = work.entry_of
@@ -615,7 +566,7 @@ def _assemble(
         else:
             node, meta, prov = entry_of[node_by_group[g].name]
             if node.name not in dropped:
-                emitted.append((_rename_node(node, renames), meta, prov))
+                emitted.append((rename_node(node, renames, rename_self=False), meta, prov))
 
     def release(start: str) -> None:
         stack = [start]
@@ -647,7 +598,7 @@ def _assemble(
         raise PartitionerError("internal error: partitions could not be ordered; please report")
 
     drop_positions = {pos for part in work.parts for _, pos in part.consumed_mutations}
-    new_out = _rename_node(out_node, renames)
+    new_out = rename_node(out_node, renames, rename_self=False)
     assert isinstance(new_out, Output)
     if drop_positions:
         new_out = msgspec.structs.replace(
@@ -664,13 +615,6 @@ def _assemble(
         spec for ph, spec in zip(placeholders_in, signature.inputs) if ph.name not in dropped
     )
     outputs = tuple(
-        _rename_output(spec, renames) for i, spec in enumerate(signature.outputs) if i not in drop_positions
+        rename_output_spec(spec, renames) for i, spec in enumerate(signature.outputs) if i not in drop_positions
     )
     return new_graph, msgspec.structs.replace(signature, inputs=inputs, outputs=outputs)
-
-
-def _rename_output(spec: OutputSpec, names: Mapping[str, str]) -> OutputSpec:
-    if isinstance(spec, UserOutput):
-        return UserOutput(arg=_rename(spec.arg, names))
-    new = names.get(spec.name)
-    return spec if new is None else msgspec.structs.replace(spec, name=new)

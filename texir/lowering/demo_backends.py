@@ -12,7 +12,16 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from texir.errors import LoweringError
-from texir.ir import CallFunction, CompileSpec, GetAttr, Node, Output, Placeholder, Program, Ref
+from texir.ir import (
+    CallFunction,
+    CompileSpec,
+    GetAttr,
+    Node,
+    Output,
+    Placeholder,
+    Program,
+    Ref,
+)
 from texir.lowering.backend import PreprocessResult, register_backend
 from texir.lowering.debug_mapping import DelegateMappingBuilder
 

@@ -22,7 +22,7 @@ from texir.ir import (
     ValueMeta,
     value_metas,
 )
-from texir.lowering.plan import CALL_DELEGATE, GETITEM
+from texir.ir.names import CALL_DELEGATE, GETITEM, NameAllocator
 
 __all__ = ["delegate_wrapper_program", "get_lowered_submodules"]
 
@@ -76,8 +76,8 @@ def delegate_wrapper_program(name: str, module: LoweredBackendModule) -> Program
             )
         items.append(meta)
     input_names = [node.name for node, _, _ in inputs]
-    used = {*input_names, name}
-    call_name = _fresh("executorch_call_delegate", used)
+    names = NameAllocator({*input_names, name})
+    call_name = names.fresh("executorch_call_delegate")
     builder = GraphBuilder()
     builder.extend(inputs)
     builder.add(GetAttr(name=name, target=name), DelegateMeta(module=name))
@@ -87,7 +87,7 @@ def delegate_wrapper_program(name: str, module: LoweredBackendModule) -> Program
         ),
         TupleMeta(items=tuple(items)),
     )
-    getitems = [_fresh("getitem", used) for _ in items]
+    getitems = [names.fresh("getitem") for _ in items]
     for i, g in enumerate(getitems):
         builder.add(CallFunction(name=g, target=GETITEM, args=(Ref(name=call_name), IntArg(value=i))), items[i])
     builder.add(Output(name="output", args=tuple(Ref(name=g) for g in getitems)))
@@ -102,13 +102,3 @@ def delegate_wrapper_program(name: str, module: LoweredBackendModule) -> Program
         lowered_modules=(NamedLoweredModule(name=name, module=module),),
         dialect=original.dialect,
     )
-
-
-def _fresh(base: str, used: set[str]) -> str:
-    count = 0
-    while True:
-        candidate = base if count == 0 else f"{base}_{count}"
-        count += 1
-        if candidate not in used:
-            used.add(candidate)
-            return candidate

@@ -27,8 +27,14 @@ from texir.ir import (
     ValueMeta,
 )
 from texir.ir.analysis import node_inputs, value_metas
+from texir.ir.names import CALL_DELEGATE, GETITEM
 from texir.lowering.errors import PartitionerError
-from texir.lowering.plan import CALL_DELEGATE, GETITEM, DelegationSpec, PartitionPlan, node_key, walk_keyed_graphs
+from texir.lowering.plan import (
+    DelegationSpec,
+    PartitionPlan,
+    node_key,
+    walk_keyed_graphs,
+)
 
 __all__ = [
     "NodeGroupPartitioner",
@@ -315,7 +321,13 @@ def _convex_groups(graph: Graph, supported: OpPredicate) -> dict[str, int]:
                 first = node.args[0] if node.args else None
                 ok = isinstance(first, Ref) and first.name in part
             else:
-                ok = bool(supported(node, metas)) and not isinstance(graph.meta(node), DelegateMeta)
+                try:
+                    ok = bool(supported(node, metas)) and not isinstance(graph.meta(node), DelegateMeta)
+                except Exception as exc:
+                    raise PartitionerError(
+                        f"the support predicate raised {type(exc).__name__} on node '{node.name}' "
+                        f"({node.target}): {exc}"
+                    ) from exc
         level[node.name] = lvl
         if not ok:
             tainted[node.name] = any(tainted[i] for i in inputs)

@@ -26,10 +26,12 @@ from texir.ir import (
     ParameterInput,
     Placeholder,
     Program,
+    Ref,
     SubgraphMeta,
     TupleMeta,
 )
 from texir.ir.analysis import node_inputs
+from texir.ir.names import CALL_DELEGATE, GETITEM
 from texir.lowering.errors import (
     DelegateClaimedError,
     MissingDelegationSpecError,
@@ -45,6 +47,8 @@ from texir.lowering.errors import (
 __all__ = [
     "CALL_DELEGATE",
     "GETITEM",
+    "CheckedGraph",
+    "CheckedPlan",
     "DelegationSpec",
     "PartitionPlan",
     "Partitioner",
@@ -54,8 +58,6 @@ __all__ = [
     "walk_keyed_graphs",
 ]
 
-CALL_DELEGATE = "texir::call_delegate"
-GETITEM = "_operator::getitem"
 
 
 class DelegationSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,6 +96,36 @@ class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def spec_map(self) -> dict[str, DelegationSpec]:
         return dict(self.specs)
+
+
+class CheckedGraph(msgspec.Struct, frozen=True, kw_only=True):
+    """What validation learned about one graph holding tagged nodes; lowering reads it instead of
+    working it out again. The tables are read-only."""
+
+    path: tuple[str, ...]
+    """'' path for the top-level graph, else the nested graphs' names."""
+    tag_of: dict[str, str]
+    """Tagged node -> tag, in graph order."""
+    group_of: dict[str, str]
+    """Node -> its group: the tag for tagged nodes other than placeholders, else a singleton key."""
+    users: dict[str, tuple[str, ...]]
+    """Node -> the nodes reading it, in graph order, without repeats."""
+    succs: dict[str, tuple[str, ...]]
+    """Group -> the groups reading it (the partition-contracted graph, which is acyclic)."""
+    indegree: dict[str, int]
+    """Group -> how many groups it reads."""
+    output_positions: dict[str, tuple[int, ...]]
+    """Value -> the output positions returning it."""
+    mutation_positions: dict[str, tuple[int, ...]]
+    """Top-level graph: buffer target -> output positions of its BufferMutation."""
+
+
+class CheckedPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """A plan `validate_plan` accepted, with the facts lowering needs (see `CheckedGraph`)."""
+
+    plan: PartitionPlan
+    graphs: tuple[CheckedGraph, ...]
+    """Graphs with tagged nodes, the top-level graph first, then nested graphs depth first."""
 
 
 @runtime_checkable
@@ -158,9 +190,9 @@ def _cycle_path(preds: dict[str, list[tuple[str, str, str]]], remaining: set[str
     return nodes
 
 
-def validate_plan(program: Program, plan: PartitionPlan) -> None:
-    """Raise a `PlanError` for the first problem of `plan` on `program`; return None when every
-    partition can be lowered in one pass."""
+def validate_plan(program: Program, plan: PartitionPlan) -> CheckedPlan:
+    """Raise a `PlanError` for the first problem of `plan` on `program`; when every partition can
+    be lowered in one pass, return the plan with what validation learned (`CheckedPlan`)."""
     tags = plan.tag_map()
     specs = plan.spec_map()
     seen_keys: set[str] = set()
@@ -185,6 +217,7 @@ def validate_plan(program: Program, plan: PartitionPlan) -> None:
         for depth in range(1, len(parts) + 1):
             nested_tagged.setdefault("/".join(parts[:depth]), tagged_key)
 
+    checked: list[CheckedGraph] = []
     for path, graph in walk_keyed_graphs(program.graph):
         delegate_calls: set[str] = set()
         group_of: dict[str, str] = {}
@@ -230,7 +263,8 @@ def validate_plan(program: Program, plan: PartitionPlan) -> None:
             raise MissingDelegationSpecError(
                 f"tag '{tag}' (node '{key}') has no DelegationSpec; add it to the plan's specs"
             )
-        _check_graph(graph, path, tag_of, group_of, consumable, mutation_of)
+        if tag_of:
+            checked.append(_check_graph(program, graph, path, tag_of, group_of, consumable, mutation_of))
 
     unknown = sorted(set(tags) - seen_keys)
     if unknown:
@@ -238,18 +272,18 @@ def validate_plan(program: Program, plan: PartitionPlan) -> None:
             f"the plan tags node(s) {unknown[:5]} (tag '{tags[unknown[0]]}') that the program does not "
             "have; use node names (nested graphs: 'branch/name')"
         )
+    return CheckedPlan(plan=plan, graphs=tuple(checked))
 
 
 def _check_graph(
+    program: Program,
     graph: Graph,
     path: tuple[str, ...],
     tag_of: dict[str, str],
     group_of: dict[str, str],
     consumable: Mapping[str, ParameterInput | BufferInput | ConstantTensorInput],
     mutation_of: Mapping[str, str],
-) -> None:
-    if not tag_of:
-        return
+) -> CheckedGraph:
     where = f" in nested graph '{'/'.join(path)}'" if path else ""
     nodes_by_name = {node.name: node for node in graph.nodes}
     # Constants and subgraph get_attrs go with their users' partition.
@@ -309,11 +343,40 @@ def _check_graph(
                         f"is {'tagged ' + repr(tag_of[value]) if value in tag_of else 'not delegated'}; "
                         f"tag '{value}' with '{tag}' too, or leave the buffer untagged"
                     )
-    _check_acyclic(graph, group_of, tag_of, where)
+    succs, indegree = _check_acyclic(graph, group_of, tag_of, where)
+    users: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
+    for node in graph.nodes:
+        for name in dict.fromkeys(node_inputs(node)):
+            if name in users:
+                users[name].append(node.name)
+    positions: dict[str, list[int]] = {}
+    out = graph.nodes[-1]
+    if isinstance(out, Output):
+        for pos, arg in enumerate(out.args):
+            if isinstance(arg, Ref):
+                positions.setdefault(arg.name, []).append(pos)
+    mutation_positions: dict[str, list[int]] = {}
+    if not path:
+        for pos, ospec in enumerate(program.signature.outputs):
+            if isinstance(ospec, BufferMutation):
+                mutation_positions.setdefault(ospec.target, []).append(pos)
+    return CheckedGraph(
+        path=path,
+        tag_of=tag_of,
+        group_of=group_of,
+        users={k: tuple(v) for k, v in users.items()},
+        succs=succs,
+        indegree=indegree,
+        output_positions={k: tuple(v) for k, v in positions.items()},
+        mutation_positions={k: tuple(v) for k, v in mutation_positions.items()},
+    )
 
 
-def _check_acyclic(graph: Graph, group_of: dict[str, str], tag_of: dict[str, str], where: str) -> None:
-    """Every partition contracted to one node must leave the graph acyclic (Kahn's algorithm)."""
+def _check_acyclic(
+    graph: Graph, group_of: dict[str, str], tag_of: dict[str, str], where: str
+) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
+    """Every partition contracted to one node must leave the graph acyclic (Kahn's algorithm).
+    Returns the contracted graph: each group's successors and in-degree."""
     succs: dict[str, list[str]] = {}
     preds: dict[str, list[tuple[str, str, str]]] = {}
     indegree: dict[str, int] = {}
@@ -335,6 +398,7 @@ def _check_acyclic(graph: Graph, group_of: dict[str, str], tag_of: dict[str, str
                 seen_edges.add((src, g))
                 succs[src].append(g)
                 indegree[g] += 1
+    contracted = ({g: tuple(v) for g, v in succs.items()}, dict(indegree))
     ready = [g for g in order if indegree[g] == 0]
     done = 0
     while ready:
@@ -345,7 +409,7 @@ def _check_acyclic(graph: Graph, group_of: dict[str, str], tag_of: dict[str, str
             if indegree[s] == 0:
                 ready.append(s)
     if done == len(order):
-        return
+        return contracted
     remaining = {g for g in order if indegree[g] > 0}
     path = _cycle_path(preds, remaining, order)
     involved = sorted({tag_of[n] for n in path if n in tag_of})
