@@ -1,4 +1,4 @@
-"""Structural diffs (texir.ir.diff) and the `texir diff` command."""
+"""Structural diffs (texir.viz.diff) and the `texir diff` command."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import texir.cli.main as cli_main
 from texir.ir import Subgraph, build_graph, verify
-from texir.ir.diff import canonical_text, diff_programs, diff_texts, format_diff, original_names
+from texir.viz.diff import canonical_text, diff_programs, diff_texts, format_diff, original_names
 from texir.ir.types import Program, CompileSpec, GetAttr, LoweredBackendModule, NamedLoweredModule, SubgraphMeta
 from texir.serialize.snapshot import dumps
 from texir.testing.programs import chain_program, delegated_program

@@ -43,7 +43,13 @@ def _stable_prov(prov: Provenance | None) -> Provenance | None:
 
 def canonicalize_graph(graph: Graph) -> tuple[Graph, dict[str, str]]:
     """The graph with nodes renamed %0.. in order (metadata and locations re-interned in order of
-    first use); also returns the old -> new name map."""
+    first use); also returns the old -> new name map of this graph (nested graphs: see
+    `canonicalize_with_names`)."""
+    graph, names, _ = _canonical_graph(graph, "")
+    return graph, names
+
+
+def _canonical_graph(graph: Graph, path: str) -> tuple[Graph, dict[str, str], dict[str, dict[str, str]]]:
     names: dict[str, str] = {}
     counter = 0
     for node in graph.nodes:
@@ -55,16 +61,25 @@ def canonicalize_graph(graph: Graph) -> tuple[Graph, dict[str, str]]:
     builder = GraphBuilder()
     for node, meta, prov in graph.entries():
         builder.add(rename_node(node, names), meta, _stable_prov(prov))
-    subs = tuple(
-        Subgraph(name=s.name, graph=canonicalize_graph(s.graph)[0])
-        for s in sorted(graph.subgraphs, key=lambda s: s.name)
-    )
-    return builder.build(subs), names
+    nested: dict[str, dict[str, str]] = {path: names}
+    subs = []
+    for s in sorted(graph.subgraphs, key=lambda s: s.name):
+        sub_graph, _, sub_names = _canonical_graph(s.graph, f"{path}/{s.name}" if path else s.name)
+        nested.update(sub_names)
+        subs.append(Subgraph(name=s.name, graph=sub_graph))
+    return builder.build(tuple(subs)), names, nested
 
 
 def canonicalize(program: Program) -> Program:
     """The canonical form of `program` (see the module docstring). Pure; idempotent."""
-    graph, names = canonicalize_graph(program.graph)
+    return canonicalize_with_names(program)[0]
+
+
+def canonicalize_with_names(program: Program) -> tuple[Program, dict[str, dict[str, str]]]:
+    """`canonicalize`, also returning each graph's old -> canonical name map, keyed by the graph's
+    path: '' for the program graph, 'true_graph_0' (or 'a/b') for nested graphs, and
+    '<module>:<path>' for the graphs of lowered module '<module>'."""
+    graph, names, maps = _canonical_graph(program.graph, "")
     signature = msgspec.structs.replace(
         program.signature,
         inputs=tuple(rename_input_spec(s, names) for s in program.signature.inputs),
@@ -80,24 +95,23 @@ def canonicalize(program: Program) -> Program:
                 outputs=tuple(rename_arg(a, names) for a in sig.outputs),
             )
         calls.append(ModuleCallEntry(fqn=entry.fqn, signature=sig))
-    lowered = tuple(
-        NamedLoweredModule(
-            name=m.name,
-            module=msgspec.structs.replace(
-                m.module, original_program=canonicalize(m.module.original_program)
-            ),
-        )
-        for m in sorted(program.lowered_modules, key=lambda m: m.name)
-    )
-    return msgspec.structs.replace(
+    lowered = []
+    for m in sorted(program.lowered_modules, key=lambda m: m.name):
+        inner, inner_maps = canonicalize_with_names(m.module.original_program)
+        maps.update({f"{m.name}:{k}": v for k, v in inner_maps.items()})
+        lowered.append(NamedLoweredModule(name=m.name, module=msgspec.structs.replace(m.module, original_program=inner)))
+    canonical = msgspec.structs.replace(
         program,
         graph=graph,
         signature=signature,
         state=tuple(sorted(program.state, key=lambda e: e.target)),
         range_constraints=tuple(sorted(program.range_constraints, key=lambda r: r.symbol)),
         module_call_graph=tuple(calls),
-        lowered_modules=lowered,
+        lowered_modules=tuple(lowered),
     )
+    return canonical, maps
+
+
 
 
 def _graph_without_stack_traces(graph: Graph) -> Graph:

@@ -17,6 +17,7 @@ from typing import overload
 
 import msgspec
 
+from texir.errors import TexirError
 from texir.ir import (
     BufferInput,
     BufferMutation,
@@ -31,8 +32,6 @@ from texir.ir import (
     InputSpec,
     IntArg,
     LoweredBackendModule,
-    ModuleCallEntry,
-    ModuleCallSignature,
     NamedLoweredModule,
     Node,
     Output,
@@ -60,10 +59,10 @@ from texir.ir.names import (
     rename_node,
     rename_output_spec,
 )
-from texir.errors import TexirError
 from texir.ir.verify import verify
 from texir.lowering.backend import lower_with_backend
 from texir.lowering.errors import PartitionerError
+from texir.lowering.lowered import sub_program_call_graph
 from texir.lowering.plan import (
     CheckedGraph,
     CheckedPlan,
@@ -168,27 +167,6 @@ class _Part:
     getitem_names: list[str] = field(default_factory=list)
     debug_handle: int = 0
     last_index: int = 0
-
-
-def _spec_tree(children: int, kind: str) -> str:
-    leaf = '{"type": null, "context": null, "children_spec": []}'
-    return f'{{"type": "builtins.{kind}", "context": "null", "children_spec": [{", ".join([leaf] * children)}]}}'
-
-
-def _module_call_graph(n_inputs: int, n_outputs: int) -> tuple[ModuleCallEntry, ...]:
-    """ExecuTorch's sub-program call spec: in_spec of ``(tuple(user_inputs), {})``, out_spec a list."""
-    in_spec = (
-        '[1, {"type": "builtins.tuple", "context": "null", "children_spec": ['
-        + _spec_tree(n_inputs, "tuple")
-        + ', {"type": "builtins.dict", "context": "[]", "children_spec": []}]}]'
-    )
-    out_spec = f"[1, {_spec_tree(n_outputs, 'list')}]"
-    return (
-        ModuleCallEntry(
-            fqn="",
-            signature=ModuleCallSignature(inputs=(), outputs=(), in_spec=in_spec, out_spec=out_spec),
-        ),
-    )
 
 
 def _handle(prov: Provenance | None) -> int:
@@ -473,7 +451,7 @@ def _build_sub_program(
         signature=msgspec.structs.replace(program.signature, inputs=tuple(inputs), outputs=tuple(outputs)),
         state=tuple(state_by_target[t] for t in targets),
         range_constraints=program.range_constraints,
-        module_call_graph=_module_call_graph(len(part.user_inputs), len(part.user_outputs)),
+        module_call_graph=sub_program_call_graph(len(part.user_inputs), len(part.user_outputs)),
         dialect=program.dialect,
     )
 

@@ -11,6 +11,8 @@ from texir.ir import (
     GraphSignature,
     IntArg,
     LoweredBackendModule,
+    ModuleCallEntry,
+    ModuleCallSignature,
     NamedLoweredModule,
     Output,
     Placeholder,
@@ -101,4 +103,25 @@ def delegate_wrapper_program(name: str, module: LoweredBackendModule) -> Program
         module_call_graph=original.module_call_graph,
         lowered_modules=(NamedLoweredModule(name=name, module=module),),
         dialect=original.dialect,
+    )
+
+
+def _spec_tree(children: int, kind: str) -> str:
+    leaf = '{"type": null, "context": null, "children_spec": []}'
+    return f'{{"type": "builtins.{kind}", "context": "null", "children_spec": [{", ".join([leaf] * children)}]}}'
+
+
+def sub_program_call_graph(n_inputs: int, n_outputs: int) -> tuple[ModuleCallEntry, ...]:
+    """ExecuTorch's sub-program call spec: in_spec of ``(tuple(user_inputs), {})``, out_spec a list."""
+    in_spec = (
+        '[1, {"type": "builtins.tuple", "context": "null", "children_spec": ['
+        + _spec_tree(n_inputs, "tuple")
+        + ', {"type": "builtins.dict", "context": "[]", "children_spec": []}]}]'
+    )
+    out_spec = f"[1, {_spec_tree(n_outputs, 'list')}]"
+    return (
+        ModuleCallEntry(
+            fqn="",
+            signature=ModuleCallSignature(inputs=(), outputs=(), in_spec=in_spec, out_spec=out_spec),
+        ),
     )

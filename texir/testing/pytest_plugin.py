@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from texir.ir.diff import diff_texts, format_diff
+from texir.viz.diff import diff_texts, format_diff
 from texir.viz.views import text_view
 
 __all__ = ["IRSnapshotExtension", "ir_snapshot"]

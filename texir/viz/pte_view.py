@@ -1,5 +1,5 @@
 """A stable outline text of a `.pte` program (methods, operators, delegates, values, instructions),
-in the indentation style `texir.ir.diff` compares, for snapshots and `texir diff`."""
+in the indentation style `texir.viz.diff` compares, for snapshots and `texir diff`."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from texir.errors import TexirError
-from texir.ir.diff import (
+from texir.viz.diff import (
     canonical_module_text,
     canonical_text,
     module_original_names,

@@ -19,9 +19,9 @@ from typing import Literal
 
 import msgspec
 
-from texir.ir.canonical import canonicalize
+from texir.ir.canonical import canonicalize, canonicalize_with_names
 from texir.ir.printer import format_lowered_module, format_program
-from texir.ir.types import Graph, LoweredBackendModule, Program
+from texir.ir.types import LoweredBackendModule, Program
 
 __all__ = [
     "Change",
@@ -98,44 +98,46 @@ def canonical_module_text(module: LoweredBackendModule) -> str:
     return _NO_DATA_RE.sub(r"\1", "lowered_module:\n" + format_lowered_module(canon))
 
 
-def _graph_names(lines: list[_Line], graph: Graph, names: dict[int, str]) -> None:
-    subs = {sub.name: sub.graph for sub in graph.subgraphs}
+def _graph_names(lines: list[_Line], maps: dict[str, dict[str, str]], path: str, names: dict[int, str]) -> None:
+    canonical_to_original = {new: old for old, new in maps.get(path, {}).items()}
     for line in lines:
         m = _NODE_RE.match(line.text)
-        if m and m.group(1).isdigit() and int(m.group(1)) < len(graph.nodes):
-            names[line.lineno] = graph.nodes[int(m.group(1))].name
+        if m and m.group(1) in canonical_to_original:
+            names[line.lineno] = canonical_to_original[m.group(1)]
         elif line.text.startswith("subgraph ") and line.text.endswith("():"):
-            sub = subs.get(line.text[len("subgraph "):-3])
-            if sub is not None:
-                _graph_names(line.children, sub, names)
+            sub = line.text[len("subgraph "):-3]
+            _graph_names(line.children, maps, _join_path(path, sub), names)
 
 
-def _program_names(lines: list[_Line], program: Program, names: dict[int, str]) -> None:
-    modules = {m.name: m.module for m in program.lowered_modules}
+def _join_path(path: str, name: str) -> str:
+    if not path or path.endswith(":"):
+        return path + name
+    return f"{path}/{name}"
+
+
+def _program_names(lines: list[_Line], maps: dict[str, dict[str, str]], prefix: str, names: dict[int, str]) -> None:
     for line in lines:
         if line.text == "graph():":
-            _graph_names(line.children, program.graph, names)
+            _graph_names(line.children, maps, prefix, names)
         elif line.text.startswith("lowered_module ") and line.text.endswith(":"):
-            module = modules.get(line.text[len("lowered_module "):-1])
-            if module is not None:
-                _program_names(line.children, module.original_program, names)
+            _program_names(line.children, maps, f"{prefix}{line.text[len('lowered_module '):-1]}:", names)
 
 
 def original_names(program: Program, text: str | None = None) -> dict[int, str]:
     """Line number in `canonical_text(program)` (or `text`, if given) -> original name of the
-    node defined there. Canonical names are positions in their graph, so the original node is
-    found by walking the text's graphs alongside the program's."""
+    node defined there, from `canonicalize_with_names`' rename maps."""
     names: dict[int, str] = {}
-    _program_names(_outline(text if text is not None else canonical_text(program)), program, names)
+    _, maps = canonicalize_with_names(program)
+    _program_names(_outline(text if text is not None else canonical_text(program)), maps, "", names)
     return names
 
 
 def module_original_names(module: LoweredBackendModule, text: str | None = None) -> dict[int, str]:
     """As `original_names`, for `canonical_module_text(module)`."""
     names: dict[int, str] = {}
-    roots = _outline(text if text is not None else canonical_module_text(module))
-    for root in roots:
-        _program_names(root.children, module.original_program, names)
+    _, maps = canonicalize_with_names(module.original_program)
+    for root in _outline(text if text is not None else canonical_module_text(module)):
+        _program_names(root.children, maps, "", names)
     return names
 
 

@@ -1,0 +1,149 @@
+"""texir's layers are one-way: every import in texir/ (module level, inside functions, under
+TYPE_CHECKING, and `importlib.import_module("texir...")` calls) goes to the same layer or a lower one.
+
+    base (errors, _io) < ir < serialize < adapters < lowering, edge < adapters.executorch < emit
+    < viz, cli, testing
+
+Only texir/adapters/executorch may import executorch; texir/ir imports neither torch nor flatbuffers.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "texir"
+
+# Longest prefix wins. Same rank: may import each other.
+LAYERS: dict[str, int] = {
+    "texir": 0,  # the package itself: texir/__init__.py, errors.py, _io.py
+    "texir.errors": 0,
+    "texir._io": 0,
+    "texir.ir": 1,
+    "texir.serialize": 2,
+    "texir.adapters": 3,
+    "texir.models": 3,  # the demo model: a torch module, nothing above adapters
+    "texir.lowering": 4,
+    "texir.edge": 4,
+    "texir.adapters.executorch": 5,  # the ExecuTorch bridge builds texir plans and backends
+    "texir.emit": 6,
+    "texir.viz": 7,
+    "texir.cli": 7,
+    "texir.testing": 7,
+}
+NAMES = {0: "base", 1: "ir", 2: "serialize", 3: "adapters", 4: "lowering/edge", 5: "adapters.executorch",
+         6: "emit", 7: "viz/cli/testing"}
+
+
+def layer_of(module: str) -> int:
+    best = ""
+    for prefix in LAYERS:
+        if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
+            best = prefix
+    if not best:
+        raise KeyError(module)
+    return LAYERS[best]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path, package: str | None = None) -> Iterator[tuple[int, str]]:
+    """(line, imported module) for every import in the file, wherever it stands."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    if package is None:
+        package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            for alias in node.names:  # `from texir import lowering` imports texir.lowering
+                if target.startswith("texir"):
+                    yield node.lineno, f"{target}.{alias.name}"
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, (ast.Attribute, ast.Name))
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield node.lineno, node.args[0].value
+
+
+def _texir_module_exists(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (ROOT.parent / rel).with_suffix(".py").exists() or (ROOT.parent / rel / "__init__.py").exists()
+
+
+SOURCES = sorted(ROOT.rglob("*.py"))
+
+
+def test_every_module_has_a_layer() -> None:
+    for path in SOURCES:
+        layer_of(module_name(path))
+
+
+def test_imports_never_go_up_a_layer() -> None:
+    problems = []
+    for path in SOURCES:
+        here = module_name(path)
+        mine = layer_of(here)
+        for line, target in imports(path):
+            if not target.startswith("texir") or not _texir_module_exists(target):
+                continue  # `from texir.ir import Node` yields texir.ir.Node too: only modules count
+            theirs = layer_of(target)
+            if theirs > mine:
+                problems.append(
+                    f"{path.relative_to(ROOT.parent)}:{line}: {here} ({NAMES[mine]}) imports {target} ({NAMES[theirs]})"
+                )
+    assert not problems, "imports that run up a layer:\n" + "\n".join(problems)
+
+
+def test_third_party_boundaries() -> None:
+    problems = []
+    for path in SOURCES:
+        here = module_name(path)
+        for line, target in imports(path):
+            top = target.split(".")[0]
+            if top == "executorch" and not here.startswith("texir.adapters.executorch"):
+                problems.append(f"{path.relative_to(ROOT.parent)}:{line}: imports {target} (only texir.adapters.executorch may)")
+            if top in ("torch", "flatbuffers", "sympy") and here.startswith("texir.ir"):
+                problems.append(f"{path.relative_to(ROOT.parent)}:{line}: the IR layer imports {target}")
+    assert not problems, "\n".join(problems)
+
+
+def test_modules_stay_small() -> None:
+    sizes = {str(p.relative_to(ROOT.parent)): len(p.read_text(encoding="utf-8").splitlines()) for p in SOURCES}
+    big = {k: v for k, v in sizes.items() if v > 610}
+    assert not big, f"modules over ~600 lines (split them): {big}"
+
+
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [
+        ("def f():\n    from texir.lowering import to_backend\n", "texir.lowering"),
+        ("import importlib\nimportlib.import_module('texir.emit')\n", "texir.emit"),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from texir.cli import main\n", "texir.cli"),
+    ],
+)
+def test_the_walker_sees_hidden_imports(tmp_path: Path, source: str, bad: str) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text(source, encoding="utf-8")
+    found = [t for _, t in imports(path, package="texir.serialize")]
+    assert any(t == bad or t.startswith(bad + ".") for t in found), found
