@@ -18,6 +18,8 @@ from torch import nn
 from torch.export import Dim
 from torch.utils._pytree import tree_flatten
 
+from texir.adapters.decompositions import edge_decomposition_table
+
 __all__ = [
     "ZOO", "ZooModel", "assert_same", "cached_export", "compare_runs", "example_argsets", "export_zoo_model",
     "fresh_module", "run_model", "zoo_model",
@@ -569,16 +571,16 @@ def zoo_model(name: str) -> ZooModel:
 
 
 def export_zoo_model(m: ZooModel, *, decompose: bool = True) -> torch.export.ExportedProgram:
-    """Export `m` (strict=False); with `decompose`, run `run_decompositions()` to core ATen."""
+    """Export `m` (strict=False); with `decompose`, decompose as ExecuTorch's to_edge does."""
     module, args = m.build()
     ep = torch.export.export(module, args, dynamic_shapes=m.dynamic_shapes, strict=False)
-    return ep.run_decompositions() if decompose else ep
+    return ep.run_decompositions(edge_decomposition_table()) if decompose else ep
 
 
 @functools.lru_cache(maxsize=None)
 def _cached_export(name: str, decompose: bool) -> torch.export.ExportedProgram:
     if decompose:
-        return _cached_export(name, False).run_decompositions()
+        return _cached_export(name, False).run_decompositions(edge_decomposition_table())
     return export_zoo_model(zoo_model(name), decompose=False)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Union
 
 import sympy  # type: ignore[import-untyped]  # sympy ships no type information
@@ -17,6 +17,7 @@ from torch.utils._sympy.numbers import int_oo
 
 from texir._io import gc_paused
 from texir.adapters import delegate_op
+from texir.adapters.decompositions import edge_decomposition_table
 from texir.adapters.specs import NEG_INF_MIN, dump_spec
 from texir.adapters.targets import canonical_target
 from texir.adapters.tensors import (
@@ -467,12 +468,16 @@ def _symbol_hints(ep: ExportedProgram) -> dict[str, int]:
     }
 
 
-def from_exported_program(ep: ExportedProgram, *, decompose: bool = False) -> ir.Program:
-    """Convert an ExportedProgram to a Program (after `run_decompositions()` when `decompose`)."""
+def from_exported_program(
+    ep: ExportedProgram, *, decompose: bool = False, keep: Sequence[str] = ()
+) -> ir.Program:
+    """Convert an ExportedProgram to a Program. With `decompose`, first decompose it as
+    ExecuTorch's edge lowering does (`edge_decomposition_table`: core ATen, plus the ops the
+    ExecuTorch runtime has no kernel for), keeping the ops named in `keep`."""
     if not isinstance(ep, ExportedProgram):
         raise ConversionError(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if decompose:
-        ep = ep.run_decompositions()
+        ep = ep.run_decompositions(edge_decomposition_table(keep))
     with gc_paused(), torch._C.DisableTorchFunctionSubclass():
         # (Reading a FakeTensor's attributes goes through __torch_function__ otherwise: 2x slower.)
         return _convert_from(ep)

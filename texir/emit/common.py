@@ -55,6 +55,9 @@ class EmitOptions(BaseModel):
     alloc_graph_output: bool = True
     """Plan output tensors, as ExecuTorch does. If False, outputs produced directly by a kernel get no
     allocation and the caller supplies their memory (the pybindings do)."""
+    check_operators: bool = True
+    """Refuse a program that calls an operator the ExecuTorch 1.5.1 runtime does not register
+    (`texir.emit.runtime_ops`): it would fail to load on the device."""
     check_plan: bool = False
     """Verify that the memory plan never overlaps live tensors (tests turn this on)."""
 

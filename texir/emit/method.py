@@ -107,6 +107,7 @@ class MethodEmitter(ValueTable):
         for step, node in enumerate(nodes):
             self.step = step
             where = f"method {self.name!r}, node {node.name!r}"
+            self.where = f"{where} ({node.target})" if isinstance(node, CallFunction) else where
             if isinstance(node, Placeholder):
                 idx = self.emit_placeholder(node, spec_of[node.name], mutated, where=where)
                 spec = spec_of[node.name]
@@ -551,7 +552,8 @@ class MethodEmitter(ValueTable):
                     self.metas[n.name] = graph.meta(n)
                 elif isinstance(n, CallFunction):
                     self.metas[n.name] = graph.meta(n)
-                    self.emit_call(n, where=f"{where} > {n.name!r} ({n.target})")
+                    self.where = f"{where} > {n.name!r} ({n.target})"
+                    self.emit_call(n, where=self.where)
                 elif isinstance(n, Output):
                     results = [self.scalar(a, where=where) for a in n.args]
         finally:

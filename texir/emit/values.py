@@ -66,6 +66,7 @@ from texir.serialize.pte.schema import (
 
 if TYPE_CHECKING:
     pass
+from texir.emit.runtime_ops import RUNTIME, MissingKernelError, operator_name, runtime_operators
 from texir.emit.common import (
     MEMORY_FORMAT_CODE,
     Bounds,
@@ -91,6 +92,7 @@ class ValueTable:
         self.state = state
         self.options = options
         self.bounds = Bounds(program)
+        self.where = f"method {name!r}"
         self.values: list[PendingValue] = []
         self.by_name: dict[str, int | tuple[int, ...]] = {}
         self.metas: dict[str, ValueMeta | None] = {}
@@ -197,6 +199,13 @@ class ValueTable:
         key = split_op(target)
         index = self.operator_index.get(key)
         if index is None:
+            if self.options.check_operators and operator_name(*key) not in runtime_operators():
+                raise MissingKernelError(
+                    f"{self.where}: operator {operator_name(*key)} is not registered in the {RUNTIME} runtime, "
+                    "so the .pte would fail to load (OperatorMissing); decompose it "
+                    "(from_exported_program(ep, decompose=True) / `texir lower --decompose`) or delegate it "
+                    "to a backend; EmitOptions(check_operators=False) writes it anyway"
+                )
             index = len(self.operators)
             self.operators.append(Operator(name=key[0], overload=key[1]))
             self.operator_index[key] = index

@@ -1,0 +1,51 @@
+"""The decomposition table ExecuTorch's edge lowering uses: torch's core-ATen table, plus the ops
+to_edge also decomposes, minus the quantization primitives it keeps (exir.tracer's
+_default_decomposition_table in ExecuTorch 1.5.1)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch._decomp import get_decompositions
+from torch._ops import OpOverload, OpOverloadPacket
+
+from texir.adapters.targets import resolve_target
+from texir.errors import UnsupportedError
+
+__all__ = ["EXTRA_EDGE_DECOMPOSITIONS", "KEPT_NAMESPACES", "edge_decomposition_table"]
+
+EXTRA_EDGE_DECOMPOSITIONS: tuple[str, ...] = ("aten::linalg_vector_norm.default",)
+"""Ops torch's core-ATen table keeps but ExecuTorch's runtime has no kernel for, which to_edge
+decomposes (ExecuTorch 1.5.1: linalg_vector_norm)."""
+
+KEPT_NAMESPACES: frozenset[str] = frozenset({"quantized_decomposed", "torchao"})
+"""Quantize/dequantize primitives stay whole: backends match them as patterns."""
+
+
+def _op(name: str) -> OpOverload:
+    found = resolve_target(name)  # raises UnsupportedError naming an unknown op
+    if not isinstance(found, OpOverload):
+        raise UnsupportedError(f"{name!r} is not an ATen operator overload; spell it like 'aten::linear.default'")
+    return found
+
+
+@functools.cache
+def _table() -> dict[OpOverload | OpOverloadPacket, Callable[..., Any]]:
+    table: dict[Any, Callable[..., Any]] = dict(torch.export.default_decompositions())
+    table.update(get_decompositions([_op(n) for n in EXTRA_EDGE_DECOMPOSITIONS]))
+    for op in list(table):
+        if getattr(op, "namespace", None) in KEPT_NAMESPACES:
+            del table[op]
+    return table
+
+
+def edge_decomposition_table(keep: Iterable[str] = ()) -> dict[OpOverload | OpOverloadPacket, Callable[..., Any]]:
+    """A fresh copy of the table, without the ops named in `keep` (canonical names such as
+    ``aten::linear.default``: what a partitioner asks not to decompose)."""
+    table = dict(_table())
+    for name in keep:
+        table.pop(_op(name), None)
+    return table
