@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from texir.ir.canonical import drop_stack_traces
 from texir.cli.model_spec import ExportRecipe, load_model, load_program, load_value
 from texir.cli.main import main
 from texir.errors import ModelSpecError
@@ -139,7 +140,7 @@ def test_pt2_file(tmp_path: Path, spec: str) -> None:
 def test_snapshot_files_are_programs_too(tmp_path: Path, spec: str) -> None:
     program = load_program(spec)
     for name in ("p.json", "p.msgpack"):
-        snapshot.dump(program, tmp_path / name, include_data=True)
+        snapshot.dump(program, tmp_path / name, include_data=True, include_stack_traces=True)
         assert load_program(str(tmp_path / name)) == program
     module = LoweredBackendModule(backend_id="b", processed_bytes=b"", compile_specs=(), original_program=program)
     snapshot.dump(module, tmp_path / "m.json")
@@ -188,14 +189,14 @@ def test_snapshot_to_file_then_show_it(tmp_path: Path, spec: str, capsys: pytest
     out = tmp_path / "m.json"
     assert main(["snapshot", spec, "-o", str(out)]) == 0
     program = snapshot.loads(out.read_bytes())
-    assert program == snapshot.strip_data(load_program(spec))
+    assert program == snapshot.strip_data(drop_stack_traces(load_program(spec)))
     assert all(e.value.data is None for e in program.state)
     capsys.readouterr()
 
     packed = tmp_path / "m.msgpack"  # format follows the suffix
     assert main(["snapshot", spec, "--include-data", "-o", str(packed)]) == 0
     assert snapshot.detect_format(packed.read_bytes()) == "msgpack"
-    assert snapshot.loads(packed.read_bytes()) == load_program(spec)
+    assert snapshot.loads(packed.read_bytes()) == drop_stack_traces(load_program(spec))
 
     assert main(["show", spec]) == 0
     from_model = capsys.readouterr().out
@@ -280,7 +281,7 @@ def test_console_script_in_a_subprocess(tmp_path: Path, spec: str) -> None:
     good = subprocess.run([*cli, "snapshot", spec, "-o", str(out)], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=300)
     assert good.returncode == 0, good.stderr
-    assert good.stdout == "" and snapshot.loads(out.read_bytes()) == snapshot.strip_data(load_program(spec))
+    assert good.stdout == "" and snapshot.loads(out.read_bytes()) == snapshot.strip_data(drop_stack_traces(load_program(spec)))
     bad = subprocess.run([*cli, "snapshot", "nowhere/model.py:build"], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=300)
     assert bad.returncode == 2

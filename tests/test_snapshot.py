@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from texir.ir.canonical import drop_stack_traces
 from texir.errors import SnapshotError
 from texir.ir import (
     Blob,
@@ -234,10 +235,10 @@ def kitchen_sink() -> Program:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_round_trip_with_data_is_exact(fmt: snapshot.SnapshotFormat) -> None:
     for program in (_leaf_program(), kitchen_sink()):
-        data = dumps(program, format=fmt, include_data=True)
+        data = dumps(program, format=fmt, include_data=True, include_stack_traces=True)
         back = loads(data)
         assert back == program
-        assert dumps(back, format=fmt, include_data=True) == data
+        assert dumps(back, format=fmt, include_data=True, include_stack_traces=True) == data
         # The payload bytes themselves came back.
         for a, b in zip(back.state, program.state):
             if b.value.data is None:
@@ -250,7 +251,7 @@ def test_round_trip_with_data_is_exact(fmt: snapshot.SnapshotFormat) -> None:
 def test_without_data_keeps_meta_hash_and_size_everywhere(fmt: snapshot.SnapshotFormat) -> None:
     program = kitchen_sink()
     back = loads(dumps(program, format=fmt))
-    assert back == snapshot.strip_data(program)
+    assert back == snapshot.strip_data(drop_stack_traces(program))
     assert back != program  # the payloads are gone...
     for a, b in zip(back.state, program.state):
         assert a.value.data is None
@@ -264,16 +265,16 @@ def test_without_data_keeps_meta_hash_and_size_everywhere(fmt: snapshot.Snapshot
 
 def test_strip_data_is_pure_and_cheap_when_nothing_to_strip() -> None:
     program = kitchen_sink()
-    before = dumps(program, format="msgpack", include_data=True)
+    before = dumps(program, format="msgpack", include_data=True, include_stack_traces=True)
     stripped = snapshot.strip_data(program)
-    assert dumps(program, format="msgpack", include_data=True) == before  # input untouched
+    assert dumps(program, format="msgpack", include_data=True, include_stack_traces=True) == before  # input untouched
     assert snapshot.strip_data(stripped) is stripped
     # Payload-free parts are shared, not copied.
     assert stripped.graph is program.graph and stripped.signature is program.signature
 
 
 def test_json_snapshot_is_readable_json_with_envelope() -> None:
-    data = dumps(_leaf_program(), include_data=True)
+    data = dumps(_leaf_program(), include_data=True, include_stack_traces=True)
     doc = json.loads(data)
     assert doc["format"] == "texir-snapshot"
     assert doc["schema_version"] == list(SCHEMA_VERSION)
@@ -287,7 +288,7 @@ def test_json_snapshot_is_readable_json_with_envelope() -> None:
 def test_msgpack_payloads_alias_immutable_input_and_copy_writable_input() -> None:
     payload = bytes(range(256)) * 4
     program = _leaf_program(payload)
-    data = dumps(program, format="msgpack", include_data=True)
+    data = dumps(program, format="msgpack", include_data=True, include_stack_traces=True)
     blob = loads(data).state[0].value.data
     assert blob is not None and blob.tobytes() == payload
     # Zero-copy: the payload is a view into the (larger) input buffer.
@@ -301,9 +302,9 @@ def test_msgpack_payloads_alias_immutable_input_and_copy_writable_input() -> Non
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_lowered_module_snapshots(fmt: snapshot.SnapshotFormat) -> None:
     module = kitchen_sink().lowered_modules[0].module
-    data = snapshot.dumps_lowered_module(module, format=fmt, include_data=True)
+    data = snapshot.dumps_lowered_module(module, format=fmt, include_data=True, include_stack_traces=True)
     assert snapshot.loads_lowered_module(data) == module
-    assert snapshot.dumps_value(module, format=fmt, include_data=True) == data
+    assert snapshot.dumps_value(module, format=fmt, include_data=True, include_stack_traces=True) == data
     assert snapshot.loads_value(data) == module
     with pytest.raises(SnapshotError, match="lowered backend module, not a program"):
         loads(data)
@@ -316,13 +317,13 @@ def test_lowered_module_snapshots(fmt: snapshot.SnapshotFormat) -> None:
 def test_reference_backend_style_nested_snapshot_round_trips() -> None:
     # A delegate whose processed bytes are the msgpack snapshot of its program (texir-reference).
     inner = _leaf_program()
-    blob = dumps(inner, format="msgpack", include_data=True)
+    blob = dumps(inner, format="msgpack", include_data=True, include_stack_traces=True)
     module = LoweredBackendModule(backend_id="texir-reference", processed_bytes=blob, compile_specs=(),
                                   original_program=inner)
     outer = msgspec.structs.replace(kitchen_sink(), lowered_modules=(NamedLoweredModule(name="lowered_module_0",
                                                                                         module=module),))
     for fmt in FORMATS:
-        back = loads(dumps(outer, format=fmt, include_data=True))
+        back = loads(dumps(outer, format=fmt, include_data=True, include_stack_traces=True))
         assert back == outer
         assert loads(back.lowered_modules[0].module.processed_bytes) == inner
 
@@ -330,7 +331,7 @@ def test_reference_backend_style_nested_snapshot_round_trips() -> None:
 def test_dump_and_load_files_atomically(tmp_path: Path) -> None:
     program = _leaf_program()
     for name, fmt in (("p.json", "json"), ("p.msgpack", "msgpack"), ("p.texir", "msgpack")):
-        path = snapshot.dump(program, tmp_path / name, include_data=True)
+        path = snapshot.dump(program, tmp_path / name, include_data=True, include_stack_traces=True)
         assert snapshot.detect_format(path.read_bytes()) == fmt
         assert snapshot.load(path) == program
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "p.msgpack", "p.texir"]  # no temp files
@@ -355,10 +356,10 @@ def test_exported_models_round_trip() -> None:
         program = from_exported_program(cached_export(name, True))
         verify(program)
         for fmt in FORMATS:
-            back = loads(dumps(program, format=fmt, include_data=True))
+            back = loads(dumps(program, format=fmt, include_data=True, include_stack_traces=True))
             assert back == program, f"{name} ({fmt})"
             verify(back)
-            assert loads(dumps(program, format=fmt)) == snapshot.strip_data(program)
+            assert loads(dumps(program, format=fmt)) == snapshot.strip_data(drop_stack_traces(program))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -469,7 +470,7 @@ def test_invalid_field_is_named_by_path() -> None:
 
 
 def test_bad_payloads_are_reported() -> None:
-    doc = json.loads(dumps(_leaf_program(), include_data=True))
+    doc = json.loads(dumps(_leaf_program(), include_data=True, include_stack_traces=True))
     doc["program"]["state"][0]["value"]["data"] = "not base64!!"
     with pytest.raises(SnapshotError, match=r"base64.*\$\.program\.state\[0\]\.value\.data"):
         loads(json.dumps(doc).encode())
@@ -477,7 +478,7 @@ def test_bad_payloads_are_reported() -> None:
     with pytest.raises(SnapshotError, match=r"state\[0\]\.value\.data.*'w'.*3 bytes but nbytes says 24"):
         loads(json.dumps(doc).encode())
     # An unknown msgpack extension type.
-    packed = dumps(_leaf_program(), format="msgpack", include_data=True)
+    packed = dumps(_leaf_program(), format="msgpack", include_data=True, include_stack_traces=True)
     header = b"\xc7\x18\x01"  # ext8, 24 bytes, type 1
     assert packed.count(header) == 1
     with pytest.raises(SnapshotError, match="unknown msgpack extension type 9"):
@@ -513,7 +514,7 @@ def _assert_only_snapshot_errors(data: bytes) -> None:
     assert isinstance(result, Program)
 
 
-_SAMPLES = {fmt: dumps(kitchen_sink(), format=fmt, include_data=True) for fmt in FORMATS}
+_SAMPLES = {fmt: dumps(kitchen_sink(), format=fmt, include_data=True, include_stack_traces=True) for fmt in FORMATS}
 
 
 @settings(max_examples=int(os.environ.get("TEXIR_FUZZ_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])

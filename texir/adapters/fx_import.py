@@ -61,6 +61,15 @@ def _str_of(value: Any) -> str:
     return text
 
 
+def _stable_frame_key(key: str, path: str) -> str:
+    """Strict export keys nn_module_stack frames by the module's id(), which changes every run:
+    such a key becomes the one non-strict export would give the same module (from its path), so
+    the same model gives the same bytes."""
+    if not key.isdigit():
+        return key
+    return "L__self__" if not path else "L__self___" + path.replace(".", "_")
+
+
 def _str_of_uncached(value: Any) -> str:
     if isinstance(value, OpOverload):
         return canonical_target(value) or str(value)
@@ -195,7 +204,8 @@ class _FromFx:
                 frames = cached
             else:
                 frames = tuple(
-                    ir.ModuleFrame(key=k, path=v[0], type=_str_of(v[1])) for k, v in stack.items()
+                    ir.ModuleFrame(key=_stable_frame_key(k, v[0]), path=v[0], type=_str_of(v[1]))
+                    for k, v in stack.items()
                 )
                 if key is not None:
                     self.module_stack_cache[key] = frames

@@ -132,7 +132,10 @@ def _import_file(path: Path, spec: str) -> ModuleType:
     if not path.is_file():
         raise ModelSpecError(f"MODEL file {str(path)!r} does not exist (in {spec!r})")
     resolved = path.resolve()
-    name = "_texir_model_" + hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
+    # Named by content, not location: the name shows up in module types (nn_module_stack), and
+    # the same model file must give the same bytes wherever it lives.
+    digest = hashlib.sha256(resolved.read_bytes()).hexdigest()[:16]
+    name = f"_texir_model_{digest}"
     if name in sys.modules:
         return sys.modules[name]
     module_spec = importlib.util.spec_from_file_location(name, resolved)

@@ -30,6 +30,7 @@ import msgspec
 
 from texir._io import atomic_write, gc_paused
 from texir.errors import IRError, SnapshotError
+from texir.ir.canonical import drop_stack_traces
 from texir.ir.blob import Blob
 from texir.ir.verify import check_indices
 from texir.serialize import legacy_v1
@@ -221,20 +222,33 @@ def _encode(envelope: ProgramSnapshot | LoweredModuleSnapshot, format: SnapshotF
 
 
 def dumps(
-    program: Program, *, format: SnapshotFormat = "json", include_data: bool = False
+    program: Program,
+    *,
+    format: SnapshotFormat = "json",
+    include_data: bool = False,
+    include_stack_traces: bool = False,
 ) -> bytes:
     """The snapshot of `program` as bytes. Without `include_data`, tensor payloads are left out
-    (each tensor keeps its metadata, sha256 and nbytes). Same program, same bytes, in any process."""
+    (each tensor keeps its metadata, sha256 and nbytes); without `include_stack_traces`, stack
+    traces are (they hold machine paths). Same program, same bytes, in any process and directory."""
+    if not include_stack_traces:
+        program = drop_stack_traces(program)
     if not include_data:
         program = strip_data(program)
     return _encode(ProgramSnapshot(schema_version=SCHEMA_VERSION, program=program), format)
 
 
 def dumps_lowered_module(
-    module: LoweredBackendModule, *, format: SnapshotFormat = "json", include_data: bool = False
+    module: LoweredBackendModule,
+    *,
+    format: SnapshotFormat = "json",
+    include_data: bool = False,
+    include_stack_traces: bool = False,
 ) -> bytes:
     """The snapshot of a lowered backend module (its original program's payloads only with
-    `include_data`; `processed_bytes` always)."""
+    `include_data`, its stack traces only with `include_stack_traces`; `processed_bytes` always)."""
+    if not include_stack_traces:
+        module = msgspec.structs.replace(module, original_program=drop_stack_traces(module.original_program))
     if not include_data:
         module = _strip_module(module)
     return _encode(LoweredModuleSnapshot(schema_version=SCHEMA_VERSION, module=module), format)
@@ -245,12 +259,15 @@ def dumps_value(
     *,
     format: SnapshotFormat = "json",
     include_data: bool = False,
+    include_stack_traces: bool = False,
 ) -> bytes:
     """`dumps` or `dumps_lowered_module`, by the type of `value`."""
     if isinstance(value, LoweredBackendModule):
-        return dumps_lowered_module(value, format=format, include_data=include_data)
+        return dumps_lowered_module(
+            value, format=format, include_data=include_data, include_stack_traces=include_stack_traces
+        )
     if isinstance(value, Program):
-        return dumps(value, format=format, include_data=include_data)
+        return dumps(value, format=format, include_data=include_data, include_stack_traces=include_stack_traces)
     raise SnapshotError(
         f"cannot snapshot a {type(value).__name__}; pass a Program or a LoweredBackendModule"
     )
@@ -262,13 +279,14 @@ def dump(
     *,
     format: SnapshotFormat | None = None,
     include_data: bool = False,
+    include_stack_traces: bool = False,
 ) -> Path:
     """Write the snapshot of `value` to `path` atomically (a temporary file in the same directory,
     then `os.replace`): on any failure no partial file is left. `format` defaults to msgpack for
     ``.msgpack``/``.mpk``/``.texir`` paths and JSON otherwise. Returns the path."""
     target = Path(path)
     fmt: SnapshotFormat = format if format is not None else format_for_path(target)
-    data = dumps_value(value, format=fmt, include_data=include_data)
+    data = dumps_value(value, format=fmt, include_data=include_data, include_stack_traces=include_stack_traces)
     atomic_write_bytes(target, data)
     return target
 
