@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.texir-installed
 
-.PHONY: demo test bench bench-quick typecheck pytest browser clean
+.PHONY: demo test bench bench-quick fuzz typecheck pytest browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ pytest: $(STAMP) browser
 	$(PY) -m pytest -q
 
 test: typecheck pytest
+
+# The .pte decoder, inspect, show and show --html on 10,400 mutated files (make test runs 600).
+fuzz: $(STAMP)
+	TEXIR_FUZZ_EXAMPLES=2600 $(PY) -m pytest -q -p no:randomly tests/test_pte_fuzz.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

@@ -430,7 +430,15 @@ def _every_kind() -> PteProgram:
         non_const_buffer_sizes=(0, 2**33),
         non_const_buffer_device=(NonConstBufferDevice(buffer_idx=1),),
     )
-    other = msgspec.structs.replace(plan, name="other", delegates=plan.delegates[:1], non_const_buffer_device=None)
+    # (Index references stay in range: loads checks them as the runtime does.)
+    other_instrs = tuple(
+        Instruction(instr_args=DelegateCall(delegate_index=0, args=(0, 1))) if isinstance(i.instr_args, DelegateCall) else i
+        for i in instrs
+    )
+    other = msgspec.structs.replace(
+        plan, name="other", delegates=plan.delegates[:1], non_const_buffer_device=None,
+        chains=(Chain(inputs=(1,), outputs=(1,), instructions=other_instrs, stacktrace=frames),),
+    )
     program = Program(
         execution_plan=(plan, other),
         constant_buffer=(Buffer(storage=Blob(b"")), Buffer(storage=Blob(struct.pack("<2f", 1.0, 2.0)))),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import struct
 
 import torch
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 from texir.cli.cmd_inspect import inspect_pte
 from texir.errors import PteError
 from texir.serialize import pte
+from texir.viz.html import render_html
+from texir.viz.pte_view import pte_text
 
 
 @functools.cache
@@ -49,14 +52,19 @@ def _decode(data: bytes) -> None:
         x = pte.loads(data)
     except PteError:
         return
-    # Whatever decodes must re-encode (or be refused with a PteError), never crash.
+    # Whatever decodes is index-checked: `texir show` (text and HTML) must render it, and it must
+    # re-encode (or be refused with a PteError), never crash.
+    pte_text(x)
+    render_html(x, title="fuzz")
     try:
         pte.dumps(x)
     except PteError:
         pass
 
 
-_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 150 examples per test in `make test`; `make fuzz` sets TEXIR_FUZZ_EXAMPLES=2600 (4 tests: 10,400 files).
+_EXAMPLES = int(os.environ.get("TEXIR_FUZZ_EXAMPLES", "150"))
+_SETTINGS = settings(max_examples=_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @_SETTINGS

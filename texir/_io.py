@@ -5,9 +5,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import signal
+import stat
 import tempfile
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import FrameType
 
 from texir.errors import TexirError
 
@@ -22,6 +27,65 @@ def _default_file_mode() -> int:
     return 0o666 & ~umask
 
 
+_TMP_SUFFIX = ".tmp"
+_STALE_AFTER_S = 60.0
+"""A temporary file of ours older than this, beside the destination, was left by a killed writer."""
+
+_live: set[str] = set()
+_live_lock = threading.Lock()
+
+
+def _temp_prefix(target: Path) -> str:
+    return f".{target.name}."
+
+
+def _remove_stale(directory: Path, target: Path) -> None:
+    """Delete temporary files of our naming pattern for `target` left behind by a writer that was
+    killed (SIGKILL cannot be caught); recent ones may belong to a writer still running."""
+    prefix = _temp_prefix(target)
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            name = entry.name
+            if not (name.startswith(prefix) and name.endswith(_TMP_SUFFIX)) or entry.path in _live:
+                continue
+            middle = name[len(prefix):-len(_TMP_SUFFIX)]
+            if not middle or "." in middle:  # mkstemp's random part has no dots
+                continue
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > _STALE_AFTER_S:
+                    os.unlink(entry.path)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Remove every temporary file being written, then die of the signal as we would have.
+    with _live_lock:
+        for tmp in list(_live):
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+@contextlib.contextmanager
+def _sigterm_cleanup(tmp: str) -> Iterator[None]:
+    installed = False
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            installed = True
+    with _live_lock:
+        _live.add(tmp)
+    try:
+        yield
+    finally:
+        with _live_lock:
+            _live.discard(tmp)
+        if installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def atomic_write(
     path: str | os.PathLike[str],
     chunks: Iterable[bytes | memoryview],
@@ -30,24 +94,34 @@ def atomic_write(
 ) -> None:
     """Write `chunks` to `path` through a temporary file in the same directory and `os.replace`.
 
-    Payloads are streamed chunk by chunk (never joined into one bytes object). On any failure the
-    temporary file is removed and `path` is left as it was; an OSError becomes `error`, naming the
-    file. No fsync: `os.replace` is atomic for readers; power-loss durability is left to the OS.
+    Payloads are streamed chunk by chunk (never joined into one bytes object). On any failure, and
+    on SIGTERM, the temporary file is removed and `path` is left as it was; temporary files a
+    killed writer left for the same destination are removed first. An existing destination keeps
+    its permission bits; a read-only one is refused. An OSError becomes `error`, naming the file.
+    No fsync: `os.replace` is atomic for readers; power-loss durability is left to the OS.
     """
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
+    mode = _default_file_mode()
+    with contextlib.suppress(FileNotFoundError):
+        existing = target.stat()
+        if stat.S_ISREG(existing.st_mode):
+            if not existing.st_mode & stat.S_IWUSR or not os.access(target, os.W_OK):
+                raise error(f"cannot write {target}: the file is read-only; make it writable or choose another output")
+            mode = stat.S_IMODE(existing.st_mode)
+    _remove_stale(directory, target)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=_TMP_SUFFIX, dir=directory)
     except OSError as exc:
         raise error(f"cannot write {target}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), _default_file_mode())
+        with _sigterm_cleanup(tmp), os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
             for chunk in chunks:
                 view = memoryview(chunk)
                 for start in range(0, view.nbytes, _CHUNK):
                     fh.write(view[start : start + _CHUNK])
-        os.replace(tmp, target)
+            os.replace(tmp, target)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

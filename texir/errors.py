@@ -34,3 +34,8 @@ class PteError(TexirError):
 
 class ModelSpecError(TexirError):
     """A MODEL argument (file.py:callable, module:callable or .pt2 file) could not be loaded."""
+
+
+class UsageError(TexirError):
+    """A command-line mistake texir can tell before doing any work (e.g. an output that would
+    overwrite an input)."""

@@ -202,7 +202,7 @@ def op_schema(target: str) -> OpSchema:
             return schema
     raise OpSchemaError(
         f"operator {target!r} is not known to torch; check the op name and overload "
-        "(core ATen programs come from from_exported_program(ep, decompose=True))"
+        "(core ATen programs come from from_exported_program(ep, decompose=True), or --decompose)"
     )
 
 

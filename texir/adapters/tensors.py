@@ -161,7 +161,7 @@ def tensor_from_data(data: TensorData, *, where: str = "tensor", copy: bool = Fa
     if data.data is None:
         raise ConversionError(
             f"{where}: the snapshot holds no tensor data (only its hash); "
-            "write it with include_data=True to rebuild a runnable program"
+            "write it with include_data=True (`texir snapshot --include-data`) to rebuild a runnable program"
         )
     meta = data.meta
     dtype = DTYPE_TO_TORCH.get(meta.dtype)

@@ -12,7 +12,8 @@ from typing import Any
 from texir.errors import PteError
 from texir.ir.blob import Blob
 from texir.serialize.pte import schema as s
-from texir.serialize.pte.codec import read_pte
+from texir.serialize.pte.check import check_indices
+from texir.serialize.pte.codec import PteDecodeError, read_pte, to_logical
 
 EPILOG = """\
 examples:
@@ -157,6 +158,8 @@ def _instruction(plan: s.ExecutionPlan, index: int, ins: s.Instruction) -> JsonD
 def inspect_pte(data: bytes, *, brief: bool = False) -> JsonDict:
     """The report `texir inspect --json` prints (deterministic, JSON-serialisable)."""
     f = read_pte(data)
+    # Index references are checked as the runtime checks them (and as `loads` does).
+    check_indices(to_logical(f), PteDecodeError)
     p = f.program
     segments = f.segment_data
 

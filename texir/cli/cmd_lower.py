@@ -12,7 +12,7 @@ from typing import Any, Literal
 import msgspec
 import pydantic
 
-from texir.errors import LoweringError
+from texir.errors import UsageError, LoweringError
 from texir.ir import CallFunction, Program
 from texir.ir.names import CALL_DELEGATE, GETITEM
 from texir.lowering.plan import PartitionPlan, node_key, walk_keyed_graphs
@@ -127,6 +127,57 @@ def _load_attr(spec: str) -> Any:
     return getattr(module, attr)
 
 
+def _check_backend(backend: str) -> None:
+    from texir.lowering.backend import registered_backends
+
+    known = sorted(registered_backends())
+    if backend not in known:
+        raise UsageError(
+            f"--backend {backend!r} is not a registered backend; registered: {', '.join(known)} "
+            "(a backend registers itself with texir.lowering.register_backend when its module is imported)"
+        )
+
+
+def _check_ops(ops: tuple[str, ...]) -> None:
+    from texir.adapters.targets import resolve_target
+    from texir.errors import UnsupportedError
+
+    for op in ops:
+        namespace, _, rest = op.partition("::")
+        if not namespace or not rest:
+            raise UsageError(f"--ops {op!r}: spell an op 'namespace::name.overload', e.g. aten::relu.default")
+        if "." not in rest:
+            raise UsageError(f"--ops {op!r} names no overload; did you mean {op}.default? (texir show MODEL lists them)")
+        try:
+            resolve_target(op)
+        except UnsupportedError:
+            raise UsageError(f"--ops {op!r} is not a registered torch operator; check the name and overload") from None
+
+
+def _warn_absent_ops(program: Program, ops: tuple[str, ...]) -> None:
+    present = {n.target for _, g in walk_keyed_graphs(program.graph) for n in g.nodes if isinstance(n, CallFunction)}
+    for op in ops:
+        if op in present:
+            continue
+        # A decomposed node keeps its original node's name as ancestor ('conv2d.0' for the nodes
+        # aten::conv2d became), and FX names nodes after their op: that tells what it became.
+        base = op.partition("::")[2].partition(".")[0]
+        became: dict[str, None] = {}
+        for _, graph in walk_keyed_graphs(program.graph):
+            for i, node in enumerate(graph.nodes):
+                prov = graph.prov(i)
+                ancestor = (prov.ancestor or "") if prov is not None else ""
+                stem = ancestor.partition(".")[0].rstrip("0123456789").rstrip("_")
+                if isinstance(node, CallFunction) and stem == base:
+                    became[node.target] = None
+        what = f"; it was decomposed into {', '.join(became)}" if became else ""
+        print(
+            f"texir lower: warning: --ops {op}: no node calls it after `lower` decomposed MODEL to core ATen "
+            f"(as ExecuTorch's to_edge does){what}; `texir show --decompose MODEL` shows the decomposed ops",
+            file=sys.stderr,
+        )
+
+
 def build_partitioner(opts: LowerOptions) -> Any:
     from texir.lowering.partitioners import OpSupportPartitioner, WholeProgramPartitioner
 
@@ -183,14 +234,22 @@ def explain(program: Program, plan: PartitionPlan, partitioner: Any, modules: di
 
 def run(args: argparse.Namespace) -> int:
     from texir.cli.model_spec import load_program
+    from texir.cli.paths import refuse_clobbering
     from texir.cli.progress import Progress
     from texir.lowering.delegate import LoweringReport, lower_plan_explained
     from texir.lowering.plan import ops_to_not_decompose
 
     opts = _options(args)
+    refuse_clobbering("texir lower", [opts.model], [("--snapshot", args.snapshot), ("-o", args.output)])
     with Progress("texir lower") as progress:
+        if opts.backend is not None and opts.mode in ("whole", "ops"):
+            _check_backend(opts.backend)  # (a --partitioner module may register its backend on import)
+        if opts.mode == "ops":
+            _check_ops(opts.ops)
         with progress.phase(f"loading {opts.model}"):
             program = load_program(opts.model, decompose=True)
+        if opts.mode == "ops":
+            _warn_absent_ops(program, opts.ops)
         report = LoweringReport(program=program, partitions=())
         explanation: list[dict[str, str]] = []
         if opts.mode != "none":
@@ -213,12 +272,15 @@ def run(args: argparse.Namespace) -> int:
             from texir.serialize import snapshot
 
             snapshot.dump(lowered, args.snapshot, include_data=True)
+            print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size:,} bytes, snapshot with tensor data)",
+                  file=sys.stderr)
         if args.output is not None:
             from texir.emit import emit
             from texir.serialize import pte
 
             with progress.phase(f"writing {args.output}"):
                 pte.dump(emit(lowered), args.output)
+            print(f"wrote {args.output} ({args.output.stat().st_size:,} bytes, .pte)", file=sys.stderr)
 
     rows = [
         {

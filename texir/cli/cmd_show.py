@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from texir.cli.model_spec import load_input
+from texir.cli.paths import refuse_clobbering
 from texir.cli.progress import Progress
 from texir.ir.types import LoweredBackendModule, Program
 
@@ -70,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_clobbering("texir show", [args.model], [("--html", args.html), ("-o", args.output)])
     with Progress("texir show") as progress:
         with progress.phase(f"loading {args.model}"):
             value = load_input(args.model, decompose=args.decompose)

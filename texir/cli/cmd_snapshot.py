@@ -9,6 +9,7 @@ from typing import Literal
 
 import pydantic
 
+from texir.cli.paths import refuse_clobbering
 from texir.cli.progress import Progress
 from texir.errors import TexirError
 
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         raise TexirError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
     if options.output is None and options.resolved_format == "msgpack" and sys.stdout.isatty():
         raise TexirError("refusing to write binary msgpack to a terminal; use -o FILE or redirect stdout")
+    refuse_clobbering("texir snapshot", [options.model], [("-o", options.output)])
     from texir.cli.model_spec import load_value
     from texir.serialize import snapshot
 
@@ -87,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         if options.output is not None:
             with progress.phase(f"writing {options.output}"):
                 snapshot.atomic_write_bytes(options.output, data)
+            print(f"wrote {options.output} ({len(data):,} bytes, {options.resolved_format} snapshot"
+                  f"{', with tensor data' if options.include_data else ''})", file=sys.stderr)
     if options.output is None:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)

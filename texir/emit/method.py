@@ -147,7 +147,7 @@ class MethodEmitter(ValueTable):
                 if data.data is None:
                     raise EmitError(
                         f"{where}: state {spec.target!r} has no payload (a snapshot without data); "
-                        "convert with data or load a snapshot written with include_data=True"
+                        "convert with data or load a snapshot written with include_data=True (`texir snapshot --include-data`)"
                     )
                 idx = self.constant_tensor(data.meta, data.data, where=where, digest=data.sha256)
         elif isinstance(spec, UserInput):
@@ -232,7 +232,8 @@ class MethodEmitter(ValueTable):
                 return
             raise EmitError(
                 f"{where}: operator {target} has no out variant, so the ExecuTorch runtime has no kernel "
-                "for it; decompose it to core ATen (from_exported_program(ep, decompose=True)) or "
+                "for it; decompose it to core ATen (from_exported_program(ep, decompose=True); on the "
+                "command line --decompose) or "
                 "delegate it to a backend"
             )
         casts = self.promote_operands(node, target, functional, bound, where=where)

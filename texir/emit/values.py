@@ -203,7 +203,8 @@ class ValueTable:
                 raise MissingKernelError(
                     f"{self.where}: operator {operator_name(*key)} is not registered in the {RUNTIME} runtime, "
                     "so the .pte would fail to load (OperatorMissing); decompose it "
-                    "(from_exported_program(ep, decompose=True) / `texir lower --decompose`) or delegate it "
+                    "(from_exported_program(ep, decompose=True); on the command line --decompose, which `texir lower` "
+                    "always does) or delegate it "
                     "to a backend; EmitOptions(check_operators=False) writes it anyway"
                 )
             index = len(self.operators)

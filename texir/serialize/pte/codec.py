@@ -23,6 +23,7 @@ from texir._io import atomic_write
 from texir.errors import PteError
 from texir.ir.blob import Blob
 from texir.serialize.pte import schema as s
+from texir.serialize.pte.check import check_indices
 from texir.serialize.pte._fbread import PteDecodeError, decode_program
 from texir.serialize.pte._fbwrite import PteEncodeError, encode_program
 
@@ -276,6 +277,7 @@ def dump(pte: s.PteProgram, path: str | os.PathLike[str], options: PteOptions | 
     The bytes go to a temporary file in the same directory, which replaces `path` only once fully
     written; on any failure it is removed and `path` is left untouched.
     """
+    check_indices(pte, PteEncodeError)
     head, chunks, _ = _layout(pte, options or _DEFAULT_OPTIONS)
     atomic_write(path, itertools.chain((memoryview(head),), chunks), error=PteError)
 
@@ -440,7 +442,9 @@ def loads(data: bytes | bytearray | memoryview) -> s.PteProgram:
     Payloads are zero-copy views of `data`. Malformed, truncated or wrong-version input raises
     `PteDecodeError` naming the table, field and offset.
     """
-    return to_logical(read_pte(data))
+    pte = to_logical(read_pte(data))
+    check_indices(pte, PteDecodeError)
+    return pte
 
 
 def load(path: str | os.PathLike[str]) -> s.PteProgram:
