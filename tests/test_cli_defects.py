@@ -149,3 +149,12 @@ def test_existing_outputs_keep_their_mode_and_read_only_ones_are_refused(tmp_pat
     with pytest.raises(TexirError, match="read-only"):
         atomic_write(target, [b"newer"])
     assert target.read_bytes() == b"new"
+
+
+def test_many_partitions_get_distinct_colours_and_tips_show_full_names() -> None:
+    from texir.viz.html import partition_color
+
+    colours = [partition_color(i) for i in range(60)]
+    assert len(set(colours)) == 60
+    js = (ROOT / "texir" / "viz" / "static" / "viewer.js").read_text(encoding="utf-8")
+    assert "label.length > 22 ? label" in js  # the hover tip starts with the uncut name

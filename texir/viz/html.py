@@ -39,7 +39,7 @@ from texir.ir.types import (
     UserOutput,
 )
 
-__all__ = ["HtmlStats", "KINDS", "PALETTE", "build_model", "layout", "render_html", "write_html"]
+__all__ = ["HtmlStats", "KINDS", "PALETTE", "build_model", "layout", "partition_color", "render_html", "write_html"]
 
 # Kind index -> (name, colour). The page's legend and colours come from this table.
 KINDS: tuple[tuple[str, str], ...] = (
@@ -62,6 +62,19 @@ PALETTE: tuple[str, ...] = (
     "#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f", "#e5c494", "#b3b3b3",
     "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#80b1d3",
 )
+
+
+
+def partition_color(index: int) -> str:
+    """A colour per partition that stays distinct past the palette: the palette first, then hues
+    a golden angle apart at alternating lightness (no two partitions share a colour)."""
+    if index < len(PALETTE):
+        return PALETTE[index]
+    k = index - len(PALETTE)
+    hue = (k * 137.508) % 360
+    light = (42, 58, 72)[k % 3]
+    return f"hsl({hue:.1f}, 70%, {light}%)"
+
 
 NODE_W, NODE_H, DX, DY = 150, 28, 175, 64
 
@@ -174,7 +187,7 @@ class _ProgramModel:
             self._part_of_module[f"{index}:{named.name}"] = tag
             self.partitions.append({
                 "tag": named.name, "backend": named.module.backend_id,
-                "color": PALETTE[tag % len(PALETTE)], "nodes": 0,
+                "color": partition_color(tag), "nodes": 0,
                 "bytes": len(named.module.processed_bytes),
             })
         for named in program.lowered_modules:
@@ -306,7 +319,7 @@ def _pte_model(pte: Any) -> dict[str, Any]:
         part_base = len(partitions)
         for i, d in enumerate(plan.delegates):
             partitions.append({"tag": f"{plan.name}:delegate#{i}", "backend": d.id,
-                               "color": PALETTE[(part_base + i) % len(PALETTE)], "nodes": 0})
+                               "color": partition_color(part_base + i), "nodes": 0})
         for k, v in enumerate(plan.inputs):
             writer[v] = b.add(f"in[{k}]", "user input", _detail(
                 ("input", f"[{k}] value %{v}"), ("value", _value(plan.values[v], program))), [])

@@ -278,7 +278,9 @@
     const i = hit(ev.clientX, ev.clientY);
     if (i !== view.hover) { view.hover = i; schedule(); }
     if (i >= 0) {
-      tip.textContent = view.g.d[i];
+      // The canvas label is cut at 22 characters: the tip starts with the full name.
+      const label = view.g.n[i][0];
+      tip.textContent = (label.length > 22 ? label + "\n" : "") + view.g.d[i];
       tip.style.left = ev.clientX + 14 + "px";
       tip.style.top = ev.clientY + 14 + "px";
       tip.hidden = false;
