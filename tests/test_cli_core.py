@@ -161,7 +161,7 @@ def test_snapshot_files_are_programs_too(tmp_path: Path, spec: str) -> None:
         ("{dir}/mymodel.py:bare_tensor_args", r"args: .*tuple of positional arguments, got Tensor .*\(x,\)"),
         ("{dir}/mymodel.py:bad_dict", r"module: .*expected a torch.nn.Module.*extra: Extra inputs"),
         ("{dir}/mymodel.py:not_exportable", r"torch.export.export failed for .*not_exportable: \w+"),
-        ("{dir}/mymodel.py:value", r"is a int, not a callable"),
+        ("{dir}/mymodel.py:value", r"is an int, not a callable"),
         ("{dir}/broken.py:build", r"running '.*broken\.py' failed: ZeroDivisionError: division by zero"),
         ("{dir}/exits.py:build", r"running '.*exits\.py' failed: SystemExit: 3"),
         ("no_such_package_xyz.models:build", r"no module named 'no_such_package_xyz'"),

@@ -158,3 +158,35 @@ def test_many_partitions_get_distinct_colours_and_tips_show_full_names() -> None
     assert len(set(colours)) == 60
     js = (ROOT / "texir" / "viz" / "static" / "viewer.js").read_text(encoding="utf-8")
     assert "label.length > 22 ? label" in js  # the hover tip starts with the uncut name
+
+
+def test_library_decomposition_prints_no_torch_leafspec_warning() -> None:
+    import warnings
+
+    import torch
+
+    from texir.adapters import from_exported_program
+
+    class Gelu(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.gelu(x)
+
+    ep = torch.export.export(Gelu(), (torch.randn(2),), strict=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from_exported_program(ep, decompose=True)
+    assert not [w for w in caught if "LeafSpec" in str(w.message)]
+
+
+def test_readme_ir_snippet_runs() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("```python\nfrom texir.ir import CallFunction")
+    code = readme[start + len("```python\n"): readme.index("```", start + 10)]
+    scope: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102  (the README's own example)
+    assert scope["rebuilt"] == scope["graph"]
+
+
+def test_inspect_spells_tensors_as_show_does(demo_dir: Path) -> None:
+    out = _texir("inspect", str(demo_dir / "demo.pte")).stdout
+    assert "Tensor float[4, 3, 64, 64]" in out and "FLOAT[" not in out

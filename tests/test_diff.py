@@ -40,7 +40,7 @@ def test_changed_node_named_by_position_and_original_name() -> None:
     text = format_diff(result)
     assert "~ node %4 (sin_1 -> sig) [op]" in text
     assert "aten::sigmoid.default(%3)" in text
-    assert text.splitlines()[2].startswith("1 difference: 1 nodes changed")
+    assert text.splitlines()[2].startswith("1 difference: 1 node changed")
 
 
 def test_inserted_node_does_not_shift_everything() -> None:

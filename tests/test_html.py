@@ -193,7 +193,7 @@ def test_show_html_for_snapshot_and_pte(tmp_path: Path, capsys: pytest.CaptureFi
     out = tmp_path / "snap.html"
     assert cli_main.main(["show", str(snap), "--html", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith(f"wrote {out}: ") and "1 partitions" in printed
+    assert printed.startswith(f"wrote {out}: ") and "1 partition," in printed
     assert "placeholder" not in printed  # the page is written instead of the text
 
     out_pte = tmp_path / "pte.html"

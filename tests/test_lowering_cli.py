@@ -67,7 +67,7 @@ def test_no_backend_writes_undelegated_pte(tmp_path: Path, capsys: pytest.Captur
         (["--whole"], "need --backend ID"),
         (["--backend", "texir-test"], "needs one of --whole"),
         (["--backend", "texir-test", "--ops", "add"], "is not canonical"),
-        (["--backend", "nope", "--whole"], "backend 'nope' (partition 'tag0') is not registered"),
+        (["--backend", "nope", "--whole"], "--backend 'nope' is not a registered backend"),
         (["--backend", "texir-test", "--partitioner", "tests.lowering_cli_models:Missing"], "has no attribute 'Missing'"),
     ],
 )

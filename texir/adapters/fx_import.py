@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Union
@@ -487,7 +488,12 @@ def from_exported_program(
     if not isinstance(ep, ExportedProgram):
         raise ConversionError(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if decompose:
-        ep = ep.run_decompositions(edge_decomposition_table(keep))
+        with warnings.catch_warnings():
+            # torch deep-copies pytree specs inside run_decompositions and trips its own LeafSpec
+            # deprecation warning: noise a caller cannot act on.
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                    category=FutureWarning)
+            ep = ep.run_decompositions(edge_decomposition_table(keep))
     with gc_paused(), torch._C.DisableTorchFunctionSubclass():
         # (Reading a FakeTensor's attributes goes through __torch_function__ otherwise: 2x slower.)
         return _convert_from(ep)

@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("b", metavar="B", help="snapshot, .pte file or MODEL spec")
     parser.add_argument("--json", action="store_true", help="print the diff as JSON")
     parser.add_argument("--decompose", action="store_true",
-                        help="run torch's core ATen decompositions on MODEL specs before comparing")
+                        help="decompose MODEL specs as ExecuTorch's to_edge does (what `texir lower` always does) before comparing")
     parser.add_argument("--limit", type=int, default=200, metavar="N",
                         help="show at most N changes in the text report (default 200; 0: all)")
     parser.set_defaults(func=run)

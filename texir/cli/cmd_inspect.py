@@ -274,14 +274,14 @@ def _sizes(f: s.PteFile) -> JsonDict:
 def _fmt_value(v: JsonDict) -> str:
     kind = v["kind"]
     if kind == "Tensor":
-        shape = "x".join(str(d) for d in v["shape"]) or "scalar"
+        shape = ", ".join(str(d) for d in v["shape"])  # spelled as `texir show` and `texir diff` do
         where = v["storage"]
         if where == "planned":
             where = f"planned mem{v['memory_id']}@{v['offset']}"
         elif where == "constant":
             where = f"constant #{v['buffer']}"
         extra = f" {v['dynamism']}" if "dynamism" in v else ""
-        return f"Tensor {v['dtype']}[{shape}]{extra} {where}"
+        return f"Tensor {str(v['dtype']).lower()}[{shape}]{extra} {where}"
     if "value" in v:
         return f"{kind} {v['value']}"
     return str(kind)

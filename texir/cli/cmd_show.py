@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from texir.cli.model_spec import load_input
-from texir.cli.paths import refuse_clobbering
+from texir.cli.paths import is_model_spec, refuse_clobbering
 from texir.cli.progress import Progress
 from texir.ir.types import LoweredBackendModule, Program
 
@@ -52,15 +52,15 @@ def render(value: Program | LoweredBackendModule | PteProgram, *, canonical: boo
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "show",
-        help="print a MODEL or snapshot in texir's text form",
-        description="Load MODEL (exporting and converting it) or a snapshot and print the program.",
+        help="print a MODEL, snapshot or .pte file in texir's text form",
+        description="Load MODEL (exporting and converting it), a snapshot or a .pte file and print the program.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("model", metavar="MODEL|SNAPSHOT",
-                        help="FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE, FILE.pt2 or a snapshot file")
+    parser.add_argument("model", metavar="MODEL|SNAPSHOT|PTE",
+                        help="FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE, FILE.pt2, a snapshot file or a .pte file")
     parser.add_argument("--decompose", action="store_true",
-                        help="run torch's core ATen decompositions before converting a MODEL")
+                        help="decompose a MODEL as ExecuTorch's to_edge does (what `texir lower` always does) before converting")
     parser.add_argument("--canonical", action="store_true",
                         help="print the canonical form (nodes renamed in order, tables sorted)")
     parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
@@ -70,18 +70,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def run(args: argparse.Namespace) -> int:
     refuse_clobbering("texir show", [args.model], [("--html", args.html), ("-o", args.output)])
     with Progress("texir show") as progress:
         with progress.phase(f"loading {args.model}"):
             value = load_input(args.model, decompose=args.decompose)
+        if is_model_spec(args.model) and not args.decompose:
+            print("texir show: showing MODEL as exported; `texir lower` decomposes it first (add --decompose "
+                  "to see that form)", file=sys.stderr)
         if args.html is not None:
             from texir.viz.html import write_html
 
             with progress.phase(f"writing {args.html}"):
                 stats = write_html(value, args.html, title=args.model)
             print(f"wrote {args.html}: {stats.nodes} nodes, {stats.edges} edges, "
-                  f"{stats.partitions} partitions, {stats.graphs} graphs, {stats.bytes} bytes")
+                  f"{_count(stats.partitions, 'partition')}, {_count(stats.graphs, 'graph')}, {stats.bytes} bytes")
             if args.output is None:
                 return 0
         text = render(value, canonical=args.canonical)

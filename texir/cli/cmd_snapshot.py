@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="snapshot format (default: from the -o suffix; JSON otherwise)")
     parser.add_argument("--include-data", action="store_true", help="include tensor payloads (parameters, buffers, constants)")
     parser.add_argument("--decompose", action="store_true",
-                        help="run torch's core ATen decompositions before converting")
+                        help="decompose a MODEL as ExecuTorch's to_edge does (what `texir lower` always does) before converting")
     parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
                         help="write to FILE (atomically) instead of stdout")
     parser.set_defaults(func=run)

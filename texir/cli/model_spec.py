@@ -252,7 +252,7 @@ def load_model(spec: str) -> ExportedProgram:
         return target
     if not callable(target):
         raise ModelSpecError(
-            f"{spec} is a {type(target).__name__}, not a callable; point MODEL at a function returning {_FORMS}"
+            f"{spec} is {_a(type(target).__name__)}, not a callable; point MODEL at a function returning {_FORMS}"
         )
     if isinstance(target, torch.nn.Module):
         raise ModelSpecError(
@@ -309,3 +309,8 @@ def load_program(spec: str, *, decompose: bool = False) -> Program:
             "(texir show prints it)"
         )
     return value
+
+
+def _a(noun: str) -> str:
+    """'an int', 'a str': the article a type name takes."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"

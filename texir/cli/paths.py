@@ -8,7 +8,7 @@ from pathlib import Path
 
 from texir.errors import UsageError
 
-__all__ = ["input_file", "refuse_clobbering"]
+__all__ = ["input_file", "is_model_spec", "refuse_clobbering"]
 
 
 def input_file(spec: str) -> Path | None:
@@ -19,6 +19,15 @@ def input_file(spec: str) -> Path | None:
         return Path(head)
     candidate = Path(spec)
     return candidate if candidate.exists() else None
+
+
+def is_model_spec(spec: str) -> bool:
+    """True when the argument names a model to export (``file.py:fn``, ``package.module:fn``,
+    ``.pt2``), not a snapshot or ``.pte`` file."""
+    head, sep, _ = spec.rpartition(":")
+    if sep and (head.endswith(".py") or not Path(spec).exists()):
+        return True
+    return spec.endswith(".pt2")
 
 
 def _same(a: Path, b: Path) -> bool:

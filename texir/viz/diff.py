@@ -543,8 +543,12 @@ def _node_label(c: Change) -> str:
 def summary_line(diff: ProgramDiff) -> str:
     n = diff.counts()
     total = len(diff.changes)
+    head = f"{total} difference{'s' if total != 1 else ''}"
+    if not (n["nodes_changed"] or n["nodes_added"] or n["nodes_removed"]):
+        return head  # e.g. two .pte files: their differences are tables, not graph nodes
+    node_word = "node" if n["nodes_changed"] == 1 else "nodes"
     return (
-        f"{total} difference{'s' if total != 1 else ''}: {n['nodes_changed']} nodes changed, "
+        f"{head}: {n['nodes_changed']} {node_word} changed, "
         f"{n['nodes_added']} added, {n['nodes_removed']} removed; {n['other']} other"
     )
 
