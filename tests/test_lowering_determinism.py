@@ -67,10 +67,13 @@ def build_strict():
 '''
 
 
+_TEXIR = Path(sys.executable).parent / "texir"  # the installed entry point, as a user runs it
+
+
 def _texir(args: list[str], cwd: Path, seed: str) -> None:
     env = {**os.environ, "PYTHONHASHSEED": seed, "TEXIR_PROGRESS": "0"}
     subprocess.run(
-        [sys.executable, "-m", "texir.cli.main", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        [str(_TEXIR), *args], cwd=cwd, env=env, capture_output=True, text=True,
         timeout=300, check=True,
     )
 

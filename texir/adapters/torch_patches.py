@@ -27,8 +27,6 @@ def name_structseq_types() -> None:
             pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE[name] = cls
 
 
-
-
 @contextlib.contextmanager
 def lazy_graph_module_codegen() -> Iterator[None]:
     # ExportedProgram wraps the graph in a GraphModule, whose constructor generates and compiles
@@ -48,6 +46,3 @@ def lazy_graph_module_codegen() -> Iterator[None]:
         yield
     finally:
         ep_mod._create_graph_module_for_export = original
-
-
-
