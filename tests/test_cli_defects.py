@@ -190,3 +190,20 @@ def test_readme_ir_snippet_runs() -> None:
 def test_inspect_spells_tensors_as_show_does(demo_dir: Path) -> None:
     out = _texir("inspect", str(demo_dir / "demo.pte")).stdout
     assert "Tensor float[4, 3, 64, 64]" in out and "FLOAT[" not in out
+
+
+def test_bad_inputs_give_one_line_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "junk.pt2").write_bytes(bytes(range(256)) * 8)
+    (tmp_path / "junk.json").write_bytes(b"\x07" + bytes(range(200)))
+    (tmp_path / "part.py").write_text("def part(program):\n    raise KeyError('boom')\n", encoding="utf-8")
+    cases = (
+        (("show", str(tmp_path / "junk.pt2")), "cannot load"),
+        (("show", str(tmp_path / "junk.json")), "neither a JSON nor a msgpack envelope"),
+        (("lower", "texir.models:conv_relu_tan", "--backend", "texir-reference",
+          "--partitioner", f"{tmp_path / 'part.py'}:part"), "partitioner part.part raised KeyError: 'boom'"),
+    )
+    for args, message in cases:
+        result = _texir(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr, result.stderr

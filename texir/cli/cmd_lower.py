@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     from texir.cli.model_spec import load_program
     from texir.cli.paths import refuse_clobbering
     from texir.cli.progress import Progress
-    from texir.lowering.delegate import LoweringReport, lower_plan_explained
+    from texir.lowering.delegate import LoweringReport, call_partitioner, lower_plan_explained
     from texir.lowering.plan import ops_to_not_decompose
 
     opts = _options(args)
@@ -255,11 +255,7 @@ def run(args: argparse.Namespace) -> int:
         if opts.mode != "none":
             partitioner = build_partitioner(opts)
             with progress.phase("partitioning"):
-                plan = partitioner(program)
-                if not isinstance(plan, PartitionPlan):
-                    raise LoweringError(
-                        f"partitioner {partitioner!r} returned {type(plan).__name__}; return a PartitionPlan"
-                    )
+                plan = call_partitioner(partitioner, program)
             with progress.phase("lowering"):
                 report = lower_plan_explained(program, plan)
             if args.explain:

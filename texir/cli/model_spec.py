@@ -23,6 +23,7 @@ model (not a snapshot) is loaded.
 from __future__ import annotations
 
 import hashlib
+import logging
 import importlib
 import importlib.util
 import os
@@ -219,6 +220,11 @@ def _load_pt2(path: Path) -> ExportedProgram:
         raise ModelSpecError(f"MODEL file {str(path)!r} does not exist")
     import torch
 
+    # torch logs its own traceback (a warning) before raising on a bad archive: texir says it once.
+    quiet = [logging.getLogger(name) for name in ("torch.export", "torch._export")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)
     try:
         return torch.export.load(str(path))
     except Exception as exc:
@@ -226,6 +232,9 @@ def _load_pt2(path: Path) -> ExportedProgram:
             f"cannot load {str(path)!r} with torch.export.load (is it a file written by "
             f"torch.export.save?): {_one_line(exc)}"
         ) from exc
+    finally:
+        for logger, level in zip(quiet, levels):
+            logger.setLevel(level)
 
 
 def load_model(spec: str) -> ExportedProgram:

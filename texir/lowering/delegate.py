@@ -73,7 +73,7 @@ from texir.lowering.plan import (
     walk_keyed_graphs,
 )
 
-__all__ = ["LoweringReport", "PartitionSummary", "lower_plan", "lower_plan_explained", "lower_whole", "to_backend"]
+__all__ = ["LoweringReport", "PartitionSummary", "lower_plan", "lower_plan_explained", "call_partitioner", "lower_whole", "to_backend"]
 
 _Cache = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 _Consumable = ParameterInput | BufferInput | ConstantTensorInput
@@ -117,32 +117,41 @@ def to_backend(
         )
     cache: _Cache = {}
     if isinstance(program, Program):
-        return lower_plan(program, _call_partitioner(partitioner, program), _cache=cache)
+        return lower_plan(program, call_partitioner(partitioner, program), _cache=cache)
     return {
-        name: lower_plan(method, _call_partitioner(partitioner, method), _cache=cache)
+        name: lower_plan(method, call_partitioner(partitioner, method), _cache=cache)
         for name, method in program.items()
     }
 
 
-def _call_partitioner(partitioner: Partitioner, program: Program) -> PartitionPlan:
+def call_partitioner(partitioner: Partitioner, program: Program) -> PartitionPlan:
     """The partitioner's plan; anything it raises comes out as a PartitionerError naming it, with
     the original exception as the cause."""
+    name = _describe(partitioner)
     try:
         plan = partitioner(program)
     except PartitionerError as exc:
-        raise PartitionerError(f"partitioner {partitioner!r}: {exc}") from exc
+        raise PartitionerError(f"partitioner {name}: {exc}") from exc
     except TexirError:
         raise
     except Exception as exc:
         raise PartitionerError(
-            f"partitioner {partitioner!r} raised {type(exc).__name__}: {exc}; the cause is attached "
+            f"partitioner {name} raised {type(exc).__name__}: {exc}; the cause is attached "
             "(fix the partitioner, or return a texir.lowering.PartitionPlan)"
         ) from exc
     if not isinstance(plan, PartitionPlan):
         raise PartitionerError(
-            f"partitioner {partitioner!r} returned {type(plan).__name__}; return a texir.lowering.PartitionPlan"
+            f"partitioner {name} returned {type(plan).__name__}; return a texir.lowering.PartitionPlan"
         )
     return plan
+
+
+def _describe(partitioner: object) -> str:
+    """A partitioner as an error names it: its class repr, or a function's module-qualified name."""
+    qualname = getattr(partitioner, "__qualname__", None)
+    if qualname is not None and not isinstance(partitioner, type):
+        return f"{getattr(partitioner, '__module__', '?')}.{qualname}"
+    return repr(partitioner)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -402,8 +402,12 @@ def _read_header(data: bytes | memoryview, fmt: SnapshotFormat) -> _Header:
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
+        # A file that is not a map at all is not a snapshot of either format: say so plainly.
+        what = "not a texir snapshot" if "expected `object`" not in str(exc).lower() else (
+            "not a texir snapshot (neither a JSON nor a msgpack envelope)" if fmt == "msgpack" else "not a texir snapshot"
+        )
         raise SnapshotError(
-            f"not a texir snapshot ({fmt}): {exc}; expected the envelope "
+            f"{what} ({fmt}: {exc}); expected the envelope "
             f'{{"format": "{FORMAT_MARKER}", "schema_version": ..., "program": ...}}'
         ) from None
     except msgspec.DecodeError as exc:
