@@ -17,11 +17,12 @@ from texir._io import atomic_write
 from texir.errors import PteError, TexirError
 
 ROOT = Path(__file__).resolve().parent.parent
+TEXIR = Path(sys.executable).with_name("texir")  # the installed console-script entry point
 
 
 def _texir(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "texir.cli.main", *args], cwd=cwd or ROOT, capture_output=True, text=True,
+        [str(TEXIR), *args], cwd=cwd or ROOT, capture_output=True, text=True,
         timeout=300, env={**os.environ, "TEXIR_PROGRESS": "0", **(env or {})},
     )
 
@@ -80,13 +81,13 @@ def test_lower_and_snapshot_say_what_they_wrote(tmp_path: Path) -> None:
 def test_commands_on_files_do_not_import_torch(demo_dir: Path) -> None:
     pte_file, snap = str(demo_dir / "demo.pte"), str(demo_dir / "demo.snapshot.json")
     script = (
-        "import sys, time; t = time.perf_counter(); from texir.cli.main import main\n"
-        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "import runpy, sys, time; t = time.perf_counter(); sys.argv = [sys.argv[1], *sys.argv[2:]]\n"
+        "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\nexcept SystemExit:\n    pass\n"
         "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', round(time.perf_counter() - t, 3), file=sys.stderr)\n"
     )
     for args in (["--help"], ["inspect", pte_file], ["show", pte_file], ["show", snap], ["diff", pte_file, pte_file],
                  ["diff", snap, snap], ["show", snap, "--html", str(demo_dir / "x.html")]):
-        result = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        result = subprocess.run([sys.executable, "-c", script, str(TEXIR), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert "NO-TORCH" in result.stderr, (args, result.stderr[-500:])
 
 
@@ -196,11 +197,19 @@ def test_bad_inputs_give_one_line_not_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "junk.pt2").write_bytes(bytes(range(256)) * 8)
     (tmp_path / "junk.json").write_bytes(b"\x07" + bytes(range(200)))
     (tmp_path / "part.py").write_text("def part(program):\n    raise KeyError('boom')\n", encoding="utf-8")
+    (tmp_path / "pred.py").write_text(
+        "from texir.lowering.partitioners import OpSupportPartitioner\n"
+        "def _pred(node, meta):\n    raise ValueError('pred boom')\n"
+        "class P(OpSupportPartitioner):\n    def __init__(self, backend_id):\n        super().__init__(backend_id, _pred)\n",
+        encoding="utf-8",
+    )
     cases = (
         (("show", str(tmp_path / "junk.pt2")), "cannot load"),
         (("show", str(tmp_path / "junk.json")), "neither a JSON nor a msgpack envelope"),
         (("lower", "texir.models:conv_relu_tan", "--backend", "texir-reference",
           "--partitioner", f"{tmp_path / 'part.py'}:part"), "partitioner part.part raised KeyError: 'boom'"),
+        (("lower", "texir.models:conv_relu_tan", "--backend", "texir-reference",
+          "--partitioner", f"{tmp_path / 'pred.py'}:P"), "the support predicate raised ValueError on node"),
     )
     for args, message in cases:
         result = _texir(*args)
