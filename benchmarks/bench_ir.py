@@ -198,7 +198,7 @@ def _decode_costs(program: Program, reps: int) -> tuple[float, float, int, float
     import mmap
     import resource
 
-    data = dumps(program, format="msgpack")
+    data = dumps(program, format="msgpack", include_stack_traces=True)
     decoder = msgspec.msgpack.Decoder(ProgramSnapshot)
     best_dec = best_gc = float("inf")
     for _ in range(reps):
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     assert len(back.graph.nodes) == n_big, "IR -> FX changed the node count"
     snaps: dict[str, tuple[float, float, int]] = {}
     for fmt in ("json", "msgpack"):
-        t_enc, data = _best(lambda: dumps(program, format=fmt, include_data=True), reps)  # noqa: B023
+        t_enc, data = _best(lambda: dumps(program, format=fmt, include_data=True, include_stack_traces=True), reps)  # noqa: B023
         t_dec, restored = _best(lambda: loads(data), reps)  # noqa: B023
         assert restored == program
         snaps[fmt] = (t_enc, t_dec, len(data))
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     breakdown: list[tuple[str, float, int]] = []
     for label, variant in (("no provenance", _without(program, meta=False)),
                            ("no provenance, no value metadata", _without(program, meta=True))):
-        data = dumps(variant, format="msgpack")
+        data = dumps(variant, format="msgpack", include_stack_traces=True)
         t_dec, _ = _best(lambda: loads(data), reps)  # noqa: B023
         breakdown.append((label, t_dec, len(data)))
     t_msgspec, t_young_gc, faults, per_page = _decode_costs(program, reps)
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     t_s_ir_fx, _ = _best(lambda: to_exported_program(small_ir), reps)
     small_snap: dict[str, tuple[float, float]] = {}
     for fmt in ("json", "msgpack"):
-        t_enc, data = _best(lambda: dumps(small_ir, format=fmt, include_data=True), reps)  # noqa: B023
+        t_enc, data = _best(lambda: dumps(small_ir, format=fmt, include_data=True, include_stack_traces=True), reps)  # noqa: B023
         t_dec, _ = _best(lambda: loads(data), reps)  # noqa: B023
         small_snap[fmt] = (t_enc, t_dec)
 
@@ -330,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         _profile("FX -> IR", lambda: from_exported_program(big))
         _profile("IR -> FX", lambda: to_exported_program(program))
-        msgpack_data = dumps(program, format="msgpack", include_data=True)
-        _profile("snapshot encode msgpack", lambda: dumps(program, format="msgpack", include_data=True))
+        msgpack_data = dumps(program, format="msgpack", include_data=True, include_stack_traces=True)
+        _profile("snapshot encode msgpack", lambda: dumps(program, format="msgpack", include_data=True, include_stack_traces=True))
         _profile("snapshot decode msgpack", lambda: loads(msgpack_data))
 
     print()
