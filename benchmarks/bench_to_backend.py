@@ -147,16 +147,29 @@ def _texir_groups(program: Any) -> dict[str, list[str]]:
     return groups
 
 
-def bench_texir(blocks: int, *, decompose: bool) -> dict[str, float]:
+def bench_texir(blocks: int, *, decompose: bool, capability: bool = False) -> dict[str, float]:
+    """`capability=True` partitions with OpSupportPartitioner({add, mul}) inside the timed call
+    (capability partitioning plus lowering) instead of the explicit per-block groups."""
     from texir.adapters import from_exported_program
-    from texir.lowering import NodeGroupPartitioner, get_lowered_submodules, register_backend, to_backend
+    from texir.lowering import (
+        NodeGroupPartitioner,
+        OpSupportPartitioner,
+        Partitioner,
+        get_lowered_submodules,
+        register_backend,
+        to_backend,
+    )
 
     register_backend(TEXIR_BENCH_BACKEND, _TrivialBackend(), replace=True)
     ep, export_s = export(blocks)
     start = time.perf_counter()
     program = from_exported_program(ep, decompose=decompose)
     convert_s = time.perf_counter() - start
-    partitioner = NodeGroupPartitioner(TEXIR_BENCH_BACKEND, _texir_groups(program))
+    partitioner: Partitioner
+    if capability:
+        partitioner = OpSupportPartitioner(TEXIR_BENCH_BACKEND, {"aten::add.Tensor", "aten::mul.Tensor"})
+    else:
+        partitioner = NodeGroupPartitioner(TEXIR_BENCH_BACKEND, _texir_groups(program))
     gc.collect()
     start = time.perf_counter()
     lowered = to_backend(program, partitioner)
@@ -189,12 +202,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("to_backend on a residual MLP, one partition per add+mul pair; seconds (us/partition last)")
     print("texir rows: IR from from_exported_program(ep) (aten::linear kept; run_decompositions is")
     print("torch's cost, not texir's); 'texir (core ATen)': from_exported_program(ep, decompose=True),")
-    print("the same core-ATen graph ExecuTorch's to_edge lowers, used for the ratio.")
+    print("the same core-ATen graph ExecuTorch's to_edge lowers, used for the ratio. 'texir (OpSupport)':")
+    print("OpSupportPartitioner({add, mul}) finds the same partitions by capability inside the timed call.")
     print(f"{'side':<18} {'N':>6} {'nodes':>7} {'export':>8} {'convert':>8} {'to_backend':>11} {'us/partition':>13}")
     texir_results: dict[int, dict[str, float]] = {}
     for n in texir_sizes:
         texir_results[n] = bench_texir(n, decompose=False)
         print(_row("texir", n, texir_results[n]), flush=True)
+    capability: dict[int, dict[str, float]] = {}
+    for n in texir_sizes:
+        capability[n] = bench_texir(n, decompose=False, capability=True)
+        print(_row("texir (OpSupport)", n, capability[n]), flush=True)
     core = bench_texir(ratio_at, decompose=True)
     print(_row("texir (core ATen)", ratio_at, core), flush=True)
     et_results: dict[int, dict[str, float]] = {}

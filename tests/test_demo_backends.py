@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from texir.ir.canonical import drop_stack_traces
 import torch
 
 import texir.lowering
@@ -26,8 +24,9 @@ from texir.ir import (
     build_graph,
     verify,
 )
+from texir.ir.canonical import drop_stack_traces
+from texir.lowering.api import lower_whole, to_backend
 from texir.lowering.backend import registered_backends
-from texir.lowering.delegate import lower_whole, to_backend
 from texir.lowering.demo_backends import BACKEND_ID as DEMO_ID
 from texir.lowering.demo_backends import decode_demo_bytes, encode_demo_program
 from texir.lowering.lowered import get_lowered_submodules
@@ -146,7 +145,9 @@ def test_partition_matches_executorch(
     model: tuple[torch.nn.Module, tuple[torch.Tensor, ...]],
 ) -> None:
     """Debug handles survive partitioning: the sub-program keeps handles 3, 4, 5 on both sides."""
-    from executorch.exir.lowered_backend_module import get_lowered_submodules as et_lowered
+    from executorch.exir.lowered_backend_module import (
+        get_lowered_submodules as et_lowered,
+    )
 
     _executorch_demo_module()
     before = snapshot.dumps(program, format="msgpack", include_data=True)

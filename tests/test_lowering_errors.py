@@ -182,11 +182,13 @@ def test_lowered_call_claimed_again() -> None:
 def test_shared_constant_tagged_for_two_partitions() -> None:
     program = export_program(LiftedConstant(), (X,))
     const = next(s.name for s in program.signature.inputs if type(s).__name__ == "ConstantTensorInput")
-    plan = PartitionPlan.build({const: "a", "add": "a", "mul": "b"}, {"a": SPEC, "b": SPEC})
+    plan = PartitionPlan.build(
+        {const: "a", "add": "a", "mul": "b"}, {"a": SPEC, "b": SPEC}, shared_constants="error"
+    )
     message = _expect(
         "shared_constant", program, lambda p: plan, SharedConstantError, f"'{const}' is tagged 'a'"
     )
-    assert "'mul' of partition 'b'" in message
+    assert "also used by 'mul' (tag 'b')" in message
 
 
 def test_consumed_buffer_mutated_outside_partition() -> None:

@@ -358,7 +358,9 @@ def test_lifted_constant_consumed() -> None:
     assert len(sub.state) == 1
 
 
-def test_lifted_constant_shared_by_two_partitions_stays() -> None:
+def test_lifted_constant_shared_by_two_partitions_is_duplicated() -> None:
+    # ExecuTorch 1.5.1's default: tag_constant_data gives the constant the least user tag and
+    # to_backend copies it into every other delegate using it; the parent keeps none.
     lowered = lower_scenario(
         "lifted_constant_two_partitions",
         LiftedConstant(),
@@ -366,7 +368,22 @@ def test_lifted_constant_shared_by_two_partitions_stays() -> None:
         OpSupportPartitioner(TEST_BACKEND, ADD_MUL, tag_constants=True),
     )
     assert _delegates(lowered) == 2
+    assert lowered.state == ()
+    subs = [m.original_program for _, m, _ in get_lowered_submodules(lowered)]
+    assert [[s.target for s in sub.state] for sub in subs] == [["c"], ["c"]]
+
+
+def test_lifted_constant_shared_by_two_partitions_passed_in() -> None:
+    lowered = lower_scenario(
+        "lifted_constant_two_partitions_pass_in",
+        LiftedConstant(),
+        (X4,),
+        OpSupportPartitioner(TEST_BACKEND, ADD_MUL, tag_constants=True, shared_constants="pass_in"),
+    )
+    assert _delegates(lowered) == 2
     assert len(lowered.state) == 1  # used by both delegates: passed to each, owned by neither
+    subs = [m.original_program for _, m, _ in get_lowered_submodules(lowered)]
+    assert all(sub.state == () for sub in subs)
 
 
 def test_multi_output_partition() -> None:

@@ -79,7 +79,12 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
 
     from texir.adapters import from_exported_program, to_exported_program
     from texir.ir import CallFunction, verify
-    from texir.lowering import OpSupportPartitioner, WholeProgramPartitioner, get_lowered_submodules, to_backend
+    from texir.lowering import (
+        OpSupportPartitioner,
+        WholeProgramPartitioner,
+        get_lowered_submodules,
+        to_backend,
+    )
     from texir.lowering.demo_backends import BACKEND_ID
     from texir.models import conv_relu_tan
     from texir.serialize import snapshot
@@ -117,8 +122,8 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
         with progress.phase("writing snapshot"):
             snapshot.dump(lowered, snapshot_path, format="json", include_data=True)
         with progress.phase("writing .pte"):
-            from texir.serialize.pte import dump as dump_pte
             from texir.emit import emit
+            from texir.serialize.pte import dump as dump_pte
 
             dump_pte(emit(lowered), pte_path)
 

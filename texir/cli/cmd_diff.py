@@ -12,8 +12,8 @@ import msgspec
 from texir.cli.model_spec import load_input
 from texir.cli.progress import Progress
 from texir.errors import TexirError
-from texir.viz.diff import ProgramDiff, diff_texts, format_diff, summary_line
 from texir.ir.types import LoweredBackendModule, Program
+from texir.viz.diff import ProgramDiff, diff_texts, format_diff, summary_line
 from texir.viz.views import text_view
 
 EPILOG = """\

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import msgspec
 import pydantic
 
-from texir.errors import UsageError, LoweringError
+from texir.errors import LoweringError, UsageError
 from texir.ir import CallFunction, Program
 from texir.ir.names import CALL_DELEGATE, GETITEM
 from texir.lowering.plan import PartitionPlan, node_key, walk_keyed_graphs
@@ -179,7 +179,10 @@ def _warn_absent_ops(program: Program, ops: tuple[str, ...]) -> None:
 
 
 def build_partitioner(opts: LowerOptions) -> Any:
-    from texir.lowering.partitioners import OpSupportPartitioner, WholeProgramPartitioner
+    from texir.lowering.partitioners import (
+        OpSupportPartitioner,
+        WholeProgramPartitioner,
+    )
 
     assert opts.backend is not None
     if opts.mode == "whole":
@@ -236,7 +239,8 @@ def run(args: argparse.Namespace) -> int:
     from texir.cli.model_spec import load_program
     from texir.cli.paths import refuse_clobbering
     from texir.cli.progress import Progress
-    from texir.lowering.delegate import LoweringReport, call_partitioner, lower_plan_explained
+    from texir.lowering.api import call_partitioner
+    from texir.lowering.delegate import LoweringReport, lower_plan_explained
     from texir.lowering.plan import ops_to_not_decompose
 
     opts = _options(args)

@@ -23,9 +23,9 @@ model (not a snapshot) is loaded.
 from __future__ import annotations
 
 import hashlib
-import logging
 import importlib
 import importlib.util
+import logging
 import os
 import sys
 from collections.abc import Iterator

@@ -20,9 +20,13 @@ __all__ = ["remove_unused_state"]
 _STATE_SPECS = (ParameterInput, BufferInput, ConstantTensorInput)
 
 
-def remove_unused_state(program: Program) -> Program:
+StateKind = type[ParameterInput] | type[BufferInput] | type[ConstantTensorInput]
+
+
+def remove_unused_state(program: Program, *, kinds: tuple[StateKind, ...] = _STATE_SPECS) -> Program:
     """`program` without the placeholders, signature inputs and state entries of parameters,
-    buffers and constants that no node reads (a mutated buffer counts as read). Pure."""
+    buffers and constants (those of `kinds`) that no node reads (a mutated buffer counts as read).
+    Pure. exir's ``to_edge`` drops unused parameters only; its emitter keeps the rest."""
     graph = program.graph
     read: set[str] = set()
     for node in graph.nodes:
@@ -31,7 +35,7 @@ def remove_unused_state(program: Program) -> Program:
     placeholders = [n for n in graph.nodes if isinstance(n, Placeholder)]
     dropped: set[str] = set()
     for node, spec in zip(placeholders, program.signature.inputs):
-        if isinstance(spec, _STATE_SPECS) and node.name not in read and spec.target not in mutated:
+        if isinstance(spec, kinds) and node.name not in read and spec.target not in mutated:
             dropped.add(node.name)
     if not dropped:
         return program

@@ -3,6 +3,7 @@
 # The built-in backends register themselves under their ids on import.
 from texir.lowering import demo_backends as _demo_backends  # noqa: E402,F401
 from texir.lowering import reference_backend as _reference_backend  # noqa: E402,F401
+from texir.lowering.api import lower_whole, to_backend
 from texir.lowering.backend import (
     Backend,
     PreprocessResult,
@@ -10,13 +11,12 @@ from texir.lowering.backend import (
     register_backend,
     registered_backends,
 )
+from texir.lowering.capability import maximal_partitions
 from texir.lowering.delegate import (
     LoweringReport,
     PartitionSummary,
     lower_plan,
     lower_plan_explained,
-    lower_whole,
-    to_backend,
 )
 from texir.lowering.errors import (
     BackendError,
@@ -36,6 +36,8 @@ from texir.lowering.errors import (
 )
 from texir.lowering.lowered import delegate_wrapper_program, get_lowered_submodules
 from texir.lowering.partitioners import (
+    NodeContext,
+    NodeFilter,
     NodeGroupPartitioner,
     OpSupportPartitioner,
     WholeProgramPartitioner,
@@ -60,6 +62,8 @@ __all__ = [
     "LoweringReport",
     "MissingDelegationSpecError",
     "MutationOutsidePartitionError",
+    "NodeContext",
+    "NodeFilter",
     "NodeGroupPartitioner",
     "NonConvexPartitionError",
     "OpSupportPartitioner",
@@ -82,6 +86,7 @@ __all__ = [
     "lower_plan",
     "lower_plan_explained",
     "lower_whole",
+    "maximal_partitions",
     "register_backend",
     "registered_backends",
     "tag_constants",

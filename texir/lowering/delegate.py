@@ -1,4 +1,4 @@
-"""`to_backend`: lower a whole program, or every partition of a plan, in one linear pass.
+"""Lower every partition of a checked plan in one linear pass (the engine behind `to_backend`).
 
 Per graph, each partition becomes a sub-program (placeholders ordered parameters, buffers,
 constants, user inputs; outputs ordered consumed buffer mutations, then user outputs) compiled by
@@ -11,13 +11,11 @@ user outputs only, since consumed mutations stay inside the delegate.
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import overload
 
 import msgspec
 
-from texir.errors import TexirError
 from texir.ir import (
     BufferInput,
     BufferMutation,
@@ -67,91 +65,17 @@ from texir.lowering.plan import (
     CheckedGraph,
     CheckedPlan,
     DelegationSpec,
-    Partitioner,
     PartitionPlan,
     validate_plan,
     walk_keyed_graphs,
 )
 
-__all__ = ["LoweringReport", "PartitionSummary", "lower_plan", "lower_plan_explained", "call_partitioner", "lower_whole", "to_backend"]
+__all__ = ["LoweringReport", "PartitionSummary", "lower_plan", "lower_plan_explained"]
 
 _Cache = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 _Consumable = ParameterInput | BufferInput | ConstantTensorInput
 _Entry = tuple[Node, ValueMeta | None, Provenance | None]
 """A node with its value metadata and provenance (see `Graph.entries`)."""
-
-
-def lower_whole(program: Program, backend_id: str, compile_specs: Sequence[CompileSpec] = ()) -> LoweredBackendModule:
-    """The whole program compiled by one backend (ExecuTorch's ``to_backend(backend_id, program,
-    compile_specs)``): its LoweredBackendModule."""
-    if not isinstance(program, Program):
-        raise PartitionerError(
-            f"lower_whole takes one texir.ir.Program, not {type(program).__name__}; lower each method"
-        )
-    return lower_with_backend(backend_id, program, tuple(compile_specs))
-
-
-@overload
-def to_backend(program: Program, partitioner: Partitioner) -> Program: ...
-
-
-@overload
-def to_backend(program: Mapping[str, Program], partitioner: Partitioner) -> dict[str, Program]: ...
-
-
-def to_backend(
-    program: Program | Mapping[str, Program], partitioner: Partitioner
-) -> Program | dict[str, Program]:
-    """Lower every partition of `partitioner`'s plan.
-
-    - ``to_backend(program, partitioner)``: the new Program with delegate calls.
-    - ``to_backend({"forward": p, ...}, partitioner)``: each method; identical delegates of
-      different methods are compiled once and share one LoweredBackendModule object.
-
-    The whole program to one backend is `lower_whole`.
-    """
-    if isinstance(partitioner, str):
-        raise PartitionerError(
-            f"to_backend(program, {partitioner!r}) names a backend, not a partitioner; compile the whole "
-            "program with lower_whole(program, backend_id, compile_specs)"
-        )
-    cache: _Cache = {}
-    if isinstance(program, Program):
-        return lower_plan(program, call_partitioner(partitioner, program), _cache=cache)
-    return {
-        name: lower_plan(method, call_partitioner(partitioner, method), _cache=cache)
-        for name, method in program.items()
-    }
-
-
-def call_partitioner(partitioner: Partitioner, program: Program) -> PartitionPlan:
-    """The partitioner's plan; anything it raises comes out as a PartitionerError naming it, with
-    the original exception as the cause."""
-    name = _describe(partitioner)
-    try:
-        plan = partitioner(program)
-    except PartitionerError as exc:
-        raise PartitionerError(f"partitioner {name}: {exc}") from exc
-    except TexirError:
-        raise
-    except Exception as exc:
-        raise PartitionerError(
-            f"partitioner {name} raised {type(exc).__name__}: {exc}; the cause is attached "
-            "(fix the partitioner, or return a texir.lowering.PartitionPlan)"
-        ) from exc
-    if not isinstance(plan, PartitionPlan):
-        raise PartitionerError(
-            f"partitioner {name} returned {type(plan).__name__}; return a texir.lowering.PartitionPlan"
-        )
-    return plan
-
-
-def _describe(partitioner: object) -> str:
-    """A partitioner as an error names it: its class repr, or a function's module-qualified name."""
-    qualname = getattr(partitioner, "__qualname__", None)
-    if qualname is not None and not isinstance(partitioner, type):
-        return f"{getattr(partitioner, '__module__', '?')}.{qualname}"
-    return repr(partitioner)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -254,6 +178,11 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
     _build_and_name(program, works, top_consumable)
     lowered = _compile(program, works, {} if _cache is None else _cache)
     result = _assemble_program(program, works, top_consumable, lowered)
+    # As exir's to_edge does before partitioning: parameters no node reads leave the program.
+    # Imported here: texir.edge pulls in torch's op registry, and `texir --help` must stay torch-free.
+    from texir.edge.unused_state import remove_unused_state
+
+    result = remove_unused_state(result, kinds=(ParameterInput,))
     return LoweringReport(program=result, partitions=_summaries(works))
 
 
@@ -270,13 +199,15 @@ def _collect_partitions(program: Program, checked: CheckedPlan) -> list[_GraphWo
             tag = cg.tag_of.get(node.name)
             if tag is None:
                 continue
-            part = parts.get(tag)
-            if part is None:
-                part = parts[tag] = _Part(tag=tag, spec=specs[tag])
-            part.members.append(node)
-            part.names.add(node.name)
-            if not isinstance(node, Placeholder):
-                part.last_index = index
+            # A constant shared under the 'duplicate' policy is a member of every partition using it.
+            for t in (tag, *cg.copies.get(node.name, ())):
+                part = parts.get(t)
+                if part is None:
+                    part = parts[t] = _Part(tag=t, spec=specs[t])
+                part.members.append(node)
+                part.names.add(node.name)
+                if not isinstance(node, Placeholder):
+                    part.last_index = index
         works.append(_GraphWork(
             checked=cg,
             graph=graph,

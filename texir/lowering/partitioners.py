@@ -7,7 +7,9 @@ when the partitioner is built, so a bad option fails at construction with a mess
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Literal
 
+import msgspec
 import pydantic
 
 from texir.ir import (
@@ -22,12 +24,14 @@ from texir.ir import (
     Output,
     ParameterInput,
     Program,
+    Provenance,
     Ref,
     SubgraphMeta,
     ValueMeta,
 )
 from texir.ir.analysis import node_inputs, value_metas
 from texir.ir.names import CALL_DELEGATE, GETITEM
+from texir.lowering.capability import maximal_partitions
 from texir.lowering.errors import PartitionerError
 from texir.lowering.plan import (
     DelegationSpec,
@@ -37,6 +41,8 @@ from texir.lowering.plan import (
 )
 
 __all__ = [
+    "NodeContext",
+    "NodeFilter",
     "NodeGroupPartitioner",
     "OpSupportPartitioner",
     "WholeProgramPartitioner",
@@ -48,6 +54,39 @@ OpPredicate = Callable[[CallFunction, Mapping[str, ValueMeta]], bool]
 """Whether a backend supports a call node: gets the node and its graph's value metadata by name
 (``metas[node.name]`` for its result, ``metas[ref.name]`` for an input)."""
 
+SharedConstants = Literal["duplicate", "pass_in", "error"]
+
+
+class NodeContext(msgspec.Struct, frozen=True, kw_only=True):
+    """What a node filter sees of a call node: the node, its graph's value metadata and where it
+    came from (module stack, source function), so support can depend on provenance."""
+
+    node: CallFunction
+    metas: Mapping[str, ValueMeta]
+    provenance: Provenance | None
+    graph: tuple[str, ...]
+    """The nested-graph path ('' parts for the top-level graph: an empty tuple)."""
+
+    @property
+    def module_stack(self) -> tuple[str, ...]:
+        """Module paths from the outermost module in, e.g. ``("layers.0", "layers.0.attn")``."""
+        return tuple(f.path for f in self.provenance.nn_module_stack) if self.provenance else ()
+
+    @property
+    def module_types(self) -> tuple[str, ...]:
+        """Module types along `module_stack`, e.g. ``("torch.nn.modules.linear.Linear",)``."""
+        return tuple(f.type for f in self.provenance.nn_module_stack) if self.provenance else ()
+
+    @property
+    def source_fn(self) -> str | None:
+        """The innermost source function or module class (``source_fn_stack``), e.g. ``"linear"``."""
+        if self.provenance is None or not self.provenance.source_fn_stack:
+            return None
+        return self.provenance.source_fn_stack[-1].target
+
+
+NodeFilter = Callable[[NodeContext], bool]
+
 
 class _Options(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
@@ -56,10 +95,15 @@ class _Options(pydantic.BaseModel):
     compile_specs: tuple[CompileSpec, ...] = ()
     tag_constants: bool = False
     tag_mutated_buffers: bool = False
+    shared_constants: SharedConstants = "duplicate"
 
 
 def _options(
-    backend_id: str, compile_specs: Sequence[CompileSpec], tag_constants: bool, tag_mutated_buffers: bool
+    backend_id: str,
+    compile_specs: Sequence[CompileSpec],
+    tag_constants: bool,
+    tag_mutated_buffers: bool,
+    shared_constants: str = "duplicate",
 ) -> _Options:
     """The options every built-in partitioner shares, validated."""
     try:
@@ -68,6 +112,7 @@ def _options(
             compile_specs=tuple(compile_specs),
             tag_constants=tag_constants,
             tag_mutated_buffers=tag_mutated_buffers,
+            shared_constants=shared_constants,  # type: ignore[arg-type]  # pydantic checks the literal
         )
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
@@ -100,12 +145,15 @@ def _with_subgraph_attrs(graph: Graph, tags: dict[str, str], path: tuple[str, ..
 
 
 def tag_constants(program: Program, tags: Mapping[str, str]) -> dict[str, str]:
-    """`tags` plus each top-level parameter, buffer (not mutated) or constant whose tagged users all
-    carry one tag (as ExecuTorch's ``tag_constant_data``). A constant used by two partitions stays
-    untagged, so both delegates receive it as an input rather than one owning it."""
+    """`tags` plus each top-level parameter, buffer (not mutated) or constant that tagged nodes
+    use, tagged as ExecuTorch's ``tag_constant_data`` does: with its users' tag, or the least of
+    them when several partitions use it (the plan's `shared_constants` policy then decides whether
+    each delegate gets its own copy, all receive it as an input, or lowering refuses)."""
     result = dict(tags)
     mutated = {s.target for s in program.signature.outputs if isinstance(s, BufferMutation)}
-    _tag_placeholders(program, result, lambda spec: not (isinstance(spec, BufferInput) and spec.target in mutated))
+    _tag_placeholders(
+        program, result, lambda spec: not (isinstance(spec, BufferInput) and spec.target in mutated), shared=True
+    )
     return result
 
 
@@ -138,6 +186,7 @@ def _tag_placeholders(
     wanted: Callable[[ParameterInput | BufferInput | ConstantTensorInput], bool],
     *,
     dry_run: bool = False,
+    shared: bool = False,
 ) -> dict[str, tuple[str, ParameterInput | BufferInput | ConstantTensorInput]]:
     specs = {
         s.name: s
@@ -154,8 +203,8 @@ def _tag_placeholders(
                 user_tags[name].setdefault(tag)
     chosen = {}
     for name, found in user_tags.items():
-        if len(found) == 1 and name not in tags:
-            chosen[name] = (next(iter(found)), specs[name])
+        if (len(found) == 1 or (shared and found)) and name not in tags:
+            chosen[name] = (min(found), specs[name])
             if not dry_run:
                 tags[name] = chosen[name][0]
     return chosen
@@ -169,7 +218,12 @@ def _finish(
     if opts.tag_mutated_buffers:
         tags = tag_mutated_buffers(program, tags)
     spec = DelegationSpec(backend_id=opts.backend_id, compile_specs=opts.compile_specs)
-    return PartitionPlan.build(tags, [(tag, spec) for tag in tag_order], ops_to_not_decompose=keep)
+    return PartitionPlan.build(
+        tags,
+        [(tag, spec) for tag in tag_order],
+        ops_to_not_decompose=keep,
+        shared_constants=opts.shared_constants,
+    )
 
 
 class WholeProgramPartitioner:
@@ -182,8 +236,9 @@ class WholeProgramPartitioner:
         *,
         tag_constants: bool = False,
         tag_mutated_buffers: bool = False,
+        shared_constants: SharedConstants = "duplicate",
     ) -> None:
-        self.options = _options(backend_id, compile_specs, tag_constants, tag_mutated_buffers)
+        self.options = _options(backend_id, compile_specs, tag_constants, tag_mutated_buffers, shared_constants)
 
     def __repr__(self) -> str:
         return f"WholeProgramPartitioner({self.options.backend_id!r})"
@@ -203,13 +258,19 @@ class WholeProgramPartitioner:
 
 
 class OpSupportPartitioner:
-    """Maximal convex partitions of supported call nodes, in every graph (nested ones included).
+    """Maximal partitions of supported call nodes, in every graph (nested ones included): the
+    partitions torch's ``CapabilityBasedPartitioner`` proposes (see `texir.lowering.capability`),
+    so independent supported nodes share a partition whenever no cycle results.
 
     `ops` is a collection of canonical op names (``"aten::add.Tensor"``) or an `OpPredicate` on the
-    call node and its graph's value metadata (to check dtypes or shapes). One greedy pass in graph order: a supported node joins the partitions of its supported
-    inputs that no path outside them connects to it (merging them), else starts a new partition.
-    Partitions are numbered 'tag0', 'tag1', ... in order of their first node, so plans do not
-    depend on PYTHONHASHSEED. A getitem follows the multi-output node it reads.
+    call node and its graph's value metadata (to check dtypes or shapes); `node_filter`, if given,
+    must accept a node too and sees its provenance (module stack, source function). Each of
+    `keep_together` (node keys; nested: 'branch/name') lands in one partition or none, as with
+    ExecuTorch's group-based partitioner (a dequantize chain with its linear, say).
+    `shared_constants` is the plan's policy for a constant tagged for one partition and used by
+    another (see `PartitionPlan`). Partitions are numbered 'tag0', 'tag1', ... in order of their
+    first node, so plans do not depend on PYTHONHASHSEED. A getitem follows the multi-output node
+    it reads.
     """
 
     def __init__(
@@ -220,8 +281,20 @@ class OpSupportPartitioner:
         *,
         tag_constants: bool = False,
         tag_mutated_buffers: bool = False,
+        node_filter: NodeFilter | None = None,
+        keep_together: Sequence[Sequence[str]] = (),
+        shared_constants: SharedConstants = "duplicate",
     ) -> None:
-        self.options = _options(backend_id, compile_specs, tag_constants, tag_mutated_buffers)
+        self.options = _options(backend_id, compile_specs, tag_constants, tag_mutated_buffers, shared_constants)
+        if node_filter is not None and not callable(node_filter):
+            raise PartitionerError(f"node_filter must be a function of a NodeContext, got {type(node_filter).__name__}")
+        self.node_filter = node_filter
+        try:
+            self.keep_together: tuple[tuple[str, ...], ...] = tuple(
+                _GroupOptions(groups={f"group {i}": tuple(g) for i, g in enumerate(keep_together)}).groups.values()
+            )
+        except pydantic.ValidationError as exc:
+            raise PartitionerError(f"invalid keep_together groups: {exc.errors()[0]['msg']}") from None
         if callable(ops):
             self._supported: OpPredicate = ops
             self._ops: tuple[str, ...] = ()
@@ -252,106 +325,49 @@ class OpSupportPartitioner:
     def __call__(self, program: Program) -> PartitionPlan:
         tags: dict[str, str] = {}
         order: list[str] = []
-        counter = 0
+        groups: dict[tuple[str, ...], list[list[str]]] = {}
+        for group in self.keep_together:
+            paths = {tuple(key.split("/")[:-1]) for key in group}
+            if len(paths) != 1:
+                raise PartitionerError(
+                    f"keep-together group {list(group)[:4]} spans several graphs; a partition lives in one graph"
+                )
+            (path,) = paths
+            groups.setdefault(path, []).append([key.rsplit("/", 1)[-1] for key in group])
         for path, graph in walk_keyed_graphs(program.graph):
-            roots = _convex_groups(graph, self._supported)
-            local: dict[int, str] = {}
-            for node in graph.nodes:
-                root = roots.get(node.name)
-                if root is None:
-                    continue
-                tag = local.get(root)
-                if tag is None:
-                    tag = local[root] = f"tag{counter}"
-                    counter += 1
-                    order.append(tag)
-                tags[node_key(path, node.name)] = tag
+            supported = self._support(graph, path)
+            for members in maximal_partitions(graph, supported, groups.get(path, ())):
+                tag = f"tag{len(order)}"
+                order.append(tag)
+                for name in members:
+                    tags[node_key(path, name)] = tag
             _with_subgraph_attrs(graph, tags, path)
         return _finish(program, tags, self.options, order, self._ops)
 
-
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: list[int] = []
-
-    def make(self) -> int:
-        self.parent.append(len(self.parent))
-        return len(self.parent) - 1
-
-    def find(self, x: int) -> int:
-        parent = self.parent
-        root = x
-        while parent[root] != root:
-            root = parent[root]
-        while parent[x] != root:
-            parent[x], x = root, parent[x]
-        return root
-
-
-def _convex_groups(graph: Graph, supported: OpPredicate) -> dict[str, int]:
-    """Node name -> partition root for supported nodes, in one linear pass.
-
-    Each node gets a level: the most "exits" on any path to it, an exit being an unsupported node
-    that some supported node reaches (unsupported nodes no partition reaches can never close a
-    cycle, so they do not count). Levels never decrease along a path and grow after each exit,
-    so connecting supported neighbours of equal level yields partitions that are convex and never
-    depend on each other: a path that left a partition and came back would have crossed an exit
-    and could not return to the partition's level.
-    """
-    uf = _UnionFind()
-    metas = value_metas(graph)
-    part: dict[str, int] = {}
-    level: dict[str, int] = {}
-    exit_: dict[str, bool] = {}  # unsupported and reached from a supported node
-    tainted: dict[str, bool] = {}
-    # Supported nodes that read no partition's output (weight permutes, ...) and have no user yet:
-    # their level is not fixed, so their first supported user may adopt them at its own level.
-    floating: set[str] = set()
-    delegate_calls: set[str] = set()
-    for node in graph.nodes:
-        inputs = [n for n in dict.fromkeys(node_inputs(node)) if n in level]
-        adoptable = [i for i in inputs if i in floating]
-        floating.difference_update(adoptable)
-        lvl = max((level[i] + exit_[i] for i in inputs if i not in adoptable), default=0)
-        ok = False
-        if isinstance(node, CallFunction):
-            if node.target == CALL_DELEGATE:
-                delegate_calls.add(node.name)
-            elif node.target == GETITEM:
-                first = node.args[0] if node.args else None
-                ok = isinstance(first, Ref) and first.name in part
-            else:
-                try:
-                    ok = bool(supported(node, metas)) and not isinstance(graph.meta(node), DelegateMeta)
-                except Exception as exc:
-                    raise PartitionerError(
-                        f"the support predicate raised {type(exc).__name__} on node '{node.name}' "
-                        f"({node.target}): {exc}"
-                    ) from exc
-        level[node.name] = lvl
-        if not ok:
-            tainted[node.name] = any(tainted[i] for i in inputs)
-            exit_[node.name] = tainted[node.name]
-            continue
-        if not any(tainted[i] for i in inputs):
-            floating.add(node.name)
-        tainted[node.name] = True
-        exit_[node.name] = False
-        for i in adoptable:
-            level[i] = lvl
-        root = -1
-        for i in inputs:
-            if i in part and level[i] == lvl:
-                other = uf.find(part[i])
-                if root < 0:
-                    root = other
-                elif other != root:
-                    # Keep the older root so tags follow first appearance.
-                    low, high = min(root, other), max(root, other)
-                    uf.parent[high] = low
-                    root = low
-        part[node.name] = root if root >= 0 else uf.make()
-    return {name: uf.find(root) for name, root in part.items()}
+    def _support(self, graph: Graph, path: tuple[str, ...]) -> dict[str, bool]:
+        """Which call nodes of `graph` the predicate (and the node filter) accept."""
+        metas = value_metas(graph)
+        result: dict[str, bool] = {}
+        delegate_calls: set[str] = set()
+        for index, node in enumerate(graph.nodes):
+            if not isinstance(node, CallFunction) or _is_delegate_call(node, delegate_calls):
+                if isinstance(node, CallFunction) and node.target == CALL_DELEGATE:
+                    delegate_calls.add(node.name)
+                continue
+            if node.target == GETITEM or isinstance(graph.meta(node), DelegateMeta):
+                continue
+            try:
+                ok = bool(self._supported(node, metas))
+                if ok and self.node_filter is not None:
+                    context = NodeContext(node=node, metas=metas, provenance=graph.prov(index), graph=path)
+                    ok = bool(self.node_filter(context))
+            except Exception as exc:
+                raise PartitionerError(
+                    f"the support predicate raised {type(exc).__name__} on node '{node_key(path, node.name)}' "
+                    f"({node.target}): {exc}"
+                ) from exc
+            result[node.name] = ok
+        return result
 
 
 class _GroupOptions(pydantic.BaseModel):
@@ -386,8 +402,9 @@ class NodeGroupPartitioner:
         *,
         tag_constants: bool = False,
         tag_mutated_buffers: bool = False,
+        shared_constants: SharedConstants = "duplicate",
     ) -> None:
-        self.options = _options(backend_id, compile_specs, tag_constants, tag_mutated_buffers)
+        self.options = _options(backend_id, compile_specs, tag_constants, tag_mutated_buffers, shared_constants)
         try:
             self.groups = _GroupOptions(groups={k: tuple(v) for k, v in groups.items()}).groups
         except pydantic.ValidationError as exc:

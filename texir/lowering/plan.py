@@ -8,7 +8,7 @@ whole program before any backend is called and raises one typed `PlanError` nami
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -37,6 +37,7 @@ from texir.lowering.errors import (
     MissingDelegationSpecError,
     MutationOutsidePartitionError,
     NonConvexPartitionError,
+    PlanError,
     SharedConstantError,
     SplitMultiOutputError,
     SubgraphAttrError,
@@ -74,6 +75,11 @@ class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
     tags: tuple[tuple[str, str], ...]
     specs: tuple[tuple[str, DelegationSpec], ...]
     ops_to_not_decompose: tuple[str, ...] = ()
+    shared_constants: Literal["duplicate", "pass_in", "error"] = "duplicate"
+    """A parameter, buffer or constant tagged for one partition but also used outside it:
+    ``duplicate`` (ExecuTorch's default) gives every partition using it its own copy (an untagged
+    user keeps the parent's), ``pass_in`` keeps it in the parent and passes it to every delegate
+    using it, ``error`` refuses the plan, naming every such user."""
 
     @classmethod
     def build(
@@ -82,13 +88,19 @@ class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
         specs: Mapping[str, DelegationSpec] | Sequence[tuple[str, DelegationSpec]],
         *,
         ops_to_not_decompose: Sequence[str] = (),
+        shared_constants: Literal["duplicate", "pass_in", "error"] = "duplicate",
     ) -> PartitionPlan:
         """A plan from mappings; tags are stored sorted by key so equal plans compare equal."""
         spec_items = tuple(specs.items()) if isinstance(specs, Mapping) else tuple(specs)
+        if shared_constants not in ("duplicate", "pass_in", "error"):
+            raise PlanError(
+                f"shared_constants={shared_constants!r}; use 'duplicate', 'pass_in' or 'error'"
+            )
         return cls(
             tags=tuple(sorted(tags.items())),
             specs=spec_items,
             ops_to_not_decompose=tuple(ops_to_not_decompose),
+            shared_constants=shared_constants,
         )
 
     def tag_map(self) -> dict[str, str]:
@@ -118,6 +130,9 @@ class CheckedGraph(msgspec.Struct, frozen=True, kw_only=True):
     """Value -> the output positions returning it."""
     mutation_positions: dict[str, tuple[int, ...]]
     """Top-level graph: buffer target -> output positions of its BufferMutation."""
+    copies: dict[str, tuple[str, ...]] = {}
+    """Top-level graph, policy ``duplicate``: tagged constant -> the other partitions that get
+    their own copy of it."""
 
 
 class CheckedPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -210,6 +225,8 @@ def validate_plan(program: Program, plan: PartitionPlan) -> CheckedPlan:
             if isinstance(ospec, BufferMutation):
                 mutation_of[ospec.target] = ospec.name
 
+    tags, copies = _shared_constant_policy(program, plan, tags, consumable, mutation_of)
+
     # Nested graphs holding tagged nodes: their cond/map cannot also move into a delegate.
     nested_tagged: dict[str, str] = {}
     for tagged_key, _ in plan.tags:
@@ -264,7 +281,10 @@ def validate_plan(program: Program, plan: PartitionPlan) -> CheckedPlan:
                 f"tag '{tag}' (node '{key}') has no DelegationSpec; add it to the plan's specs"
             )
         if tag_of:
-            checked.append(_check_graph(program, graph, path, tag_of, group_of, consumable, mutation_of))
+            cg = _check_graph(program, graph, path, tag_of, group_of, consumable, mutation_of)
+            if not path and copies:
+                cg = msgspec.structs.replace(cg, copies=copies)
+            checked.append(cg)
 
     unknown = sorted(set(tags) - seen_keys)
     if unknown:
@@ -273,6 +293,50 @@ def validate_plan(program: Program, plan: PartitionPlan) -> CheckedPlan:
             "have; use node names (nested graphs: 'branch/name')"
         )
     return CheckedPlan(plan=plan, graphs=tuple(checked))
+
+
+def _shared_constant_policy(
+    program: Program,
+    plan: PartitionPlan,
+    tags: dict[str, str],
+    consumable: Mapping[str, ParameterInput | BufferInput | ConstantTensorInput],
+    mutation_of: Mapping[str, str],
+) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """Apply the plan's `shared_constants` policy to top-level constants that are tagged for one
+    partition and used outside it. Returns the tags to lower with and, for ``duplicate``, the
+    other partitions that get a copy of each such constant."""
+    outside: dict[str, list[tuple[str, str | None]]] = {}
+    for node in program.graph.nodes:
+        user_tag = tags.get(node.name)
+        for name in dict.fromkeys(node_inputs(node)):
+            tag = tags.get(name)
+            spec = consumable.get(name)
+            if tag is None or spec is None or user_tag == tag or isinstance(node, Output):
+                continue
+            if isinstance(spec, BufferInput) and spec.target in mutation_of:
+                continue  # a mutated buffer has one owner; validation explains the conflict
+            outside.setdefault(name, []).append((node.name, user_tag))
+    if not outside:
+        return tags, {}
+    if plan.shared_constants == "error":
+        name, users = next(iter(outside.items()))
+        listed = ", ".join(f"'{u}' ({'tag ' + repr(t) if t else 'not delegated'})" for u, t in users)
+        more = f" ({len(outside) - 1} more shared constants)" if len(outside) > 1 else ""
+        raise SharedConstantError(
+            f"'{name}' is tagged '{tags[name]}' but is also used by {listed}{more}; the plan's "
+            "shared_constants policy is 'error': tag those users with it too, or choose 'duplicate' "
+            "(each delegate gets a copy) or 'pass_in' (the parent keeps it and passes it in)"
+        )
+    tags = dict(tags)
+    copies: dict[str, tuple[str, ...]] = {}
+    for name, users in outside.items():
+        if plan.shared_constants == "pass_in":
+            del tags[name]
+        else:
+            others = sorted({t for _, t in users if t is not None})
+            if others:
+                copies[name] = tuple(others)
+    return tags, copies
 
 
 def _check_graph(
@@ -307,11 +371,18 @@ def _check_graph(
                         f"'{src_tag}', but '{node.name}' outside it reads the buffer{where}; it would read a "
                         "stale copy: tag that reader too, or leave the buffer untagged"
                     )
-                if isinstance(src, Placeholder) and src_tag is not None and tag is not None and src_tag != tag:
+                if (
+                    isinstance(src, Placeholder)
+                    and src_tag is not None
+                    and tag is not None
+                    and src_tag != tag
+                    and isinstance(consumable.get(name), BufferInput)
+                    and consumable[name].target in mutation_of
+                ):
                     raise SharedConstantError(
-                        f"'{name}' is tagged '{src_tag}' (consumed by that delegate) but node '{node.name}' "
-                        f"of partition '{tag}' also uses it{where}; tag it for one partition only, or "
-                        "leave it untagged so both delegates receive it as an input"
+                        f"mutated buffer '{name}' is tagged '{src_tag}' (that delegate owns its updates) but "
+                        f"node '{node.name}' of partition '{tag}' also uses it{where}; a buffer's state has one "
+                        "owner: tag its readers for one partition, or leave it untagged"
                     )
                 if (
                     isinstance(node, CallFunction)
