@@ -6,8 +6,9 @@ import ast
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from texir.edge import DIM_ORDER_OPS
@@ -23,6 +24,7 @@ from texir.ir.types import (
     FloatArg,
     IntArg,
     MemoryFormat,
+    NamedDataEntry,
     Program,
     SpecialFloat,
 )
@@ -31,11 +33,6 @@ from texir.serialize.pte.schema import (
     ScalarType,
     TensorShapeDynamism,
 )
-
-if TYPE_CHECKING:
-    pass
-
-
 
 class EmitError(PteError):
     """An IR Program cannot be emitted as a `.pte` program."""
@@ -133,6 +130,8 @@ class ProgramState:
     constant_index: dict[tuple[str, int], int] = field(default_factory=dict)
     delegate_data: list[Blob] = field(default_factory=list)
     delegate_index: dict[tuple[str, int], int] = field(default_factory=dict)
+    named: dict[str, tuple[NamedDataEntry, str]] = field(default_factory=dict)
+    """Named data of all delegates by key, with the delegate that first stored it."""
 
     def constant(self, blob: Blob, digest: str | None = None) -> int:
         # The IR already carries each state tensor's SHA-256; hashing again would read every weight.
@@ -143,6 +142,28 @@ class ProgramState:
             self.constants.append(blob)
             self.constant_index[key] = index
         return index
+
+    def named_data(self, entry: NamedDataEntry, owner: str) -> None:
+        """Merge one delegate's named-data entry: same key and payload once (alignments combined);
+        the same key with another payload is an error naming both delegates."""
+        if entry.data is None:
+            raise EmitError(
+                f"{owner}: named data {entry.key!r} has no payload (a snapshot written without "
+                "include_data); load the program from a snapshot written with include_data=True"
+            )
+        known = self.named.get(entry.key)
+        if known is None:
+            self.named[entry.key] = (entry, owner)
+            return
+        first, first_owner = known
+        if (first.sha256, first.nbytes) != (entry.sha256, entry.nbytes):
+            raise EmitError(
+                f"named data key {entry.key!r} has two payloads: {first.nbytes} bytes from {first_owner} and "
+                f"{entry.nbytes} bytes from {owner}; a key must name one payload (rename one backend's keys)"
+            )
+        if entry.alignment != first.alignment:
+            merged = math.lcm(first.alignment, entry.alignment)
+            self.named[entry.key] = (msgspec.structs.replace(first, alignment=merged), first_owner)
 
     def delegate_blob(self, blob: Blob) -> int:
         key = (blob.digest(), blob.nbytes)

@@ -457,6 +457,8 @@ class MethodEmitter(ValueTable):
                 outs.append(self.add(Int(int_val=0)))
             else:
                 raise EmitError(f"{where}: delegate output of kind {type(m).__name__} is not supported")
+        for entry in module.named_data:
+            self.state.named_data(entry, f"delegate {module_meta.module!r} ({module.backend_id}) of method {self.name!r}")
         blob_index = self.state.delegate_blob(Blob(module.processed_bytes))
         self.delegates.append(BackendDelegate(
             id=module.backend_id,

@@ -14,6 +14,7 @@ from texir.serialize.pte.codec import PteOptions, dumps
 from texir.serialize.pte.schema import (
     BackendDelegateInlineData,
     Buffer,
+    NamedBlob,
     PteProgram,
 )
 from texir.serialize.pte.schema import Program as PteRoot
@@ -52,7 +53,12 @@ def emit(
         constant_buffer=tuple(Buffer(storage=blob) for blob in state.constants),
         backend_delegate_data=tuple(BackendDelegateInlineData(data=blob) for blob in state.delegate_data),
     )
-    return PteProgram(program=root)
+    named = tuple(
+        NamedBlob(key=key, data=entry.data, alignment=entry.alignment)
+        for key, (entry, _) in state.named.items()
+        if entry.data is not None
+    )
+    return PteProgram(program=root, named_data=named)
 
 
 def lowered_module_buffer(

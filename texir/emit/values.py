@@ -83,6 +83,9 @@ from texir.emit.common import (
 )
 
 
+XNNPACK_EXTRA_PADDING = 64
+
+
 class ValueTable:
     """Values, storages, operators and instructions of one method, built in emission order."""
 
@@ -356,8 +359,15 @@ class ValueTable:
             chains=(Chain(inputs=(), outputs=(), instructions=tuple(self.instructions)),),
             operators=tuple(self.operators),
             delegates=tuple(self.delegates),
-            non_const_buffer_sizes=(0, align_up(plan.total, self.options.alignment)),
+            non_const_buffer_sizes=(0, align_up(plan.total + self.extra_padding(intervals), self.options.alignment)),
         )
+
+    def extra_padding(self, intervals: list[Interval]) -> int:
+        # XNNPACK may read up to 64 bytes past a planned tensor, so ExecuTorch's planner pads the
+        # arena of a method calling an XNNPACK delegate by 64 bytes (exir memory_planning).
+        if intervals and any("xnnpack" in d.id.lower() for d in self.delegates):
+            return XNNPACK_EXTRA_PADDING
+        return 0
 
     def container_meta(self) -> ContainerMetadata:
         for entry in self.program.module_call_graph:

@@ -108,6 +108,10 @@ def canonicalize_with_names(program: Program) -> tuple[Program, dict[str, dict[s
         range_constraints=tuple(sorted(program.range_constraints, key=lambda r: r.symbol)),
         module_call_graph=tuple(calls),
         lowered_modules=tuple(lowered),
+        backend_meta=tuple(sorted(
+            (msgspec.structs.replace(m, node=names.get(m.node, m.node)) for m in program.backend_meta),
+            key=lambda m: (m.node, m.key),
+        )),
     )
     return canonical, maps
 

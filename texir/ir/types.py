@@ -24,12 +24,12 @@ import msgspec
 from texir.ir.blob import Blob
 
 __all__ = [
-    "Argument", "BoolArg", "BufferInput", "BufferMutation", "CallFunction", "CompileSpec",
+    "Argument", "BackendNodeMeta", "BoolArg", "BufferInput", "BufferMutation", "CallFunction", "CompileSpec",
     "ConstantTensorInput", "CustomObjInput", "CustomObjMeta", "DTYPE_ITEMSIZE", "DType", "DTypeArg",
     "DebugHandleEntry", "DelegateMeta", "DeviceArg", "Dim", "FloatArg", "FloatValue", "GetAttr",
     "GradientToParameter", "GradientToUserInput", "Graph", "GraphSignature", "InputSpec", "IntArg",
     "Layout", "LayoutArg", "ListArg", "Location", "LossOutput", "LoweredBackendModule", "MemoryFormat",
-    "MemoryFormatArg", "ModuleCallEntry", "ModuleCallSignature", "ModuleFrame", "NamedLoweredModule",
+    "MemoryFormatArg", "ModuleCallEntry", "ModuleCallSignature", "ModuleFrame", "NamedDataEntry", "NamedLoweredModule",
     "Node", "NoneArg", "NoneMeta", "Output", "OutputSpec", "ParameterInput", "Placeholder", "Program",
     "Provenance", "ProvenanceTable", "RangeConstraint", "Ref", "SCHEMA_VERSION", "ScalarMeta",
     "SourceFn", "SpecialFloat", "StateEntry", "StrArg", "Subgraph", "SubgraphMeta", "SymBoolMeta",
@@ -37,9 +37,8 @@ __all__ = [
     "TokenOutput", "TupleArg", "TupleMeta", "UserInput", "UserInputMutation", "UserOutput", "ValueMeta",
 ]
 
-# Bump on any schema change (see tests/test_schema_version.py): a new defaulted field or type is a
-# minor bump; a removed field or a new required field is a major bump; a changed field type is forbidden.
-SCHEMA_VERSION: tuple[int, int] = (2, 0)
+# Bump on any schema change by the rules in tests/test_schema_version.py.
+SCHEMA_VERSION: tuple[int, int] = (2, 1)
 
 
 # gc=False: IR objects are immutable and built bottom-up, so they can never form reference cycles;
@@ -60,30 +59,12 @@ class _Tagged(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=Fa
 class DType(enum.StrEnum):
     """torch dtypes by their torch name (``torch.float32`` -> ``"float32"``)."""
 
-    bool = "bool"
-    uint8 = "uint8"
-    int8 = "int8"
-    int16 = "int16"
-    int32 = "int32"
-    int64 = "int64"
-    uint16 = "uint16"
-    uint32 = "uint32"
-    uint64 = "uint64"
-    float16 = "float16"
-    bfloat16 = "bfloat16"
-    float32 = "float32"
-    float64 = "float64"
-    complex64 = "complex64"
-    complex128 = "complex128"
-    float8_e5m2 = "float8_e5m2"
-    float8_e4m3fn = "float8_e4m3fn"
-    float8_e5m2fnuz = "float8_e5m2fnuz"
-    float8_e4m3fnuz = "float8_e4m3fnuz"
-    qint8 = "qint8"
-    quint8 = "quint8"
-    qint32 = "qint32"
-    quint4x2 = "quint4x2"
-    quint2x4 = "quint2x4"
+    bool, uint8, int8, int16 = "bool", "uint8", "int8", "int16"
+    int32, int64, uint16, uint32 = "int32", "int64", "uint16", "uint32"
+    uint64, float16, bfloat16, float32 = "uint64", "float16", "bfloat16", "float32"
+    float64, complex64, complex128, float8_e5m2 = "float64", "complex64", "complex128", "float8_e5m2"
+    float8_e4m3fn, float8_e5m2fnuz, float8_e4m3fnuz, qint8 = "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "qint8"
+    quint8, qint32, quint4x2, quint2x4 = "quint8", "qint32", "quint4x2", "quint2x4"
     bits16 = "bits16"
 
 
@@ -99,20 +80,15 @@ DTYPE_ITEMSIZE: dict[DType, int] = {
 
 class Layout(enum.StrEnum):
     strided = "strided"
-    sparse_coo = "sparse_coo"
-    sparse_csr = "sparse_csr"
-    sparse_csc = "sparse_csc"
-    sparse_bsr = "sparse_bsr"
-    sparse_bsc = "sparse_bsc"
+    sparse_coo, sparse_csr, sparse_csc = "sparse_coo", "sparse_csr", "sparse_csc"
+    sparse_bsr, sparse_bsc = "sparse_bsr", "sparse_bsc"
     mkldnn = "_mkldnn"
     jagged = "jagged"
 
 
 class MemoryFormat(enum.StrEnum):
-    contiguous_format = "contiguous_format"
-    channels_last = "channels_last"
-    channels_last_3d = "channels_last_3d"
-    preserve_format = "preserve_format"
+    contiguous_format, channels_last = "contiguous_format", "channels_last"
+    channels_last_3d, preserve_format = "channels_last_3d", "preserve_format"
 
 
 # An index into a per-graph table (`Graph.metas`, `ProvenanceTable.locations`).
@@ -569,6 +545,17 @@ class DebugHandleEntry(_Frozen, frozen=True, kw_only=True):
     debug_handles: tuple[int, ...]
 
 
+class NamedDataEntry(_Frozen, frozen=True, kw_only=True):
+    """A payload a backend stores by key beside its blob (ExecuTorch's NamedDataStore, e.g. XNNPACK
+    weights). As in `TensorData`, `data` is None in snapshots written without data."""
+
+    key: str
+    sha256: str
+    nbytes: int
+    alignment: int = 1
+    data: Blob | None = None
+
+
 class LoweredBackendModule(_Frozen, frozen=True, kw_only=True):
     """A partition compiled by a backend. `original_program` is the delegated sub-program
     (placeholders ordered parameters, buffers, constants, user inputs)."""
@@ -578,6 +565,15 @@ class LoweredBackendModule(_Frozen, frozen=True, kw_only=True):
     compile_specs: tuple[CompileSpec, ...]
     original_program: Program
     debug_handle_map: tuple[DebugHandleEntry, ...] | None = None
+    named_data: tuple[NamedDataEntry, ...] = ()
+
+
+class BackendNodeMeta(_Frozen, frozen=True, kw_only=True):
+    """A partitioner's note on a node for its backend (e.g. XNNPACK's implicit q/dq tag); JSON value."""
+
+    node: str
+    key: str
+    value: str
 
 
 class NamedLoweredModule(_Frozen, frozen=True, kw_only=True):
@@ -597,3 +593,4 @@ class Program(_Frozen, frozen=True, kw_only=True):
     lowered_modules: tuple[NamedLoweredModule, ...] = ()
     """Lowered backend modules called from the graph, by `get_attr` target."""
     dialect: str = "ATEN"
+    backend_meta: tuple[BackendNodeMeta, ...] = ()

@@ -7,7 +7,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from texir.ir import CompileSpec, DebugHandleEntry, LoweredBackendModule, Program
+from texir.ir import Blob, CompileSpec, DebugHandleEntry, LoweredBackendModule, NamedDataEntry, Program
 from texir.lowering.errors import BackendPreprocessError, UnknownBackendError
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "PreprocessResult",
     "get_backend",
     "lower_with_backend",
+    "named_data_entry",
     "register_backend",
     "registered_backends",
 ]
@@ -26,6 +27,16 @@ class PreprocessResult(msgspec.Struct, frozen=True, kw_only=True):
 
     processed_bytes: bytes
     debug_handle_map: tuple[DebugHandleEntry, ...] | None = None
+    named_data: tuple[NamedDataEntry, ...] = ()
+    """Payloads stored by key next to the blob (`named_data_entry`); keys unique."""
+
+
+def named_data_entry(key: str, data: bytes | Blob, *, alignment: int = 1) -> NamedDataEntry:
+    """A named-data entry for `PreprocessResult.named_data` (hashes the payload once)."""
+    blob = data if isinstance(data, Blob) else Blob(data)
+    if alignment < 1:
+        raise BackendPreprocessError(f"named data {key!r}: alignment must be a positive integer, got {alignment}")
+    return NamedDataEntry(key=key, sha256=blob.digest(), nbytes=blob.nbytes, alignment=alignment, data=blob)
 
 
 @runtime_checkable
@@ -88,10 +99,18 @@ def lower_with_backend(
             f"backend '{backend_id}' preprocess returned {type(result).__name__}{where}; "
             "return a texir.lowering.PreprocessResult"
         )
+    seen: set[str] = set()
+    for entry in result.named_data:
+        if entry.key in seen:
+            raise BackendPreprocessError(
+                f"backend '{backend_id}' returned named data key {entry.key!r} twice{where}; keys must be unique"
+            )
+        seen.add(entry.key)
     return LoweredBackendModule(
         backend_id=backend_id,
         processed_bytes=bytes(result.processed_bytes),
         compile_specs=specs,
         original_program=program,
         debug_handle_map=result.debug_handle_map,
+        named_data=tuple(result.named_data),
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from texir.ir import (
+    BackendNodeMeta,
     BufferInput,
     BufferMutation,
     CallFunction,
@@ -66,6 +67,7 @@ from texir.lowering.plan import (
     CheckedPlan,
     DelegationSpec,
     PartitionPlan,
+    node_key,
     validate_plan,
     walk_keyed_graphs,
 )
@@ -119,6 +121,8 @@ class _GraphWork:
     parts: list[_Part]
     entry_of: dict[str, _Entry]
     """Each node's entry (node, meta, prov), by name."""
+    backend_meta: dict[str, list[BackendNodeMeta]]
+    """The plan's notes for the backend on this graph's nodes, by node name."""
 
     @property
     def path(self) -> tuple[str, ...]:
@@ -191,6 +195,9 @@ def _collect_partitions(program: Program, checked: CheckedPlan) -> list[_GraphWo
     specs = checked.plan.spec_map()
     spec_order = {tag: i for i, (tag, _) in enumerate(checked.plan.specs)}
     graphs = dict(walk_keyed_graphs(program.graph))
+    notes: dict[str, list[BackendNodeMeta]] = {}
+    for note in checked.plan.backend_meta:
+        notes.setdefault(note.node, []).append(note)
     works = []
     for cg in checked.graphs:
         graph = graphs[cg.path]
@@ -213,6 +220,11 @@ def _collect_partitions(program: Program, checked: CheckedPlan) -> list[_GraphWo
             graph=graph,
             parts=sorted(parts.values(), key=lambda p: spec_order[p.tag]),
             entry_of={entry[0].name: entry for entry in graph.entries()},
+            backend_meta={
+                node.name: [msgspec.structs.replace(m, node=node.name) for m in found]
+                for node in graph.nodes
+                if (found := notes.get(node_key(cg.path, node.name)))
+            } if notes else {},
         ))
     return works
 
@@ -293,7 +305,15 @@ def _assemble_program(
         signature=signature,
         state=tuple(e for e in program.state if e.target in kept_targets),
         lowered_modules=lowered,
+        backend_meta=_kept_notes(program, new_graph),
     )
+
+
+def _kept_notes(program: Program, graph: Graph) -> tuple[BackendNodeMeta, ...]:
+    if not program.backend_meta:
+        return ()
+    names = {n.name for n in graph.nodes}
+    return tuple(m for m in program.backend_meta if m.node in names)
 
 
 def _summaries(works: list[_GraphWork]) -> tuple[PartitionSummary, ...]:
@@ -393,6 +413,7 @@ def _build_sub_program(
         range_constraints=program.range_constraints,
         module_call_graph=sub_program_call_graph(len(part.user_inputs), len(part.user_outputs)),
         dialect=program.dialect,
+        backend_meta=tuple(m for n in part.members for m in work.backend_meta.get(n.name, ())),
     )
 
 

@@ -59,3 +59,7 @@ class BackendPreprocessError(BackendError):
 
 class PartitionerError(LoweringError):
     """A partitioner's options are invalid or the partitioner returned something unusable."""
+
+
+class KeptOpNotDelegatedError(LoweringError):
+    """An op a partitioner asked to keep whole (`ops_to_not_decompose`) was left undelegated."""

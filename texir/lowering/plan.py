@@ -13,6 +13,7 @@ from typing import Literal, Protocol, runtime_checkable
 import msgspec
 
 from texir.ir import (
+    BackendNodeMeta,
     BufferInput,
     BufferMutation,
     CallFunction,
@@ -75,6 +76,9 @@ class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
     tags: tuple[tuple[str, str], ...]
     specs: tuple[tuple[str, DelegationSpec], ...]
     ops_to_not_decompose: tuple[str, ...] = ()
+    backend_meta: tuple[BackendNodeMeta, ...] = ()
+    """Notes for the backend on tagged nodes (by node key), carried into each sub-program's
+    `Program.backend_meta`: what ExecuTorch partitioners write into `node.meta` for their backend."""
     shared_constants: Literal["duplicate", "pass_in", "error"] = "duplicate"
     """A parameter, buffer or constant tagged for one partition but also used outside it:
     ``duplicate`` (ExecuTorch's default) gives every partition using it its own copy (an untagged
@@ -89,8 +93,9 @@ class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
         *,
         ops_to_not_decompose: Sequence[str] = (),
         shared_constants: Literal["duplicate", "pass_in", "error"] = "duplicate",
+        backend_meta: Sequence[BackendNodeMeta] = (),
     ) -> PartitionPlan:
-        """A plan from mappings; tags are stored sorted by key so equal plans compare equal."""
+        """A plan from mappings; tags (and notes) are stored sorted so equal plans compare equal."""
         spec_items = tuple(specs.items()) if isinstance(specs, Mapping) else tuple(specs)
         if shared_constants not in ("duplicate", "pass_in", "error"):
             raise PlanError(
@@ -101,6 +106,7 @@ class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
             specs=spec_items,
             ops_to_not_decompose=tuple(ops_to_not_decompose),
             shared_constants=shared_constants,
+            backend_meta=tuple(sorted(backend_meta, key=lambda m: (m.node, m.key))),
         )
 
     def tag_map(self) -> dict[str, str]:
@@ -210,6 +216,12 @@ def validate_plan(program: Program, plan: PartitionPlan) -> CheckedPlan:
     be lowered in one pass, return the plan with what validation learned (`CheckedPlan`)."""
     tags = plan.tag_map()
     specs = plan.spec_map()
+    for note in plan.backend_meta:
+        if note.node not in tags:
+            raise UnknownNodeError(
+                f"backend_meta {note.key!r} is on node {note.node!r}, which the plan does not tag; "
+                "notes are for the backend of a tagged node: tag the node or drop the note"
+            )
     seen_keys: set[str] = set()
     missing: dict[str, str] = {}
     sig = program.signature

@@ -173,14 +173,17 @@ _MSGPACK_MODULE_V1: Final = msgspec.msgpack.Decoder(
 
 def _strip_module(module: LoweredBackendModule) -> LoweredBackendModule:
     original = strip_data(module.original_program)
-    if original is module.original_program:
+    named = module.named_data
+    if any(entry.data is not None for entry in named):
+        named = tuple(msgspec.structs.replace(entry, data=None) for entry in named)
+    if original is module.original_program and named is module.named_data:
         return module
-    return msgspec.structs.replace(module, original_program=original)
+    return msgspec.structs.replace(module, original_program=original, named_data=named)
 
 
 def strip_data(program: Program) -> Program:
     """`program` with every tensor payload dropped (metadata, sha256 and nbytes kept), including
-    the state of lowered modules' original programs. Returns `program` itself when it holds none.
+    the state of lowered modules' original programs and their named data. Returns `program` itself when it holds none.
     Delegate `processed_bytes` are kept as they are: they are the backend's output, not state."""
     state = program.state
     if any(entry.value.data is not None for entry in state):

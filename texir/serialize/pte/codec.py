@@ -199,23 +199,27 @@ def _layout(pte: s.PteProgram, options: PteOptions) -> tuple[bytes, list[memoryv
             new_plans.append(msgspec.structs.replace(plan, delegates=tuple(new_delegates)))
         plans, delegate_data = tuple(new_plans), tuple(remaining)
     named = None
+    align_of: dict[int, int] = {}
     if pte.named_data:
         entries = []
         named_index: dict[Blob, int] = {}
         for nb in pte.named_data:
+            if nb.alignment < 1:
+                raise PteEncodeError(f"named data {nb.key!r}: alignment must be positive, got {nb.alignment}")
             index = named_index.get(nb.data)
             if index is None:
                 index = len(segments)
                 named_index[nb.data] = index
                 segments.append(_Segment((nb.data.view(),) if nb.data.nbytes else (), nb.data.nbytes))
+            align_of[index] = math.lcm(align_of.get(index, 1), nb.alignment)
             entries.append(s.NamedData(key=nb.key, segment_index=index))
         named = tuple(entries)
 
     table: list[s.DataSegment] = []
     chunks: list[memoryview] = []
     data_size = 0
-    for seg in segments:
-        offset = _align(data_size, options.segment_alignment)
+    for i, seg in enumerate(segments):
+        offset = _align(data_size, math.lcm(options.segment_alignment, align_of.get(i, 1)))
         if offset > data_size:
             chunks.append(memoryview(bytes(offset - data_size)))
         table.append(s.DataSegment(offset=offset, size=seg.size))

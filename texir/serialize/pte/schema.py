@@ -484,10 +484,13 @@ class Program(_Table, frozen=True, kw_only=True):
 
 
 class NamedBlob(_Table, frozen=True, kw_only=True):
-    """A named-data payload (`NamedData.key` plus its bytes), stored in its own segment."""
+    """A named-data payload (`NamedData.key` plus its bytes), stored in its own segment. Keys with
+    equal payloads share one segment, placed at a multiple of lcm(segment alignment, `alignment`).
+    The file does not record `alignment`: `loads` gives 1."""
 
     key: str
     data: Blob
+    alignment: int = 1
 
 
 class PteProgram(_Table, frozen=True, kw_only=True):
