@@ -49,3 +49,18 @@ def edge_decomposition_table(keep: Iterable[str] = ()) -> dict[OpOverload | OpOv
     for name in keep:
         table.pop(_op(name), None)
     return table
+
+
+def functionalize(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """`ep` with in-place and out= ops replaced by their functional forms (as ExecuTorch does before
+    it asks partitioners which ops to keep: a partitioner that keeps `hardswish` must see
+    `hardswish`, not `hardswish_`). `ep` itself when it has none."""
+    for module in ep.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        if not isinstance(graph, torch.fx.Graph):
+            continue
+        for node in graph.nodes:
+            if node.op == "call_function" and isinstance(node.target, OpOverload) and node.target._schema.is_mutable:
+                functional: torch.export.ExportedProgram = ep.run_decompositions({})
+                return functional
+    return ep

@@ -20,6 +20,7 @@ from texir.edge.dim_order import DIM_ORDER_OPS, to_dim_order_ops
 from texir.edge.graph_asserts import ASSERT_TARGETS, remove_graph_asserts
 from texir.edge.mixed_dtype import CAST_TARGET, MIXED_TYPE_OPS, cast_mixed_operands
 from texir.edge.noop import remove_noop_ops
+from texir.edge.scalar_tensor import LIFTED_PREFIX, lift_scalar_operands
 from texir.edge.unused_state import remove_unused_state
 from texir.edge.view_copy import replace_view_ops
 from texir.edge.write_back import WRITE_BACK_TARGET, insert_write_back
@@ -34,10 +35,13 @@ __all__ = [
     "EDGE_DIALECT",
     "EdgeError",
     "EdgePass",
+    "LIFTED_PREFIX",
     "MIXED_TYPE_OPS",
+    "TO_EDGE_PASSES",
     "WRITE_BACK_TARGET",
     "cast_mixed_operands",
     "insert_write_back",
+    "lift_scalar_operands",
     "remove_graph_asserts",
     "remove_noop_ops",
     "remove_unused_state",
@@ -61,6 +65,17 @@ DEFAULT_PASSES: tuple[EdgePass, ...] = (
 )
 """ExecuTorch's order. `remove_unused_state` is not among them: ExecuTorch keeps unused state
 unless delegation consumed its users, so it is run by lowering, or added here by the caller."""
+
+
+TO_EDGE_PASSES: tuple[EdgePass, ...] = (
+    remove_graph_asserts,
+    lift_scalar_operands,  # to_edge: ScalarToTensorPass + lift_constant_tensor_pass
+    *DEFAULT_PASSES[1:-1],
+)
+"""The rewrites ExecuTorch's to_edge makes before partitioning (`texir.lowering.lower` runs them):
+partitioners see literals in Tensor positions as constants, as in ExecuTorch. Write-back comes at
+emission. Each pass leaves a program it already rewrote unchanged, so the emitter can run
+`DEFAULT_PASSES` after (plain `emit` keeps lifting literals itself, at their point of use)."""
 
 
 def to_edge_program(
