@@ -8,10 +8,12 @@ from texir.lowering.backend import (
     Backend,
     PreprocessResult,
     get_backend,
+    named_data_entry,
     register_backend,
     registered_backends,
 )
 from texir.lowering.capability import maximal_partitions
+from texir.lowering.lower import lower
 from texir.lowering.delegate import (
     LoweringReport,
     PartitionSummary,
@@ -22,6 +24,7 @@ from texir.lowering.errors import (
     BackendError,
     BackendPreprocessError,
     DelegateClaimedError,
+    KeptOpNotDelegatedError,
     MissingDelegationSpecError,
     MutationOutsidePartitionError,
     NonConvexPartitionError,
@@ -58,6 +61,7 @@ __all__ = [
     "BackendError",
     "BackendPreprocessError",
     "DelegateClaimedError",
+    "KeptOpNotDelegatedError",
     "DelegationSpec",
     "LoweringReport",
     "MissingDelegationSpecError",
@@ -83,10 +87,12 @@ __all__ = [
     "delegate_wrapper_program",
     "get_backend",
     "get_lowered_submodules",
+    "lower",
     "lower_plan",
     "lower_plan_explained",
     "lower_whole",
     "maximal_partitions",
+    "named_data_entry",
     "register_backend",
     "registered_backends",
     "tag_constants",

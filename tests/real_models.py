@@ -1,0 +1,212 @@
+"""Real models for the XNNPACK oracle: torchvision and transformers architectures built from small
+configs with seeded random weights (nothing is downloaded), and pt2e int8 models quantized with
+ExecuTorch's XNNPACKQuantizer. Each builder returns an eval-mode module and example positional args."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["REAL_MODELS", "QUANTIZED", "RealModel", "ensure_torchvision_ops", "real_model"]
+
+_KEEP: list[Any] = []
+
+
+def ensure_torchvision_ops() -> None:
+    """torchvision's Python package registers fake kernels for its own operators at import (and
+    transformers imports torchvision when present). The wheel this index resolves for 0.28.0 links its
+    native library against CUDA, so loading it fails on a CPU-only machine and the import dies with
+    "operator torchvision::nms does not exist". Load the library when it loads; otherwise declare the
+    two operator schemas the import needs (none of our models calls them)."""
+    if _KEEP or hasattr(torch.ops.torchvision, "nms"):
+        return
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or spec.origin is None:
+        return
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so"))):
+        try:
+            torch.ops.load_library(path)
+            _KEEP.append(path)
+            return
+        except OSError:
+            pass
+    lib = torch.library.Library("torchvision", "DEF")
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _KEEP.append(lib)
+
+
+@dataclass(frozen=True)
+class RealModel:
+    name: str
+    build: Callable[[], tuple[nn.Module, tuple[Any, ...]]]
+    family: str
+    """"torchvision", "transformers" or "pt2e"."""
+
+
+def _seeded(make: Callable[[], nn.Module]) -> nn.Module:
+    torch.manual_seed(0)
+    return make().eval()
+
+
+def _image(size: int = 64) -> tuple[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return (torch.rand(1, 3, size, size, generator=g),)
+
+
+def _tokens(vocab: int = 100, length: int = 8) -> tuple[torch.Tensor]:
+    g = torch.Generator().manual_seed(2)
+    return (torch.randint(0, vocab, (1, length), generator=g),)
+
+
+# ------------------------------------------------------------------------------------------------
+# torchvision (1x3x64x64 images; the classifier heads keep their 1000 classes unless noted)
+
+
+def _tv(name: str, **kw: Any) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
+    def build() -> tuple[nn.Module, tuple[Any, ...]]:
+        ensure_torchvision_ops()
+        import torchvision.models as tvm
+
+        return _seeded(lambda: getattr(tvm, name)(weights=None, **kw)), _image()
+
+    return build
+
+
+def _vit() -> tuple[nn.Module, tuple[Any, ...]]:
+    ensure_torchvision_ops()
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return _seeded(lambda: VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                             hidden_dim=32, mlp_dim=64, num_classes=10)), _image(32)
+
+
+def _convnext() -> tuple[nn.Module, tuple[Any, ...]]:
+    ensure_torchvision_ops()
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    blocks = [CNBlockConfig(16, 32, 1), CNBlockConfig(32, 64, 1), CNBlockConfig(64, None, 1)]
+    return _seeded(lambda: ConvNeXt(blocks, num_classes=10)), _image()
+
+
+# ------------------------------------------------------------------------------------------------
+# transformers (tiny configs; eager attention; the wrapper returns the main tensor output)
+
+
+class _Output(nn.Module):
+    """Calls a transformers model with one tensor under `input` (plus fixed keyword arguments) and
+    returns one field of its output."""
+
+    def __init__(self, model: nn.Module, field: str, input: str, call: dict[str, Any]) -> None:
+        super().__init__()
+        self.model, self.field, self.input, self.call = model, field, input, call
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.model(**{self.input: x}, **self.call)
+        return getattr(out, self.field)  # type: ignore[no-any-return]
+
+
+def _hf(config_cls: str, model_cls: str, field: str, *, input: str = "input_ids",
+        call: dict[str, Any] | None = None, **config: Any) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
+    def build() -> tuple[nn.Module, tuple[Any, ...]]:
+        ensure_torchvision_ops()
+        import transformers
+
+        cfg = getattr(transformers, config_cls)(**config)
+        cfg._attn_implementation = "eager"
+        model = _seeded(lambda: getattr(transformers, model_cls)(cfg))
+        wrapped = _Output(model, field, input, dict(call or {})).eval()
+        args = _image(32) if input == "pixel_values" else _tokens()
+        return wrapped, args
+
+    return build
+
+
+_TINY = dict(vocab_size=100)
+
+REAL_MODELS: tuple[RealModel, ...] = (
+    RealModel("resnet18", _tv("resnet18"), "torchvision"),
+    RealModel("mobilenet_v2", _tv("mobilenet_v2"), "torchvision"),
+    RealModel("mobilenet_v3_small", _tv("mobilenet_v3_small"), "torchvision"),
+    RealModel("efficientnet_b0", _tv("efficientnet_b0"), "torchvision"),
+    RealModel("squeezenet1_1", _tv("squeezenet1_1"), "torchvision"),
+    RealModel("shufflenet_v2_x0_5", _tv("shufflenet_v2_x0_5"), "torchvision"),
+    RealModel("mnasnet0_5", _tv("mnasnet0_5"), "torchvision"),
+    RealModel("vit_tiny", _vit, "torchvision"),
+    RealModel("convnext_tiny_config", _convnext, "torchvision"),
+    RealModel("gpt2", _hf("GPT2Config", "GPT2LMHeadModel", "logits", call={"use_cache": False},
+                          n_layer=2, n_embd=32, n_head=2, n_positions=32, **_TINY), "transformers"),
+    RealModel("llama", _hf("LlamaConfig", "LlamaForCausalLM", "logits", call={"use_cache": False},
+                           hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, max_position_embeddings=32, **_TINY), "transformers"),
+    RealModel("bert", _hf("BertConfig", "BertModel", "last_hidden_state", hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=32, **_TINY),
+              "transformers"),
+    RealModel("distilbert", _hf("DistilBertConfig", "DistilBertModel", "last_hidden_state", dim=32, n_layers=2,
+                                n_heads=2, hidden_dim=64, max_position_embeddings=32, **_TINY), "transformers"),
+    RealModel("hf_vit", _hf("ViTConfig", "ViTModel", "last_hidden_state", input="pixel_values", image_size=32,
+                            patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64), "transformers"),
+)
+
+
+# ------------------------------------------------------------------------------------------------
+# pt2e int8: XNNPACKQuantizer (symmetric, per-channel weights), calibrated on the example input
+
+
+def _quantized(make: Callable[[], tuple[nn.Module, tuple[Any, ...]]]) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
+    def build() -> tuple[nn.Module, tuple[Any, ...]]:
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        module, args = make()
+        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+        captured = torch.export.export(module, args, strict=False).module()
+        prepared = prepare_pt2e(captured, quantizer)  # type: ignore[arg-type]  # a GraphModule from export
+        prepared(*args)
+        return convert_pt2e(prepared), args
+
+    return build
+
+
+def _zoo(name: str) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
+    def build() -> tuple[nn.Module, tuple[Any, ...]]:
+        from tests.zoo import zoo_model
+
+        return zoo_model(name).build()
+
+    return build
+
+
+QUANTIZED: tuple[RealModel, ...] = (
+    RealModel("q_mlp", _quantized(_zoo("mlp")), "pt2e"),
+    RealModel("q_convnet", _quantized(_zoo("convnet")), "pt2e"),
+    RealModel("q_resnet_tiny", _quantized(_zoo("resnet_tiny")), "pt2e"),
+    RealModel("q_mobilenet_v2", _quantized(_tv("mobilenet_v2")), "pt2e"),
+)
+
+
+def real_model(name: str) -> RealModel:
+    for m in (*REAL_MODELS, *QUANTIZED):
+        if m.name == name:
+            return m
+    raise KeyError(name)
+
+
+@functools.lru_cache(maxsize=None)
+def real_export(name: str) -> tuple[torch.export.ExportedProgram, tuple[Any, ...]]:
+    """The model exported (not decomposed), with its example args. Callers must not mutate it."""
+    module, args = real_model(name).build()
+    return torch.export.export(module, args, strict=False), args

@@ -1,0 +1,35 @@
+"""ExecuTorch's own partitioners and backends on texir programs (the optional `executorch` extra).
+
+The only package of texir that imports executorch, and only inside its functions: importing it is
+cheap and works without the extra; calling it without the extra raises `ExecutorchUnavailableError`.
+It calls partitioners' `partition()` / `ops_to_not_decompose()` and backends' `preprocess()`; it
+never runs ExecuTorch's `to_edge`, `to_backend`, emitter or serializer.
+
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from texir.adapters.executorch import executorch_partitioner
+    from texir.lowering import lower
+    program = lower(exported_program, [executorch_partitioner(XnnpackPartitioner())])
+"""
+
+from __future__ import annotations
+
+from texir.adapters.executorch.backend import (
+    ExecutorchBackend,
+    executorch_backend_class,
+    register_executorch_backend,
+)
+from texir.adapters.executorch.deps import ExecutorchUnavailableError, require_executorch
+from texir.adapters.executorch.edge_program import edge_target, to_edge_exported_program
+from texir.adapters.executorch.partitioner import ExecutorchPartitioner, executorch_partitioner
+
+__all__ = [
+    "ExecutorchBackend",
+    "ExecutorchPartitioner",
+    "ExecutorchUnavailableError",
+    "edge_target",
+    "executorch_backend_class",
+    "executorch_partitioner",
+    "register_executorch_backend",
+    "require_executorch",
+    "to_edge_exported_program",
+]

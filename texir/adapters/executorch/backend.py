@@ -1,0 +1,101 @@
+"""ExecuTorch backends (`BackendDetails` subclasses such as XnnpackBackend) as texir backends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from texir.adapters.executorch.deps import require_executorch
+from texir.adapters.executorch.edge_program import to_edge_exported_program
+from texir.ir import CompileSpec, DebugHandleEntry, NamedDataEntry, Program
+from texir.lowering.backend import PreprocessResult, get_backend, named_data_entry, register_backend
+from texir.lowering.errors import BackendPreprocessError, UnknownBackendError
+
+__all__ = ["ExecutorchBackend", "executorch_backend_class", "register_executorch_backend"]
+
+
+def _subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    sub: type
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found += _subclasses(sub)
+    return found
+
+
+def executorch_backend_class(backend_id: str) -> type | None:
+    """The imported ExecuTorch backend class named `backend_id` (how ExecuTorch finds it too), or None."""
+    require_executorch(f"the ExecuTorch backend {backend_id!r}")
+    from executorch.exir.backend.backend_details import BackendDetails
+
+    matches = sorted(
+        {c for c in _subclasses(BackendDetails) if c.__name__ == backend_id},
+        key=lambda c: f"{c.__module__}.{c.__qualname__}",
+    )
+    return matches[0] if matches else None
+
+
+class ExecutorchBackend:
+    """A texir backend that runs an ExecuTorch backend's `preprocess` on the edge form of the
+    sub-program and translates its result (blob, debug handle map, named data)."""
+
+    def __init__(self, backend_cls: type) -> None:
+        self.backend_cls = backend_cls
+        self.backend_id = backend_cls.__name__
+
+    def __repr__(self) -> str:
+        return f"ExecutorchBackend({self.backend_cls.__module__}.{self.backend_cls.__qualname__})"
+
+    def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult:
+        from executorch.exir.backend.compile_spec_schema import CompileSpec as EtCompileSpec
+
+        ep = to_edge_exported_program(program)
+        specs = [EtCompileSpec(key=s.key, value=bytes(s.value)) for s in compile_specs]
+        result = self.backend_cls.preprocess(ep, specs)  # type: ignore[attr-defined]  # BackendDetails API
+        return _translate(self.backend_id, result)
+
+
+def _translate(backend_id: str, result: Any) -> PreprocessResult:
+    processed = getattr(result, "processed_bytes", None)
+    if not isinstance(processed, (bytes, bytearray)):
+        raise BackendPreprocessError(
+            f"ExecuTorch backend {backend_id!r} returned {type(result).__name__} without processed_bytes; "
+            "preprocess must return executorch.exir.backend.backend_details.PreprocessResult"
+        )
+    handle_map = None
+    raw_map = getattr(result, "debug_handle_map", None)
+    if raw_map:
+        handle_map = tuple(
+            DebugHandleEntry(identifier=key, debug_handles=tuple(int(h) for h in handles))
+            for key, handles in raw_map.items()
+        )
+    named: list[NamedDataEntry] = []
+    store = getattr(result, "data_store_output", None)
+    if store is not None:
+        if store.external_data:
+            files = ", ".join(sorted(store.external_data))
+            raise BackendPreprocessError(
+                f"ExecuTorch backend {backend_id!r} stored named data for external files ({files}); texir "
+                "writes named data into the .pte only: configure the backend to keep its data in the program"
+            )
+        for key, entry in store.pte_data.items():
+            named.append(named_data_entry(key, bytes(store.buffers[entry.buffer_index]), alignment=entry.alignment))
+    return PreprocessResult(processed_bytes=bytes(processed), debug_handle_map=handle_map, named_data=tuple(named))
+
+
+def register_executorch_backend(backend_id: str) -> None:
+    """Make the ExecuTorch backend `backend_id` available to texir lowering under the same id
+    (nothing to do when a texir backend is already registered under it)."""
+    try:
+        get_backend(backend_id)
+        return
+    except UnknownBackendError:
+        pass
+    cls = executorch_backend_class(backend_id)
+    if cls is None:
+        raise UnknownBackendError(
+            f"backend {backend_id!r} is neither a registered texir backend nor an imported ExecuTorch backend "
+            "(a BackendDetails subclass of that name); import the module defining it, or register a texir "
+            "backend with texir.lowering.register_backend"
+        )
+    register_backend(backend_id, ExecutorchBackend(cls))

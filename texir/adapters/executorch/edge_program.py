@@ -1,0 +1,62 @@
+"""IR program -> the edge-dialect ExportedProgram ExecuTorch's partitioners and backends read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from texir.adapters.executorch.deps import require_executorch
+from texir.adapters.fx_export import to_exported_program
+from texir.adapters.targets import canonical_target
+from texir.errors import UnsupportedError
+from texir.ir import Program
+
+__all__ = ["edge_target", "graph_modules", "to_edge_exported_program"]
+
+
+def edge_target(op: torch._ops.OpOverload) -> Any:
+    """ExecuTorch's edge operator for an ATen (or other namespace) operator overload."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    canonical = canonical_target(op)
+    if canonical is None:
+        raise UnsupportedError(f"{op!r} has no ExecuTorch edge operator")
+    namespace, _, rest = canonical.partition("::")
+    name, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(exir_ops.edge, namespace), name), overload or "default")
+
+
+def graph_modules(gm: torch.fx.GraphModule, prefix: str = "") -> list[tuple[str, torch.fx.GraphModule]]:
+    """`gm` and the graphs nested under it (cond/map branches), keyed like texir node keys
+    ('' for the top graph, 'true_graph_0', 'a/b')."""
+    found = [(prefix, gm)]
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            sub = getattr(gm, str(node.target), None)
+            if isinstance(sub, torch.fx.GraphModule):
+                found += graph_modules(sub, f"{prefix}/{node.target}" if prefix else str(node.target))
+    return found
+
+
+def to_edge_exported_program(program: Program) -> ExportedProgram:
+    """`program` (in the to_edge form: texir.lowering.lower gives it) as an ExportedProgram whose
+    call_function targets are ExecuTorch edge operators, with value metadata, module stacks, debug
+    handles and the program's `backend_meta` notes in `node.meta`."""
+    require_executorch("texir.adapters.executorch.to_edge_exported_program")
+    ep = to_exported_program(program)
+    notes: dict[str, dict[str, Any]] = {}
+    for note in program.backend_meta:
+        notes.setdefault(note.node, {})[note.key] = json.loads(note.value)
+    for _, gm in graph_modules(ep.graph_module):
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+                node.target = edge_target(node.target)
+        gm.recompile()
+    for node in ep.graph_module.graph.nodes:
+        found = notes.get(node.name)
+        if found:
+            node.meta.update(found)
+    return ep

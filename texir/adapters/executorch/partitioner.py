@@ -1,0 +1,143 @@
+"""An ExecuTorch `Partitioner` as a texir partitioner: tags read back into a texir plan."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+
+from texir.adapters.executorch.backend import register_executorch_backend
+from texir.adapters.executorch.deps import require_executorch
+from texir.adapters.executorch.edge_program import graph_modules, to_edge_exported_program
+from texir.adapters.fx_export import to_exported_program
+from texir.adapters.targets import canonical_target
+from texir.ir import BackendNodeMeta, CompileSpec, Program
+from texir.lowering.errors import PartitionerError
+from texir.lowering.plan import DelegationSpec, PartitionPlan, node_key, walk_keyed_graphs
+
+__all__ = ["ExecutorchPartitioner", "executorch_partitioner"]
+
+TAG_KEY = "delegation_tag"
+
+
+def _json(value: Any) -> str | None:
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+
+
+class ExecutorchPartitioner:
+    """Runs an ExecuTorch partitioner on the edge form of a texir program and returns its tags as
+    a texir `PartitionPlan`; the backends it names are registered with texir lowering. Metadata the
+    partitioner writes on tagged nodes for its backend (JSON-able values, e.g. XNNPACK's implicit
+    q/dq tag) becomes the plan's `backend_meta`, so the sub-program carries it to `preprocess`."""
+
+    def __init__(self, partitioner: Any) -> None:
+        if not callable(getattr(partitioner, "partition", None)):
+            raise PartitionerError(
+                f"{type(partitioner).__name__} is not an ExecuTorch partitioner (it has no partition(ep) method)"
+            )
+        self.partitioner = partitioner
+        self.name = type(partitioner).__name__
+
+    def __repr__(self) -> str:
+        return f"executorch_partitioner({self.name})"
+
+    def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
+        """The ops the partitioner asks to keep whole, as canonical names. The partitioner's node
+        filter is applied to the program's nodes: an op is kept when it accepts one of them."""
+        method = getattr(self.partitioner, "ops_to_not_decompose", None)
+        if method is None:
+            return ()
+        ep = to_exported_program(program)
+        try:
+            ops, node_filter = method(ep)
+        except Exception as exc:  # any failure of foreign code becomes one typed error
+            raise PartitionerError(
+                f"ExecuTorch partitioner {self.name}.ops_to_not_decompose raised {type(exc).__name__}: {exc}"
+            ) from exc
+        wanted = {op for op in ops if isinstance(op, torch._ops.OpOverload)}
+        if node_filter is not None:
+            accepted = set()
+            for _, gm in graph_modules(ep.graph_module):
+                for node in gm.graph.nodes:
+                    if node.op == "call_function" and node.target in wanted and node.target not in accepted:
+                        if node_filter(node):
+                            accepted.add(node.target)
+            wanted = accepted
+        return tuple(sorted(name for op in wanted if (name := canonical_target(op)) is not None))
+
+    def __call__(self, program: Program) -> PartitionPlan:
+        require_executorch(f"the ExecuTorch partitioner {self.name}")
+        ep = to_edge_exported_program(program)
+        before = {
+            (path, node.name): set(node.meta) for path, gm in graph_modules(ep.graph_module) for node in gm.graph.nodes
+        }
+        try:
+            result = self.partitioner.partition(ep)
+        except Exception as exc:  # any failure of foreign code becomes one typed error
+            raise PartitionerError(
+                f"ExecuTorch partitioner {self.name} raised {type(exc).__name__}: {exc}"
+            ) from exc
+        tagged = getattr(result, "tagged_exported_program", None)
+        partition_tags = getattr(result, "partition_tags", None)
+        if tagged is None or not isinstance(partition_tags, dict):
+            raise PartitionerError(
+                f"ExecuTorch partitioner {self.name} returned {type(result).__name__}, not a PartitionResult"
+            )
+        known = {node_key(path, n.name) for path, g in walk_keyed_graphs(program.graph) for n in g.nodes}
+        tags: dict[str, str] = {}
+        notes: list[BackendNodeMeta] = []
+        for path, gm in graph_modules(tagged.graph_module):
+            for node in gm.graph.nodes:
+                tag = node.meta.get(TAG_KEY)
+                if tag is None:
+                    continue
+                key = f"{path}/{node.name}" if path else node.name
+                if node.op == "output":
+                    raise PartitionerError(
+                        f"ExecuTorch partitioner {self.name} tagged the output node {key!r} with {tag!r}; "
+                        "only operator nodes and the parameters/buffers they read can be delegated"
+                    )
+                if key not in known:
+                    raise PartitionerError(
+                        f"ExecuTorch partitioner {self.name} tagged node {key!r}, which is not in the program "
+                        "(the partitioner added it); texir takes tags only, not graph changes"
+                    )
+                if tag not in partition_tags:
+                    raise PartitionerError(
+                        f"ExecuTorch partitioner {self.name} tagged node {key!r} with {tag!r}, which is not in "
+                        f"its partition_tags ({', '.join(sorted(partition_tags)) or 'none'})"
+                    )
+                tags[key] = str(tag)
+                for meta_key in sorted(set(node.meta) - before.get((path, node.name), set()) - {TAG_KEY}):
+                    text = _json(node.meta[meta_key])
+                    if text is not None:
+                        notes.append(BackendNodeMeta(node=key, key=meta_key, value=text))
+        specs: dict[str, DelegationSpec] = {}
+        for tag, spec in partition_tags.items():
+            backend_id = getattr(spec, "backend_id", None)
+            if not isinstance(backend_id, str):
+                raise PartitionerError(f"ExecuTorch partitioner {self.name}: partition {tag!r} has no backend_id")
+            try:
+                register_executorch_backend(backend_id)
+            except Exception as exc:
+                raise PartitionerError(
+                    f"ExecuTorch partitioner {self.name}: partition {tag!r} names backend {backend_id!r}: {exc}"
+                ) from exc
+            specs[str(tag)] = DelegationSpec(
+                backend_id=backend_id,
+                compile_specs=tuple(CompileSpec(key=c.key, value=bytes(c.value)) for c in spec.compile_specs),
+            )
+        # Partitions are lowered in the partitioner's order of partition_tags, as ExecuTorch does.
+        used_tags = set(tags.values())
+        used = [(tag, spec) for tag, spec in specs.items() if tag in used_tags]
+        return PartitionPlan.build(tags, used, backend_meta=notes)
+
+
+def executorch_partitioner(partitioner: Any) -> ExecutorchPartitioner:
+    """A texir partitioner running the ExecuTorch partitioner `partitioner` (e.g. XnnpackPartitioner())."""
+    require_executorch("executorch_partitioner")
+    return ExecutorchPartitioner(partitioner)

@@ -1,0 +1,122 @@
+"""`lower`: texir's `to_edge_transform_and_lower`. Decompose while keeping what the partitioners
+ask to keep, bring the program to the edge form, partition and lower with each partitioner."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Union, overload
+
+from texir.errors import TexirError
+from texir.ir import CallFunction, Program
+from texir.lowering.api import call_partitioner
+from texir.lowering.delegate import lower_plan
+from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
+from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+__all__ = ["lower"]
+
+_KEPT_WHOLE_ANYWAY = ("quantized_decomposed::", "torchao::")
+"""Quantize/dequantize primitives stay whole in any case: leaving them undelegated is fine."""
+
+Source = Union[Program, "ExportedProgram"]
+
+
+@overload
+def lower(program: Source, partitioners: Sequence[Partitioner]) -> Program: ...
+
+
+@overload
+def lower(
+    program: Mapping[str, Source], partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]]
+) -> dict[str, Program]: ...
+
+
+def lower(
+    program: Source | Mapping[str, Source],
+    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+) -> Program | dict[str, Program]:
+    """Lower an ExportedProgram or Program (or a mapping method name -> one) with `partitioners`
+    (a sequence for every method, or a mapping method name -> sequence), in order.
+
+    For each method: decompose as ExecuTorch's edge lowering does, keeping the ops the
+    partitioners name in `ops_to_not_decompose`; apply the to_edge rewrites (`texir.edge`); then
+    partition and lower with each partitioner in turn. A kept op left undelegated is a
+    `KeptOpNotDelegatedError` naming the node. The result is ready for `texir.emit.emit`.
+    Pure: the input is not modified."""
+    if isinstance(program, Mapping):
+        if isinstance(partitioners, Mapping):
+            unknown = sorted(set(partitioners) - set(program))
+            if unknown:
+                raise PartitionerError(
+                    f"partitioners given for methods {unknown} that are not among {sorted(program)}"
+                )
+            return {name: _lower_one(name, p, tuple(partitioners.get(name, ()))) for name, p in program.items()}
+        return {name: _lower_one(name, p, tuple(partitioners)) for name, p in program.items()}
+    if isinstance(partitioners, Mapping):
+        raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
+    return _lower_one("forward", program, tuple(partitioners))
+
+
+def _lower_one(method: str, source: Source, partitioners: tuple[Partitioner, ...]) -> Program:
+    # Imported here: the adapters pull in torch, and `texir --help` stays torch-free.
+    from torch.export import ExportedProgram
+
+    from texir.adapters.decompositions import functionalize
+    from texir.adapters.fx_export import to_exported_program
+    from texir.adapters.fx_import import from_exported_program
+    from texir.edge import TO_EDGE_PASSES
+
+    if isinstance(source, Program):
+        aten: Program | None = source
+        ep = None
+    elif isinstance(source, ExportedProgram):
+        aten, ep = None, functionalize(source)
+    else:
+        raise PartitionerError(
+            f"method {method!r}: lower takes a torch.export.ExportedProgram or a texir.ir.Program, "
+            f"not {type(source).__name__}"
+        )
+    keep: dict[str, str] = {}
+    for partitioner in partitioners:
+        if getattr(partitioner, "ops_to_not_decompose", None) is None:
+            continue
+        if aten is None:
+            assert ep is not None  # one of the two is set above
+            aten = from_exported_program(ep)
+        try:
+            names = tuple(partitioner.ops_to_not_decompose(aten))  # type: ignore[attr-defined]  # checked above
+        except TexirError:
+            raise
+        except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
+            raise PartitionerError(
+                f"method {method!r}: {partitioner!r}.ops_to_not_decompose raised {type(exc).__name__}: {exc}"
+            ) from exc
+        for name in names:
+            keep.setdefault(name, repr(partitioner))
+    if ep is None:
+        assert aten is not None  # one of the two is set above
+        ep = to_exported_program(aten)
+    program = from_exported_program(ep, decompose=True, keep=sorted(keep))
+    for edge_pass in TO_EDGE_PASSES:
+        program = edge_pass(program)
+    for partitioner in partitioners:
+        program = lower_plan(program, call_partitioner(partitioner, program))
+    _check_kept_ops_delegated(method, program, keep)
+    return program
+
+
+def _check_kept_ops_delegated(method: str, program: Program, keep: Mapping[str, str]) -> None:
+    if not keep:
+        return
+    for path, graph in walk_keyed_graphs(program.graph):
+        for node in graph.nodes:
+            if isinstance(node, CallFunction) and node.target in keep and not node.target.startswith(_KEPT_WHOLE_ANYWAY):
+                raise KeptOpNotDelegatedError(
+                    f"method {method!r}, node {node_key(path, node.name)!r}: {node.target} was kept from "
+                    f"decomposition for {keep[node.target]} (ops_to_not_decompose) but not delegated; "
+                    "the runtime may have no kernel for it: make the partitioner take the node, or stop "
+                    "listing the op in ops_to_not_decompose"
+                )
