@@ -17,9 +17,11 @@ from texir.lowering.lower import lower
 from texir.lowering.delegate import (
     LoweringReport,
     PartitionSummary,
+    PreprocessOptions,
     lower_plan,
     lower_plan_explained,
 )
+from texir.lowering.preprocess import CACHE_DIR_ENV, PreprocessCache, default_cache
 from texir.lowering.errors import (
     BackendError,
     BackendPreprocessError,
@@ -56,6 +58,7 @@ from texir.lowering.plan import (
 )
 
 __all__ = [
+    "CACHE_DIR_ENV",
     "Backend",
     "CheckedPlan",
     "BackendError",
@@ -73,6 +76,8 @@ __all__ = [
     "OpSupportPartitioner",
     "PartitionPlan",
     "PartitionSummary",
+    "PreprocessCache",
+    "PreprocessOptions",
     "Partitioner",
     "PartitionerError",
     "PlanError",
@@ -87,6 +92,7 @@ __all__ = [
     "delegate_wrapper_program",
     "get_backend",
     "get_lowered_submodules",
+    "default_cache",
     "lower",
     "lower_plan",
     "lower_plan_explained",

@@ -15,6 +15,7 @@ __all__ = [
     "PreprocessResult",
     "get_backend",
     "lower_with_backend",
+    "check_result",
     "named_data_entry",
     "register_backend",
     "registered_backends",
@@ -94,6 +95,20 @@ def lower_with_backend(
         raise BackendPreprocessError(
             f"backend '{backend_id}' preprocess failed{where}: {type(exc).__name__}: {exc}"
         ) from exc
+    result = check_result(backend_id, result, tag)
+    return LoweredBackendModule(
+        backend_id=backend_id,
+        processed_bytes=bytes(result.processed_bytes),
+        compile_specs=specs,
+        original_program=program,
+        debug_handle_map=result.debug_handle_map,
+        named_data=tuple(result.named_data),
+    )
+
+
+def check_result(backend_id: str, result: object, tag: str | None = None) -> PreprocessResult:
+    """`result` if it is a well-formed PreprocessResult (named data keys unique), else a typed error."""
+    where = f" for partition '{tag}'" if tag is not None else ""
     if not isinstance(result, PreprocessResult):
         raise BackendPreprocessError(
             f"backend '{backend_id}' preprocess returned {type(result).__name__}{where}; "
@@ -106,11 +121,4 @@ def lower_with_backend(
                 f"backend '{backend_id}' returned named data key {entry.key!r} twice{where}; keys must be unique"
             )
         seen.add(entry.key)
-    return LoweredBackendModule(
-        backend_id=backend_id,
-        processed_bytes=bytes(result.processed_bytes),
-        compile_specs=specs,
-        original_program=program,
-        debug_handle_map=result.debug_handle_map,
-        named_data=tuple(result.named_data),
-    )
+    return result

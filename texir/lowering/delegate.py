@@ -59,7 +59,7 @@ from texir.ir.names import (
     rename_output_spec,
 )
 from texir.ir.verify import verify
-from texir.lowering.backend import lower_with_backend
+from texir.lowering.preprocess import PreprocessCache, PreprocessRequest, run_preprocess
 from texir.lowering.errors import PartitionerError
 from texir.lowering.lowered import sub_program_call_graph
 from texir.lowering.plan import (
@@ -72,9 +72,17 @@ from texir.lowering.plan import (
     walk_keyed_graphs,
 )
 
-__all__ = ["LoweringReport", "PartitionSummary", "lower_plan", "lower_plan_explained"]
+__all__ = ["LoweringReport", "PartitionSummary", "PreprocessOptions", "lower_plan", "lower_plan_explained"]
 
 _Cache = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
+
+
+@dataclass(frozen=True)
+class PreprocessOptions:
+    """How backends run: through `cache` (None: none) in up to `jobs` worker processes."""
+
+    cache: PreprocessCache | None = None
+    jobs: int = 1
 _Consumable = ParameterInput | BufferInput | ConstantTensorInput
 _Entry = tuple[Node, ValueMeta | None, Provenance | None]
 """A node with its value metadata and provenance (see `Graph.entries`)."""
@@ -150,25 +158,31 @@ class LoweringReport(msgspec.Struct, frozen=True, kw_only=True):
     partitions: tuple[PartitionSummary, ...]
 
 
-def lower_plan(program: Program, plan: PartitionPlan, *, _cache: _Cache | None = None) -> Program:
+def lower_plan(
+    program: Program, plan: PartitionPlan, *, _cache: _Cache | None = None, preprocess: PreprocessOptions | None = None
+) -> Program:
     """Validate `plan` on `program`, compile every partition, and return the lowered program."""
-    return lower_plan_explained(program, plan, _cache=_cache).program
+    return lower_plan_explained(program, plan, _cache=_cache, preprocess=preprocess).program
 
 
-def lower_plan_explained(program: Program, plan: PartitionPlan, *, _cache: _Cache | None = None) -> LoweringReport:
+def lower_plan_explained(
+    program: Program, plan: PartitionPlan, *, _cache: _Cache | None = None, preprocess: PreprocessOptions | None = None
+) -> LoweringReport:
     """`lower_plan`, also summarising each partition in lowering order."""
     # The pass allocates many small objects that all stay alive; the cyclic collector would only
     # rescan the (large, acyclic) IR again and again, so it is paused for the duration.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _lower(program, plan, _cache)
+        return _lower(program, plan, _cache, preprocess)
     finally:
         if enabled:
             gc.enable()
 
 
-def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> LoweringReport:
+def _lower(
+    program: Program, plan: PartitionPlan, _cache: _Cache | None, preprocess: PreprocessOptions | None
+) -> LoweringReport:
     # Pass boundary: a malformed input gets the verifier's message (naming the node), not a failure
     # deep inside the pass. Linear in the program's size.
     verify(program)
@@ -180,7 +194,7 @@ def _lower(program: Program, plan: PartitionPlan, _cache: _Cache | None) -> Lowe
     }
     works = _collect_partitions(program, checked)
     _build_and_name(program, works, top_consumable)
-    lowered = _compile(program, works, {} if _cache is None else _cache)
+    lowered = _compile(program, works, {} if _cache is None else _cache, preprocess)
     result = _assemble_program(program, works, top_consumable, lowered)
     # As exir's to_edge does before partitioning: parameters no node reads leave the program.
     # Imported here: texir.edge pulls in torch's op registry, and `texir --help` must stay torch-free.
@@ -269,21 +283,29 @@ def _build_and_name(program: Program, works: list[_GraphWork], top_consumable: M
             part.debug_handle = running_handle
 
 
-def _compile(program: Program, works: list[_GraphWork], cache: _Cache) -> tuple[NamedLoweredModule, ...]:
-    """Phase 3: every partition through its backend (identical sub-programs compiled once). Every
-    plan problem was found before: only now do backends run."""
+def _compile(
+    program: Program, works: list[_GraphWork], cache: _Cache, options: PreprocessOptions | None
+) -> tuple[NamedLoweredModule, ...]:
+    """Phase 3: every partition through its backend (identical sub-programs compiled once; with
+    `options`, through its preprocess cache and worker processes). Every plan problem was found
+    before: only now do backends run."""
     lowered: list[NamedLoweredModule] = list(program.lowered_modules)
-    for work in works:
-        for part in work.parts:
-            assert part.sub_program is not None  # built in phase 2
-            key = (part.spec.backend_id, part.spec.compile_specs, part.sub_program)
-            module = cache.get(key)
-            if module is None:
-                module = lower_with_backend(
-                    part.spec.backend_id, part.sub_program, part.spec.compile_specs, tag=part.tag
-                )
-                cache[key] = module
-            lowered.append(NamedLoweredModule(name=part.module_name, module=module))
+    parts = [part for work in works for part in work.parts]
+    keys = []
+    pending: dict[tuple[str, tuple[CompileSpec, ...], Program], PreprocessRequest] = {}
+    for part in parts:
+        assert part.sub_program is not None  # built in phase 2
+        key = (part.spec.backend_id, part.spec.compile_specs, part.sub_program)
+        keys.append(key)
+        if key not in cache and key not in pending:
+            pending[key] = PreprocessRequest(part.spec.backend_id, part.sub_program, part.spec.compile_specs, part.tag)
+    if pending:
+        requests = list(pending.values())
+        modules = run_preprocess(requests, cache=None if options is None else options.cache,
+                                 jobs=1 if options is None else options.jobs)
+        cache.update(zip(pending, modules))
+    for part, key in zip(parts, keys):
+        lowered.append(NamedLoweredModule(name=part.module_name, module=cache[key]))
     return tuple(lowered)
 
 

@@ -4,14 +4,15 @@ ask to keep, bring the program to the edge form, partition and lower with each p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Union, overload
+from typing import TYPE_CHECKING, Literal, Union, overload
 
 from texir.errors import TexirError
 from texir.ir import CallFunction, Program
 from texir.lowering.api import call_partitioner
-from texir.lowering.delegate import lower_plan
+from texir.lowering.delegate import PreprocessOptions, lower_plan
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
+from texir.lowering.preprocess import PreprocessCache, default_cache
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -24,19 +25,31 @@ _KEPT_WHOLE_ANYWAY = ("quantized_decomposed::", "torchao::")
 Source = Union[Program, "ExportedProgram"]
 
 
-@overload
-def lower(program: Source, partitioners: Sequence[Partitioner]) -> Program: ...
+CacheChoice = Union[PreprocessCache, Literal["default"], None]
 
 
 @overload
 def lower(
-    program: Mapping[str, Source], partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]]
+    program: Source, partitioners: Sequence[Partitioner], *, cache: CacheChoice = "default", jobs: int = 1
+) -> Program: ...
+
+
+@overload
+def lower(
+    program: Mapping[str, Source],
+    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
 ) -> dict[str, Program]: ...
 
 
 def lower(
     program: Source | Mapping[str, Source],
     partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
 ) -> Program | dict[str, Program]:
     """Lower an ExportedProgram or Program (or a mapping method name -> one) with `partitioners`
     (a sequence for every method, or a mapping method name -> sequence), in order.
@@ -45,7 +58,11 @@ def lower(
     partitioners name in `ops_to_not_decompose`; apply the to_edge rewrites (`texir.edge`); then
     partition and lower with each partitioner in turn. A kept op left undelegated is a
     `KeptOpNotDelegatedError` naming the node. The result is ready for `texir.emit.emit`.
-    Pure: the input is not modified."""
+
+    Backends' results come from `cache` when it has them ("default": `default_cache()`, in memory
+    and under `$TEXIR_CACHE_DIR`; None: no cache); the partitions left to compile run in up to
+    `jobs` worker processes, with the same results as `jobs=1`. Pure: the input is not modified."""
+    options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
     if isinstance(program, Mapping):
         if isinstance(partitioners, Mapping):
             unknown = sorted(set(partitioners) - set(program))
@@ -53,14 +70,14 @@ def lower(
                 raise PartitionerError(
                     f"partitioners given for methods {unknown} that are not among {sorted(program)}"
                 )
-            return {name: _lower_one(name, p, tuple(partitioners.get(name, ()))) for name, p in program.items()}
-        return {name: _lower_one(name, p, tuple(partitioners)) for name, p in program.items()}
+            return {name: _lower_one(name, p, tuple(partitioners.get(name, ())), options) for name, p in program.items()}
+        return {name: _lower_one(name, p, tuple(partitioners), options) for name, p in program.items()}
     if isinstance(partitioners, Mapping):
         raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
-    return _lower_one("forward", program, tuple(partitioners))
+    return _lower_one("forward", program, tuple(partitioners), options)
 
 
-def _lower_one(method: str, source: Source, partitioners: tuple[Partitioner, ...]) -> Program:
+def _lower_one(method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions) -> Program:
     # Imported here: the adapters pull in torch, and `texir --help` stays torch-free.
     from torch.export import ExportedProgram
 
@@ -103,7 +120,7 @@ def _lower_one(method: str, source: Source, partitioners: tuple[Partitioner, ...
     for edge_pass in TO_EDGE_PASSES:
         program = edge_pass(program)
     for partitioner in partitioners:
-        program = lower_plan(program, call_partitioner(partitioner, program))
+        program = lower_plan(program, call_partitioner(partitioner, program), preprocess=options)
     _check_kept_ops_delegated(method, program, keep)
     return program
 

@@ -46,6 +46,13 @@ class ExecutorchBackend:
     def __repr__(self) -> str:
         return f"ExecutorchBackend({self.backend_cls.__module__}.{self.backend_cls.__qualname__})"
 
+    @property
+    def cache_version(self) -> str:
+        """What a cached result depends on besides its input: ExecuTorch's version and the class."""
+        from texir.adapters.executorch.deps import installed_version
+
+        return f"executorch=={installed_version()} {self.backend_cls.__module__}.{self.backend_cls.__qualname__}"
+
     def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult:
         from executorch.exir.backend.compile_spec_schema import CompileSpec as EtCompileSpec
 
