@@ -124,8 +124,9 @@ def test_each_pass_does_what_its_exir_counterpart_does() -> None:
     assert not {"aten::view.default", "aten::permute.default"} & set(views)
     formats = to_dim_order_ops(program("formats"))
     orders = [dict(n.kwargs).get("dim_order") for n in call_nodes(formats.graph) if n.target.startswith("dim_order_ops::")]
-    assert len(orders) == 2 and orders[1] is None  # preserve_format: the emitter keeps the input's layout
-    assert isinstance(orders[0], ListArg) and [getattr(i, "value") for i in orders[0].items] == [0, 2, 3, 1]
+    assert len(orders) == 2 and all(isinstance(o, ListArg) for o in orders)
+    values = [[getattr(i, "value") for i in o.items] for o in orders if isinstance(o, ListArg)]
+    assert values == [[0, 2, 3, 1], [0, 1, 2, 3]]  # channels_last; preserve_format: the input's (contiguous) order
     written = insert_write_back(program("counter"))
     copies = [n for n in call_nodes(written.graph) if n.target == "aten::copy_.default"]
     assert len(copies) == 2 and written.graph.nodes[-2] is copies[-1]

@@ -55,11 +55,11 @@ EXECUTORCH_FAILS: dict[str, Failure] = {
         "ExecuTorch's verifier rejects var_mean, which the XNNPACK partitioner asked to keep undecomposed "
         "and then did not take; texir decomposes what no partitioner took"),
     "cond_closure_nested": Failure(
-        r"aten_linear_default", r"KeptOpNotDelegatedError.*true_graph_0/true_graph_0/linear",
+        r"aten_linear_default", r"KeptOpNotDelegatedError.*true_graph_0/true_graph_0/aten_linear_default",
         "linear inside a cond branch is kept undecomposed for XNNPACK but the partitioner does not enter "
         "branches; both refuse, texir naming the node"),
     "topk": Failure(
-        r"OperatorMissing|0x14|Failed to load method", r"MissingKernelError.*'sort'",
+        r"OperatorMissing|0x14|Failed to load method", r"MissingKernelError.*'aten_sort_default'",
         "sort has no portable kernel in the 1.5.1 runtime: ExecuTorch writes a .pte that fails to load, "
         "texir refuses to write it and names the node"),
 }

@@ -106,7 +106,7 @@ def test_partitioner_tag_missing_from_partition_tags_is_refused() -> None:
         _tag_relus(graph)
         return []
 
-    with pytest.raises(PartitionerError, match=r"tagged node 'relu' with 'tag0', which is not in its partition_tags"):
+    with pytest.raises(PartitionerError, match=r"tagged node 'aten_relu_default' with 'tag0', which is not in its partition_tags"):
         lower(_ep(), [executorch_partitioner(_et_partitioner(stray))])
 
 
@@ -203,7 +203,7 @@ class _KeepLinear:
 def test_kept_op_left_undelegated_is_an_error_naming_the_node() -> None:
     import tests.lowering_helpers  # noqa: F401  # registers texir-test
 
-    with pytest.raises(KeptOpNotDelegatedError, match=r"node 'linear'.*aten::linear.default was kept.*_KeepLinear"):
+    with pytest.raises(KeptOpNotDelegatedError, match=r"node 'aten_linear_default'.*aten::linear.default was kept.*_KeepLinear"):
         lower(_ep(), [_KeepLinear()])
 
 

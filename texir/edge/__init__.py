@@ -19,6 +19,7 @@ from texir.edge._rewrite import EdgeError, rewrite_graph, rewrite_program
 from texir.edge.dim_order import DIM_ORDER_OPS, to_dim_order_ops
 from texir.edge.graph_asserts import ASSERT_TARGETS, remove_graph_asserts
 from texir.edge.mixed_dtype import CAST_TARGET, MIXED_TYPE_OPS, cast_mixed_operands
+from texir.edge.names import edge_name_base, edge_node_names
 from texir.edge.noop import remove_noop_ops
 from texir.edge.scalar_tensor import LIFTED_PREFIX, lift_scalar_operands
 from texir.edge.unused_state import remove_unused_state
@@ -40,6 +41,8 @@ __all__ = [
     "TO_EDGE_PASSES",
     "WRITE_BACK_TARGET",
     "cast_mixed_operands",
+    "edge_name_base",
+    "edge_node_names",
     "insert_write_back",
     "lift_scalar_operands",
     "remove_graph_asserts",
@@ -71,9 +74,11 @@ TO_EDGE_PASSES: tuple[EdgePass, ...] = (
     remove_graph_asserts,
     lift_scalar_operands,  # to_edge: ScalarToTensorPass + lift_constant_tensor_pass
     *DEFAULT_PASSES[1:-1],
+    edge_node_names,  # to_edge: the ExportPass retrace names operator nodes after their targets
 )
 """The rewrites ExecuTorch's to_edge makes before partitioning (`texir.lowering.lower` runs them):
-partitioners see literals in Tensor positions as constants, as in ExecuTorch. Write-back comes at
+partitioners see literals in Tensor positions as constants, and nodes named as in ExecuTorch
+('aten_addmm_default'), so backends that print names into their blobs agree. Write-back comes at
 emission. Each pass leaves a program it already rewrote unchanged, so the emitter can run
 `DEFAULT_PASSES` after (plain `emit` keeps lifting literals itself, at their point of use)."""
 

@@ -13,6 +13,9 @@ from texir.lowering.errors import BackendPreprocessError, UnknownBackendError
 
 __all__ = ["ExecutorchBackend", "executorch_backend_class", "register_executorch_backend"]
 
+_ADAPTER_VERSION = 2
+"""Bump when what `preprocess` is shown changes (cached results then miss)."""
+
 
 def _subclasses(cls: type) -> list[type]:
     found: list[type] = []
@@ -51,12 +54,17 @@ class ExecutorchBackend:
         """What a cached result depends on besides its input: ExecuTorch's version and the class."""
         from texir.adapters.executorch.deps import installed_version
 
-        return f"executorch=={installed_version()} {self.backend_cls.__module__}.{self.backend_cls.__qualname__}"
+        cls = self.backend_cls
+        return f"executorch=={installed_version()} {cls.__module__}.{cls.__qualname__} adapter={_ADAPTER_VERSION}"
 
     def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult:
         from executorch.exir.backend.compile_spec_schema import CompileSpec as EtCompileSpec
 
         ep = to_edge_exported_program(program)
+        for node in ep.graph_module.graph.nodes:
+            if node.op == "output":  # a delegated sub-program returns a flat list under ExecuTorch
+                node.args = (list(node.args[0]),)
+        ep.graph_module.recompile()
         specs = [EtCompileSpec(key=s.key, value=bytes(s.value)) for s in compile_specs]
         result = self.backend_cls.preprocess(ep, specs)  # type: ignore[attr-defined]  # BackendDetails API
         return _translate(self.backend_id, result)
