@@ -36,10 +36,29 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     lines: list[str] = []
     capture.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
     try:
-        assert _run(["--out-dir", str(out), "--json"]) == 0
+        assert _run(["--out-dir", str(out), "--partitioner", "ops", "--json"]) == 0
     finally:
         capture.undo()
     return out, json.loads("\n".join(lines))
+
+
+def test_default_demo_lowers_to_xnnpack_and_runs_in_executorch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The default path: ExecuTorch's XNNPACK through texir, the .pte run in ExecuTorch's runtime."""
+    assert _run(["--out-dir", str(tmp_path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["partitioner"] == "xnnpack" and summary["checked_in"] == "ExecuTorch runtime"
+    (part,) = summary["partitions"]
+    assert part["backend"] == "XnnpackBackend"
+    assert [n.rsplit("_default", 1)[0] for n in part["nodes"]] == ["aten_convolution", "aten_relu"] * 2
+    assert len(part["named_data"]) == 4  # two conv weights, two biases
+    assert summary["remaining_ops"] == ["aten::tan.default"]
+    assert summary["max_abs_diff_vs_eager"] < 1e-4
+    pte = (tmp_path / "demo.pte").read_bytes()
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte).program
+    assert [d.id for d in program.execution_plan[0].delegates] == ["XnnpackBackend"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.pte", "demo.snapshot.json"]
 
 
 def test_json_summary(demo_run: tuple[Path, dict[str, Any]]) -> None:

@@ -1,4 +1,5 @@
-"""`texir demo`: export the built-in ConvReLUTan model, delegate it to the demo backend, write .pte + snapshot."""
+"""`texir demo`: export the built-in ConvReLUTan model, lower it to XNNPACK (or texir's demo backend),
+write .pte + snapshot, run the .pte in ExecuTorch's runtime and compare with eager."""
 
 from __future__ import annotations
 
@@ -16,15 +17,18 @@ from texir.errors import TexirError
 
 EPILOG = """\
 examples:
-  texir demo                      # writes out/demo.pte and out/demo.snapshot.json
+  texir demo                      # XNNPACK: writes out/demo.pte and out/demo.snapshot.json, runs the .pte
   texir demo --out-dir /tmp/x --json
+  texir demo --partitioner ops    # texir's demo backend instead
   texir demo --partitioner whole
 
-The model is texir.models:conv_relu_tan (two conv+relu blocks, then tan; input 4x3x64x64). It is
-exported with torch.export, decomposed to core ATen, converted to texir's IR, partitioned (by
-default: maximal partitions of convolution/relu/tan ops) and delegated to the demo backend
+The model is texir.models:conv_relu_tan (two conv+relu blocks, then tan; input 4x3x64x64), exported
+with torch.export. By default ExecuTorch's XnnpackPartitioner and XnnpackBackend lower it through
+texir (texir.lowering.lower, as ExecuTorch's to_edge_transform_and_lower): XNNPACK takes the convs
+and relus, tan stays a portable kernel; the .pte then runs in ExecuTorch's runtime and its output is
+compared with eager. With 'ops' or 'whole' the program is delegated to texir's demo backend
 BackendWithDelegateMappingDemo, which fuses each conv+relu into one backend op and splits tan into
-sin, cos and div. The debug handle map says which backend op implements which IR nodes.
+sin, cos and div; the debug handle map says which backend op implements which IR nodes.
 """
 
 DEMO_OPS = ("aten::convolution.default", "aten::relu.default", "aten::tan.default")
@@ -38,23 +42,24 @@ class DemoOptions(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 
     out_dir: Path = Path("out")
-    partitioner: Literal["ops", "whole"] = "ops"
+    partitioner: Literal["xnnpack", "ops", "whole"] = "xnnpack"
     json_output: bool = False
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="delegate the built-in ConvReLUTan model to the demo backend and write .pte + snapshot",
+        help="lower the built-in ConvReLUTan model to XNNPACK, write .pte + snapshot, run it in ExecuTorch",
         description="Run the whole pipeline on the built-in ConvReLUTan model: export, convert, "
-        "partition, delegate to BackendWithDelegateMappingDemo, write demo.pte and demo.snapshot.json.",
+        "partition, delegate (XNNPACK by default), write demo.pte and demo.snapshot.json, run the .pte.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out-dir", type=Path, default=Path("out"), metavar="DIR",
                         help="directory for demo.pte and demo.snapshot.json (default ./out)")
-    parser.add_argument("--partitioner", choices=("ops", "whole"), default="ops",
-                        help="'ops': partitions of convolution/relu/tan (default); 'whole': the whole program")
+    parser.add_argument("--partitioner", choices=("xnnpack", "ops", "whole"), default="xnnpack",
+                        help="'xnnpack': ExecuTorch's XNNPACK (default); 'ops': convolution/relu/tan partitions "
+                        "for texir's demo backend; 'whole': the whole program to the demo backend")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
 
@@ -74,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_demo(options: DemoOptions) -> dict[str, Any]:
     """Run the demo pipeline and return its summary (what `--json` prints)."""
+    if options.partitioner == "xnnpack":
+        return _run_xnnpack(options)
     # Heavy imports stay here so `texir --help` stays fast.
     import torch
 
@@ -162,6 +169,86 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     }
 
 
+def _out_dir(options: DemoOptions) -> Path:
+    out_dir = options.out_dir
+    if out_dir.exists() and not out_dir.is_dir():
+        raise TexirError(f"--out-dir {out_dir} exists and is not a directory; pass a directory path")
+    return out_dir
+
+
+def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
+    import torch
+
+    from texir.adapters.executorch import partitioner_by_name, run_pte
+    from texir.emit import emit
+    from texir.ir import CallFunction, verify
+    from texir.lowering import get_lowered_submodules, lower
+    from texir.models import conv_relu_tan
+    from texir.serialize import snapshot
+    from texir.serialize.pte import dump as dump_pte
+    from texir.serialize.pte.codec import dumps as pte_bytes
+
+    out_dir = _out_dir(options)
+    with Progress("texir demo") as progress, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        with progress.phase("exporting ConvReLUTan"):
+            model, inputs = conv_relu_tan()
+            exported = torch.export.export(model, inputs, strict=True)
+        with progress.phase("lowering to XNNPACK"):
+            lowered = lower(exported, [partitioner_by_name("xnnpack")])
+            verify(lowered)
+        with progress.phase("emitting .pte"):
+            data = pte_bytes(emit(lowered))
+        with progress.phase("running the .pte in ExecuTorch's runtime"):
+            (got,) = run_pte(data, inputs)
+            with torch.no_grad():
+                expected = model(*inputs)
+            max_abs_diff = float((got - expected).abs().max())
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TexirError(f"cannot create --out-dir {out_dir}: {exc.strerror or exc}") from None
+        snapshot_path, pte_path = out_dir / SNAPSHOT_NAME, out_dir / PTE_NAME
+        with progress.phase("writing snapshot and .pte"):
+            snapshot.dump(lowered, snapshot_path, format="json", include_data=True)
+            dump_pte(emit(lowered), pte_path)
+    partitions = []
+    delegated: list[str] = []
+    for name, module, call in get_lowered_submodules(lowered):
+        members = [n.name for n in module.original_program.graph.nodes if isinstance(n, CallFunction)]
+        delegated.extend(members)
+        partitions.append({
+            "module": name,
+            "call": call.name,
+            "backend": module.backend_id,
+            "nodes": members,
+            "processed_bytes": f"<{len(module.processed_bytes):,} bytes of XNNPACK flatbuffer>",
+            "named_data": [{"key": e.key, "bytes": e.nbytes, "alignment": e.alignment} for e in module.named_data],
+            "debug_handle_map": [
+                {"identifier": e.identifier, "debug_handles": list(e.debug_handles)}
+                for e in module.debug_handle_map or ()
+            ],
+        })
+    remaining = [
+        n.target for n in lowered.graph.nodes
+        if isinstance(n, CallFunction) and n.target not in ("texir::call_delegate", "_operator::getitem")
+    ]
+    return {
+        "model": "texir.models:conv_relu_tan",
+        "partitioner": "xnnpack",
+        "call_function_nodes": len(delegated) + len(remaining),
+        "partitions": partitions,
+        "delegated_nodes": delegated,
+        "remaining_ops": remaining,
+        "max_abs_diff_vs_eager": max_abs_diff,
+        "checked_in": "ExecuTorch runtime",
+        "files": {
+            "pte": {"path": str(pte_path), "bytes": pte_path.stat().st_size},
+            "snapshot": {"path": str(snapshot_path), "bytes": snapshot_path.stat().st_size},
+        },
+    }
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     lines = [
         f"texir demo: {summary['model']} -> {len(summary['partitions'])} partition(s), "
@@ -171,16 +258,19 @@ def format_summary(summary: dict[str, Any]) -> str:
     for part in summary["partitions"]:
         lines.append(f"  {part['module']} [{part['backend']}] nodes: {', '.join(part['nodes'])}")
         lines.append(f"    processed bytes: {part['processed_bytes']}")
+        for entry in part.get("named_data", ()):
+            lines.append(f"    named data {entry['key'][:16]}... {entry['bytes']:,} bytes (align {entry['alignment']})")
         for entry in part["debug_handle_map"]:
             handles = ", ".join(str(h) for h in entry["debug_handles"])
             lines.append(f"    debug identifier {entry['identifier']} -> debug handles [{handles}]")
     remaining = summary["remaining_ops"]
     lines.append(f"  not delegated: {', '.join(remaining) if remaining else 'nothing'}")
-    lines.append(f"  lowered program vs eager: max abs diff {summary['max_abs_diff_vs_eager']:.3g}")
+    where = summary.get("checked_in", "lowered program")
+    lines.append(f"  {where} vs eager: max abs diff {summary['max_abs_diff_vs_eager']:.3g}")
     for kind, info in summary["files"].items():
         lines.append(f"  wrote {info['path']} ({info['bytes']:,} bytes, {kind})")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(run(argparse.Namespace(out_dir=Path("out"), partitioner="ops", json=False)))
+    sys.exit(run(argparse.Namespace(out_dir=Path("out"), partitioner="xnnpack", json=False)))

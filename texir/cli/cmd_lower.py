@@ -23,9 +23,17 @@ examples:
   texir lower models/mlp.py:build --backend texir-reference --ops aten::add.Tensor,aten::mul.Tensor --explain
   texir lower model.pt2 --backend texir-reference --partitioner my_pkg.parts:MyPartitioner --json
   texir lower texir.models:conv_relu_tan -o model.pte          # no --backend: written undelegated
+  texir lower texir.models:conv_relu_tan --partitioner xnnpack -o model.pte     # ExecuTorch's XNNPACK
+  texir lower model.pt2 --partitioner my_pkg.parts:MyEtPartitioner --jobs 2 -o model.pte
 
---partitioner MODULE:NAME (or FILE.py:NAME): a class is instantiated with the backend id; any other
-callable is used as the partitioner itself (Program -> texir.lowering.PartitionPlan).
+--partitioner MODULE:NAME (or FILE.py:NAME) with --backend ID: a texir partitioner; a class is
+instantiated with the backend id, any other callable is used as the partitioner itself
+(Program -> texir.lowering.PartitionPlan).
+--partitioner NAME (xnnpack, vulkan, example) or MODULE:NAME without --backend: an ExecuTorch
+partitioner (class built with no arguments, or instance), run like ExecuTorch's
+to_edge_transform_and_lower (needs the executorch extra). Backends' results are cached in memory
+and under $TEXIR_CACHE_DIR (--no-cache to compile everything); --jobs N compiles partitions in N
+worker processes.
 Each row is one partition: tag, backend, delegated node count, inputs, outputs, and the
 parameters/buffers/constants the delegate consumed.
 """
@@ -38,11 +46,13 @@ class LowerOptions(pydantic.BaseModel):
 
     model: str = pydantic.Field(min_length=1)
     backend: str | None = None
-    mode: Literal["whole", "ops", "partitioner", "none"]
+    mode: Literal["whole", "ops", "partitioner", "executorch", "none"]
     ops: tuple[str, ...] = ()
     partitioner: str | None = None
     tag_constants: bool = False
     tag_mutated_buffers: bool = False
+    jobs: int = pydantic.Field(default=1, ge=1)
+    cache: bool = True
 
     @pydantic.field_validator("ops")
     @classmethod
@@ -54,8 +64,15 @@ class LowerOptions(pydantic.BaseModel):
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> LowerOptions:
-        if self.mode != "none" and not self.backend:
-            raise ValueError("--whole, --ops and --partitioner need --backend ID")
+        if self.mode in ("whole", "ops") and not self.backend:
+            raise ValueError("--whole and --ops need --backend ID")
+        if self.mode == "executorch" and self.backend:
+            raise ValueError(
+                f"--partitioner {self.partitioner} is an ExecuTorch partitioner, which names its own backends; "
+                "drop --backend"
+            )
+        if self.mode == "executorch" and (self.tag_constants or self.tag_mutated_buffers):
+            raise ValueError("--tag-constants/--tag-mutated-buffers are for texir partitioners; ExecuTorch's decide themselves")
         if self.backend and self.mode == "none":
             raise ValueError("--backend needs one of --whole, --ops OP,OP or --partitioner MODULE:NAME")
         if self.mode == "ops" and not self.ops:
@@ -83,13 +100,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--explain", action="store_true", help="say for every call node whether and why it was (not) delegated")
     parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE.pte", help="write the program as a .pte file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="compile partitions in N worker processes")
+    parser.add_argument("--no-cache", action="store_true", help="compile every partition (no preprocess cache)")
     parser.set_defaults(func=run)
 
 
 def _options(args: argparse.Namespace) -> LowerOptions:
-    mode: Literal["whole", "ops", "partitioner", "none"] = (
+    mode: Literal["whole", "ops", "partitioner", "executorch", "none"] = (
         "whole" if args.whole else "ops" if args.ops is not None else "partitioner" if args.partitioner else "none"
     )
+    if mode == "partitioner" and (":" not in args.partitioner or args.backend is None):
+        mode = "executorch"  # a short name, or MODULE:NAME without a backend id
     try:
         return LowerOptions(
             model=args.model,
@@ -99,9 +120,13 @@ def _options(args: argparse.Namespace) -> LowerOptions:
             partitioner=args.partitioner,
             tag_constants=args.tag_constants,
             tag_mutated_buffers=args.tag_mutated_buffers,
+            jobs=args.jobs,
+            cache=not args.no_cache,
         )
     except pydantic.ValidationError as exc:
-        raise LoweringError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+        error = exc.errors()[0]
+        where = f"--{str(error['loc'][0]).replace('_', '-')}: " if error.get("loc") else ""
+        raise LoweringError(where + str(error["msg"]).removeprefix("Value error, ")) from None
 
 
 def _load_attr(spec: str) -> Any:
@@ -184,7 +209,8 @@ def build_partitioner(opts: LowerOptions) -> Any:
         WholeProgramPartitioner,
     )
 
-    assert opts.backend is not None
+    if opts.backend is None:
+        raise UsageError("--whole, --ops and a texir --partitioner need --backend ID")
     if opts.mode == "whole":
         return WholeProgramPartitioner(
             opts.backend, tag_constants=opts.tag_constants, tag_mutated_buffers=opts.tag_mutated_buffers
@@ -245,6 +271,8 @@ def run(args: argparse.Namespace) -> int:
 
     opts = _options(args)
     refuse_clobbering("texir lower", [opts.model], [("--snapshot", args.snapshot), ("-o", args.output)])
+    if opts.mode == "executorch":
+        return _run_executorch(args, opts)
     with Progress("texir lower") as progress:
         if opts.backend is not None and opts.mode in ("whole", "ops"):
             _check_backend(opts.backend)  # (a --partitioner module may register its backend on import)
@@ -327,6 +355,110 @@ def run(args: argparse.Namespace) -> int:
         out.write("\n")
         for e in explanation:
             out.write(f"{e['node']} ({e['target']}): {e['status']}: {e['reason']}\n")
+    if args.output is not None:
+        out.write(f"wrote {args.output}\n")
+    return 0
+
+
+def executorch_partitioner_for(spec: str) -> Any:
+    """The texir partitioner for `--partitioner SPEC` without --backend: a short name or a
+    MODULE:NAME naming an ExecuTorch partitioner class, instance, or function returning one."""
+    from texir.adapters.executorch import as_executorch_partitioner, partitioner_by_name
+
+    if ":" not in spec:
+        return partitioner_by_name(spec)
+    target = _load_attr(spec)
+    found = as_executorch_partitioner(target)
+    if found is None and callable(target) and not isinstance(target, type):
+        try:
+            found = as_executorch_partitioner(target())
+        except TypeError:
+            found = None
+    if found is None:
+        raise LoweringError(
+            f"--partitioner {spec!r} is not an ExecuTorch partitioner (a Partitioner class, instance or a function "
+            "returning one); for a texir partitioner add --backend ID"
+        )
+    return found
+
+
+def _rows_of(program: Program) -> list[dict[str, Any]]:
+    """One row per delegate call of the top graph, in graph order."""
+    from texir.ir import GetAttr, Placeholder, UserInput
+
+    modules = {m.name: m.module for m in program.lowered_modules}
+    rows: list[dict[str, Any]] = []
+    for node in program.graph.nodes:
+        if not isinstance(node, GetAttr) or node.target not in modules:
+            continue
+        module = modules[node.target]
+        sub = module.original_program
+        user = {s.arg.name for s in sub.signature.inputs if isinstance(s, UserInput) and hasattr(s.arg, "name")}
+        inputs = [n.name for n in sub.graph.nodes if isinstance(n, Placeholder) and n.name in user]
+        consumed = [n.name for n in sub.graph.nodes if isinstance(n, Placeholder) and n.name not in user]
+        rows.append({
+            "tag": node.target,
+            "backend": module.backend_id,
+            "module": node.target,
+            "graph": "",
+            "nodes": sum(isinstance(n, CallFunction) for n in sub.graph.nodes),
+            "inputs": inputs,
+            "outputs": [f"out{i}" for i in range(len(sub.signature.outputs))],
+            "consumed": consumed,
+            "bytes": len(module.processed_bytes),
+            "named_data": len(module.named_data),
+        })
+    return rows
+
+
+def _run_executorch(args: argparse.Namespace, opts: LowerOptions) -> int:
+    from texir.cli.model_spec import is_snapshot_path, load_model, load_program
+    from texir.cli.progress import Progress
+    from texir.lowering import lower
+
+    if args.explain:
+        raise UsageError("--explain works with texir partitioners; an ExecuTorch partitioner does not say why")
+    if opts.partitioner is None:
+        raise UsageError("give --partitioner NAME (xnnpack, vulkan, example) or MODULE:NAME")
+    with Progress("texir lower") as progress:
+        partitioner = executorch_partitioner_for(opts.partitioner)
+        with progress.phase(f"loading {opts.model}"):
+            source: Any = load_program(opts.model) if is_snapshot_path(opts.model) else load_model(opts.model)
+        with progress.phase(f"lowering with {partitioner!r}"):
+            lowered = lower(source, [partitioner], cache="default" if opts.cache else None, jobs=opts.jobs)
+        if args.snapshot is not None:
+            from texir.serialize import snapshot
+
+            snapshot.dump(lowered, args.snapshot, include_data=True)
+            print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size:,} bytes, snapshot with tensor data)",
+                  file=sys.stderr)
+        if args.output is not None:
+            from texir.emit import emit
+            from texir.serialize import pte
+
+            with progress.phase(f"writing {args.output}"):
+                pte.dump(emit(lowered), args.output)
+            print(f"wrote {args.output} ({args.output.stat().st_size:,} bytes, .pte)", file=sys.stderr)
+    rows = _rows_of(lowered)
+    if args.json:
+        payload: dict[str, Any] = {"partitions": rows}
+        if args.output is not None:
+            payload["pte"] = str(args.output)
+        sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
+        return 0
+    out = sys.stdout
+    if not rows:
+        out.write("no partitions (nothing delegated)\n")
+    else:
+        header = ("module", "backend", "nodes", "inputs", "consumed", "blob bytes", "named data")
+        table = [header] + [
+            (r["module"], r["backend"], str(r["nodes"]), str(len(r["inputs"])), str(len(r["consumed"])),
+             f"{r['bytes']:,}", str(r["named_data"]))
+            for r in rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
+            out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
     if args.output is not None:
         out.write(f"wrote {args.output}\n")
     return 0

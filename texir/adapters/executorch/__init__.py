@@ -20,16 +20,23 @@ from texir.adapters.executorch.backend import (
 )
 from texir.adapters.executorch.deps import ExecutorchUnavailableError, require_executorch
 from texir.adapters.executorch.edge_program import edge_target, to_edge_exported_program
+from texir.adapters.executorch.names import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
+from texir.adapters.executorch.runtime import RuntimeRunError, run_pte
 from texir.adapters.executorch.partitioner import ExecutorchPartitioner, executorch_partitioner
 
 __all__ = [
+    "PARTITIONERS",
+    "RuntimeRunError",
+    "as_executorch_partitioner",
     "ExecutorchBackend",
     "ExecutorchPartitioner",
     "ExecutorchUnavailableError",
     "edge_target",
     "executorch_backend_class",
     "executorch_partitioner",
+    "partitioner_by_name",
     "register_executorch_backend",
+    "run_pte",
     "require_executorch",
     "to_edge_exported_program",
 ]

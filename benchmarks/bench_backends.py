@@ -1,0 +1,195 @@
+"""Benchmark lowering to XNNPACK end to end: texir vs ExecuTorch 1.5.1, side by side in one run.
+
+For mobilenet_v2 (torchvision, random weights), a GPT-2 of a tiny config (transformers) and an MLP of
+100 Linear+ReLU blocks (--quick: the MLP with 20 blocks and GPT-2 only), each side in a fresh
+subprocess:
+  * ExecuTorch: export -> to_edge_transform_and_lower(ep, [XnnpackPartitioner()]) -> to_executorch().buffer
+  * texir cold: export -> lower(ep, [executorch_partitioner(XnnpackPartitioner())], cache=None) -> emit + dumps
+  * texir warm: the same model with one layer's weights changed, lowered with the preprocess cache
+    a first lowering filled (only the changed partition compiles again)
+  * texir jobs=2: partitions compiled in two worker processes (first call starts the workers)
+Reported: seconds (export included, and lowering alone), the rise of peak RSS over the exported
+model, ratios ExecuTorch / texir, a second lowering in the same process (after the one-time costs
+both sides share: imports, and XNNPACK's preprocess exporting its pattern graphs on first use),
+and the runtime latency of both .pte files (median of 20 runs).
+
+Run: .venv/bin/python benchmarks/bench_backends.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as fh:  # resets VmHWM to the current RSS (Linux >= 4.0)
+        fh.write("5")
+
+
+def _model(name: str, blocks: int, changed: bool = False) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    if name == "mlp":
+        torch.manual_seed(0)
+        layers: list[torch.nn.Module] = []
+        for _ in range(blocks):
+            layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
+        module = torch.nn.Sequential(*layers).eval()
+        args: tuple[Any, ...] = (torch.randn(4, 64),)
+        first = module[0]
+    else:
+        from tests.real_models import REAL_MODELS  # random weights from small configs, nothing downloaded
+
+        spec = next(m for m in REAL_MODELS if m.name == name)
+        module, args = spec.build()
+        first = next(m for m in module.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)))
+    if changed:
+        with torch.no_grad():
+            first.weight.mul_(1.5)  # a local change: one layer's weights
+    return module, args
+
+
+def _export(name: str, blocks: int, changed: bool = False) -> tuple[Any, tuple[Any, ...], float]:
+    import torch
+
+    module, args = _model(name, blocks, changed)
+    start = time.perf_counter()
+    ep = torch.export.export(module, args, strict=False)
+    return ep, args, time.perf_counter() - start
+
+
+def _latency(data: bytes, args: tuple[Any, ...], runs: int = 20) -> float:
+    from torch.utils import _pytree as pytree
+
+    from texir.adapters.executorch import run_pte
+
+    flat = pytree.tree_leaves(args)
+    run_pte(data, flat)
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(data).load_method("forward")
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        method.execute(flat)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _child(side: str, name: str, blocks: int) -> dict[str, Any]:
+    warnings.filterwarnings("ignore")
+    sys.path.insert(0, ROOT)
+    from tests.real_models import ensure_torchvision_ops
+
+    ensure_torchvision_ops()
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    ep, args, export_s = _export(name, blocks)
+    base = _status("VmRSS")
+    _reset_peak()
+    result: dict[str, Any] = {"export": export_s}
+    if side == "executorch":
+        from executorch.exir import to_edge_transform_and_lower
+
+        start = time.perf_counter()
+        data = bytes(to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
+        result["lower"] = time.perf_counter() - start
+        result["extra_peak"] = _status("VmHWM") - base
+        result["latency"] = _latency(data, args)
+        again, _, _ = _export(name, blocks)  # ExecuTorch changes the program it lowers: a new export
+        start = time.perf_counter()
+        to_edge_transform_and_lower(again, partitioner=[XnnpackPartitioner()]).to_executorch()
+        result["steady"] = time.perf_counter() - start
+        return result
+    from texir.adapters.executorch import executorch_partitioner
+    from texir.emit import emit
+    from texir.lowering import PreprocessCache, lower
+    from texir.serialize.pte.codec import dumps
+
+    def run(source: Any, **kw: Any) -> tuple[bytes, float]:
+        start = time.perf_counter()
+        data = dumps(emit(lower(source, [executorch_partitioner(XnnpackPartitioner())], **kw)))
+        return data, time.perf_counter() - start
+
+    data, result["lower"] = run(ep, cache=None)
+    result["extra_peak"] = _status("VmHWM") - base
+    result["latency"] = _latency(data, args)
+    _, result["steady"] = run(ep, cache=None)
+    cache = PreprocessCache()
+    run(ep, cache=cache)
+    changed, _, changed_export = _export(name, blocks, changed=True)
+    before = cache.misses
+    _, result["warm_lower"] = run(changed, cache=cache)
+    result["warm_export"] = changed_export
+    result["warm_compiled"] = cache.misses - before
+    result["warm_reused"] = cache.hits
+    _, result["jobs2_first"] = run(ep, cache=None, jobs=2)
+    parallel, result["jobs2"] = run(ep, cache=None, jobs=2)
+    result["jobs2_same_bytes"] = parallel == data
+    return result
+
+
+def _spawn(side: str, name: str, blocks: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", side, name, str(blocks)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{side} {name} failed:\n{proc.stderr[-3000:]}")
+    parsed: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return parsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--child", nargs=3, metavar=("SIDE", "MODEL", "BLOCKS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        side, name, blocks = args.child
+        print(json.dumps(_child(side, name, int(blocks))))
+        return 0
+    models = [("mlp", 20), ("gpt2", 0)] if args.quick else [("mobilenet_v2", 0), ("gpt2", 0), ("mlp", 100)]
+    print("XNNPACK end to end (export + lower + .pte), each side in a fresh process; ratio = ExecuTorch / texir")
+    for name, blocks in models:
+        label = f"mlp x{blocks}" if name == "mlp" else name
+        et = _spawn("executorch", name, blocks)
+        tx = _spawn("texir", name, blocks)
+        et_e2e, tx_e2e = et["export"] + et["lower"], tx["export"] + tx["lower"]
+        warm_e2e = tx["warm_export"] + tx["warm_lower"]
+        print(f"\n{label}")
+        print(f"  ExecuTorch      e2e {et_e2e:7.2f} s  (lower+serialize {et['lower']:6.2f} s)  "
+              f"extra peak {et['extra_peak'] / 2**20:7.1f} MiB  runtime {et['latency'] * 1e3:7.2f} ms")
+        print(f"  texir cold      e2e {tx_e2e:7.2f} s  (lower+emit      {tx['lower']:6.2f} s)  "
+              f"extra peak {tx['extra_peak'] / 2**20:7.1f} MiB  runtime {tx['latency'] * 1e3:7.2f} ms")
+        print(f"  texir warm      e2e {warm_e2e:7.2f} s  (lower+emit      {tx['warm_lower']:6.2f} s)  "
+              f"one layer changed: {tx['warm_compiled']} partition(s) compiled, {tx['warm_reused']} reused")
+        print(f"  texir jobs=2    lower+emit {tx['jobs2']:6.2f} s (first call, starting workers: "
+              f"{tx['jobs2_first']:.2f} s); same bytes as serial: {tx['jobs2_same_bytes']}")
+        print(f"  second lowering in the same process (one-time costs paid): ExecuTorch {et['steady']:6.2f} s, "
+              f"texir {tx['steady']:6.2f} s, ratio {et['steady'] / tx['steady']:5.1f}x")
+        print(f"  ratio cold e2e {et_e2e / tx_e2e:5.1f}x (goal >= 2x)   lowering alone {et['lower'] / tx['lower']:5.1f}x")
+        print(f"  ratio warm e2e {et_e2e / warm_e2e:5.1f}x (goal >= 10x)  lowering alone "
+              f"{et['lower'] / tx['warm_lower']:5.1f}x")
+        print(f"  runtime latency texir/ExecuTorch {tx['latency'] / et['latency']:5.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""`texir lower MODEL --partitioner xnnpack|MODULE:NAME -o model.pte` with ExecuTorch's partitioners,
+and `texir inspect` on the result: the file runs in ExecuTorch's runtime like the eager model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.xnnpack_oracle import run_pte
+from texir.cli.main import main
+from texir.models import conv_relu_tan
+
+MODEL = "texir.models:conv_relu_tan"
+XNNPACK_CLASS = "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"
+
+
+def _eager() -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    module, args = conv_relu_tan()
+    with torch.no_grad():
+        return module(*args), args
+
+
+@pytest.mark.parametrize("partitioner", ["xnnpack", XNNPACK_CLASS])
+def test_lower_with_an_executorch_partitioner_writes_a_pte_that_runs(
+    partitioner: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "model.pte"
+    assert main(["lower", MODEL, "--partitioner", partitioner, "--no-cache", "-o", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["partitions"]
+    assert [r["backend"] for r in rows] == ["XnnpackBackend"]
+    assert rows[0]["named_data"] >= 2 and rows[0]["bytes"] > 0  # weights live in named data
+    expected, args = _eager()
+    (got,) = run_pte(out.read_bytes(), args)[0]
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "XnnpackBackend" in text and "named data:" in text and "named_data" in text
+
+
+def test_table_and_parallel_jobs_give_the_same_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    serial, parallel = tmp_path / "serial.pte", tmp_path / "parallel.pte"
+    assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "-o", str(serial)]) == 0
+    table = capsys.readouterr().out
+    assert "XnnpackBackend" in table and "named data" in table and f"wrote {serial}" in table
+    assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "--jobs", "2", "-o", str(parallel)]) == 0
+    assert serial.read_bytes() == parallel.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--partitioner", "nosuch"], "--partitioner 'nosuch' is not a known ExecuTorch partitioner; known: example, vulkan, xnnpack"),
+        (["--partitioner", "xnnpack", "--backend", "x"], "drop --backend"),
+        (["--partitioner", "xnnpack", "--jobs", "0"], "--jobs: Input should be greater than or equal to 1"),
+        (["--partitioner", "xnnpack", "--tag-constants"], "are for texir partitioners"),
+        (["--partitioner", "xnnpack", "--explain"], "--explain works with texir partitioners"),
+        (["--partitioner", "texir.lowering:OpSupportPartitioner"], "is not an ExecuTorch partitioner"),
+        (["--partitioner", "texir.nosuchmodule:Thing"], "cannot import 'texir.nosuchmodule'"),
+    ],
+)
+def test_user_errors_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lower", MODEL, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
