@@ -86,19 +86,12 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
 
     from texir.adapters import from_exported_program, to_exported_program
     from texir.ir import CallFunction, verify
-    from texir.lowering import (
-        OpSupportPartitioner,
-        WholeProgramPartitioner,
-        get_lowered_submodules,
-        to_backend,
-    )
+    from texir.lowering import OpSupportPartitioner, WholeProgramPartitioner, to_backend
     from texir.lowering.demo_backends import BACKEND_ID
     from texir.models import conv_relu_tan
     from texir.serialize import snapshot
 
-    out_dir = options.out_dir
-    if out_dir.exists() and not out_dir.is_dir():
-        raise TexirError(f"--out-dir {out_dir} exists and is not a directory; pass a directory path")
+    out_dir = _out_dir(options)
     with Progress("texir demo") as progress, warnings.catch_warnings():
         # torch's own deprecation noise (pytree, strict export): not actionable for demo users.
         warnings.simplefilter("ignore", FutureWarning)
@@ -134,22 +127,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
 
             dump_pte(emit(lowered), pte_path)
 
-    partitions = []
-    delegated: list[str] = []
-    for name, module, call in get_lowered_submodules(lowered):
-        members = [n.name for n in module.original_program.graph.nodes if isinstance(n, CallFunction)]
-        delegated.extend(members)
-        partitions.append({
-            "module": name,
-            "call": call.name,
-            "backend": module.backend_id,
-            "nodes": members,
-            "processed_bytes": module.processed_bytes.decode("utf-8", errors="replace"),
-            "debug_handle_map": [
-                {"identifier": e.identifier, "debug_handles": list(e.debug_handles)}
-                for e in module.debug_handle_map or ()
-            ],
-        })
+    partitions, delegated = _partition_rows(lowered, describe_blob=lambda b: b.decode("utf-8", errors="replace"))
     remaining = [
         n.target for n in lowered.graph.nodes
         if isinstance(n, CallFunction) and n.target not in ("texir::call_delegate", "_operator::getitem")
@@ -169,6 +147,33 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     }
 
 
+def _partition_rows(lowered: Any, describe_blob: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """One summary row per lowered module, and the names of all delegated call nodes."""
+    from texir.ir import CallFunction
+    from texir.lowering import get_lowered_submodules
+
+    partitions: list[dict[str, Any]] = []
+    delegated: list[str] = []
+    for name, module, call in get_lowered_submodules(lowered):
+        members = [n.name for n in module.original_program.graph.nodes if isinstance(n, CallFunction)]
+        delegated.extend(members)
+        row: dict[str, Any] = {
+            "module": name,
+            "call": call.name,
+            "backend": module.backend_id,
+            "nodes": members,
+            "processed_bytes": describe_blob(module.processed_bytes),
+            "debug_handle_map": [
+                {"identifier": e.identifier, "debug_handles": list(e.debug_handles)}
+                for e in module.debug_handle_map or ()
+            ],
+        }
+        if module.named_data:
+            row["named_data"] = [{"key": e.key, "bytes": e.nbytes, "alignment": e.alignment} for e in module.named_data]
+        partitions.append(row)
+    return partitions, delegated
+
+
 def _out_dir(options: DemoOptions) -> Path:
     out_dir = options.out_dir
     if out_dir.exists() and not out_dir.is_dir():
@@ -182,7 +187,7 @@ def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
     from texir.adapters.executorch import partitioner_by_name, run_pte
     from texir.emit import emit
     from texir.ir import CallFunction, verify
-    from texir.lowering import get_lowered_submodules, lower
+    from texir.lowering import lower
     from texir.models import conv_relu_tan
     from texir.serialize import snapshot
     from texir.serialize.pte import dump as dump_pte
@@ -212,23 +217,9 @@ def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
         with progress.phase("writing snapshot and .pte"):
             snapshot.dump(lowered, snapshot_path, format="json", include_data=True)
             dump_pte(emit(lowered), pte_path)
-    partitions = []
-    delegated: list[str] = []
-    for name, module, call in get_lowered_submodules(lowered):
-        members = [n.name for n in module.original_program.graph.nodes if isinstance(n, CallFunction)]
-        delegated.extend(members)
-        partitions.append({
-            "module": name,
-            "call": call.name,
-            "backend": module.backend_id,
-            "nodes": members,
-            "processed_bytes": f"<{len(module.processed_bytes):,} bytes of XNNPACK flatbuffer>",
-            "named_data": [{"key": e.key, "bytes": e.nbytes, "alignment": e.alignment} for e in module.named_data],
-            "debug_handle_map": [
-                {"identifier": e.identifier, "debug_handles": list(e.debug_handles)}
-                for e in module.debug_handle_map or ()
-            ],
-        })
+    partitions, delegated = _partition_rows(
+        lowered, describe_blob=lambda b: f"<{len(b):,} bytes of XNNPACK flatbuffer>"
+    )
     remaining = [
         n.target for n in lowered.graph.nodes
         if isinstance(n, CallFunction) and n.target not in ("texir::call_delegate", "_operator::getitem")

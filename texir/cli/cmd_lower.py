@@ -296,19 +296,7 @@ def run(args: argparse.Namespace) -> int:
             keep = ops_to_not_decompose(partitioner, program)
             del keep  # the MODEL is decomposed before partitioning; listed ops are informational
         lowered = report.program
-        if args.snapshot is not None:
-            from texir.serialize import snapshot
-
-            snapshot.dump(lowered, args.snapshot, include_data=True)
-            print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size:,} bytes, snapshot with tensor data)",
-                  file=sys.stderr)
-        if args.output is not None:
-            from texir.emit import emit
-            from texir.serialize import pte
-
-            with progress.phase(f"writing {args.output}"):
-                pte.dump(emit(lowered), args.output)
-            print(f"wrote {args.output} ({args.output.stat().st_size:,} bytes, .pte)", file=sys.stderr)
+        _write_outputs(args, lowered, progress)
 
     rows = [
         {
@@ -358,6 +346,23 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         out.write(f"wrote {args.output}\n")
     return 0
+
+
+def _write_outputs(args: argparse.Namespace, lowered: Program, progress: Any) -> None:
+    """--snapshot (with tensor data) and -o (.pte), each written atomically."""
+    if args.snapshot is not None:
+        from texir.serialize import snapshot
+
+        snapshot.dump(lowered, args.snapshot, include_data=True)
+        print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size:,} bytes, snapshot with tensor data)",
+              file=sys.stderr)
+    if args.output is not None:
+        from texir.emit import emit
+        from texir.serialize import pte
+
+        with progress.phase(f"writing {args.output}"):
+            pte.dump(emit(lowered), args.output)
+        print(f"wrote {args.output} ({args.output.stat().st_size:,} bytes, .pte)", file=sys.stderr)
 
 
 def executorch_partitioner_for(spec: str) -> Any:
@@ -426,19 +431,7 @@ def _run_executorch(args: argparse.Namespace, opts: LowerOptions) -> int:
             source: Any = load_program(opts.model) if is_snapshot_path(opts.model) else load_model(opts.model)
         with progress.phase(f"lowering with {partitioner!r}"):
             lowered = lower(source, [partitioner], cache="default" if opts.cache else None, jobs=opts.jobs)
-        if args.snapshot is not None:
-            from texir.serialize import snapshot
-
-            snapshot.dump(lowered, args.snapshot, include_data=True)
-            print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size:,} bytes, snapshot with tensor data)",
-                  file=sys.stderr)
-        if args.output is not None:
-            from texir.emit import emit
-            from texir.serialize import pte
-
-            with progress.phase(f"writing {args.output}"):
-                pte.dump(emit(lowered), args.output)
-            print(f"wrote {args.output} ({args.output.stat().st_size:,} bytes, .pte)", file=sys.stderr)
+        _write_outputs(args, lowered, progress)
     rows = _rows_of(lowered)
     if args.json:
         payload: dict[str, Any] = {"partitions": rows}
