@@ -28,20 +28,9 @@ import time
 import warnings
 from typing import Any
 
+from _memory import reset_peak, status  # benchmarks/ is on sys.path when a bench runs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _status(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as fh:  # resets VmHWM to the current RSS (Linux >= 4.0)
-        fh.write("5")
 
 
 def _model(name: str, blocks: int, changed: bool = False) -> tuple[Any, tuple[Any, ...]]:
@@ -103,8 +92,8 @@ def _child(side: str, name: str, blocks: int) -> dict[str, Any]:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     ep, args, export_s = _export(name, blocks)
-    base = _status("VmRSS")
-    _reset_peak()
+    base = status("VmRSS")
+    reset_peak()
     result: dict[str, Any] = {"export": export_s}
     if side == "executorch":
         from executorch.exir import to_edge_transform_and_lower
@@ -112,7 +101,7 @@ def _child(side: str, name: str, blocks: int) -> dict[str, Any]:
         start = time.perf_counter()
         data = bytes(to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
         result["lower"] = time.perf_counter() - start
-        result["extra_peak"] = _status("VmHWM") - base
+        result["extra_peak"] = status("VmHWM") - base
         result["latency"] = _latency(data, args)
         again, _, _ = _export(name, blocks)  # ExecuTorch changes the program it lowers: a new export
         start = time.perf_counter()
@@ -130,7 +119,7 @@ def _child(side: str, name: str, blocks: int) -> dict[str, Any]:
         return data, time.perf_counter() - start
 
     data, result["lower"] = run(ep, cache=None)
-    result["extra_peak"] = _status("VmHWM") - base
+    result["extra_peak"] = status("VmHWM") - base
     result["latency"] = _latency(data, args)
     _, result["steady"] = run(ep, cache=None)
     cache = PreprocessCache()

@@ -18,21 +18,9 @@ import tempfile
 import time
 import warnings
 
+from _memory import reset_peak, status  # benchmarks/ is on sys.path when a bench runs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _status(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _reset_peak() -> None:
-    # Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
 
 
 def _big_model(mib: int) -> tuple[object, tuple[object, ...]]:
@@ -71,8 +59,8 @@ def _child_big(side: str, mib: int, out_path: str) -> dict[str, float]:
         from texir.serialize.pte import dump
 
         program = from_exported_program(ep, decompose=True)
-        _reset_peak()
-        base = _status("VmRSS")
+        reset_peak()
+        base = status("VmRSS")
         start = time.perf_counter()
         dump(emit(program), out_path)
         elapsed = time.perf_counter() - start
@@ -80,14 +68,14 @@ def _child_big(side: str, mib: int, out_path: str) -> dict[str, float]:
         from executorch import exir
 
         edge = exir.to_edge(ep)
-        _reset_peak()
-        base = _status("VmRSS")
+        reset_peak()
+        base = status("VmRSS")
         start = time.perf_counter()
         buffer = edge.to_executorch().buffer
         with open(out_path, "wb") as fh:
             fh.write(buffer)
         elapsed = time.perf_counter() - start
-    peak = _status("VmHWM")
+    peak = status("VmHWM")
     size = os.path.getsize(out_path)
     os.unlink(out_path)
     # The I/O floor: the weights' own bytes written straight to a file of the same directory.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 import importlib
 import importlib.util
 import sys
@@ -336,9 +337,7 @@ def run(args: argparse.Namespace) -> int:
             )
             for p in report.partitions
         ]
-        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-        for row in table:
-            out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+        _write_table(out, table)
     if args.explain:
         out.write("\n")
         for e in explanation:
@@ -346,6 +345,13 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         out.write(f"wrote {args.output}\n")
     return 0
+
+
+def _write_table(out: Any, table: Sequence[Sequence[str]]) -> None:
+    """Rows of cells, left-aligned in columns two spaces apart (the first row is the header)."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
 
 
 def _write_outputs(args: argparse.Namespace, lowered: Program, progress: Any) -> None:
@@ -449,9 +455,7 @@ def _run_executorch(args: argparse.Namespace, opts: LowerOptions) -> int:
              f"{r['bytes']:,}", str(r["named_data"]))
             for r in rows
         ]
-        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-        for row in table:
-            out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+        _write_table(out, table)
     if args.output is not None:
         out.write(f"wrote {args.output}\n")
     return 0
