@@ -15,7 +15,7 @@ from torch._ops import OpOverload, OpOverloadPacket
 from texir.adapters.targets import resolve_target
 from texir.errors import UnsupportedError
 
-__all__ = ["EXTRA_EDGE_DECOMPOSITIONS", "KEPT_NAMESPACES", "edge_decomposition_table"]
+__all__ = ["EXTRA_EDGE_DECOMPOSITIONS", "KEPT_NAMESPACES", "edge_decomposition_table", "functional_names", "functionalize"]
 
 EXTRA_EDGE_DECOMPOSITIONS: tuple[str, ...] = ("aten::linalg_vector_norm.default",)
 """Ops torch's core-ATen table keeps but ExecuTorch's runtime has no kernel for, which to_edge
@@ -49,6 +49,46 @@ def edge_decomposition_table(keep: Iterable[str] = ()) -> dict[OpOverload | OpOv
     for name in keep:
         table.pop(_op(name), None)
     return table
+
+
+def _functional_overload(op: OpOverload) -> OpOverload | None:
+    """The functional twin of an in-place op (`aten::hardtanh_.default` -> `aten::hardtanh.default`):
+    same overload, same arguments but for the alias annotations, no mutation. None when there is none."""
+    schema = op._schema
+    base = schema.name.split("::", 1)[-1]
+    if not base.endswith("_") or base.endswith("__"):
+        return None
+    packet = getattr(getattr(torch.ops, op.namespace, None), base[:-1], None)
+    twin = getattr(packet, op._overloadname, None) if packet is not None else None
+    if not isinstance(twin, OpOverload) or twin._schema.is_mutable:
+        return None
+    mine = [(a.name, str(a.type)) for a in schema.arguments]
+    theirs = [(a.name, str(a.type)) for a in twin._schema.arguments]
+    return twin if mine == theirs else None
+
+
+def functional_names(ep: torch.export.ExportedProgram) -> dict[str, str] | None:
+    """The in-place ops of `ep` mapped to their functional twins, by canonical name (empty when
+    `ep` mutates nothing); None when some mutating op has no plain twin (an out= variant, a
+    custom op), so only retracing (`functionalize`) shows the functional program.
+
+    What a partitioner's `ops_to_not_decompose` sees is a question of op names: a program with
+    `hardswish_` renamed to `hardswish` answers it as the functionalized program would, without
+    the retrace ExecuTorch pays for it."""
+    names: dict[str, str] = {}
+    for module in ep.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        if not isinstance(graph, torch.fx.Graph):
+            continue
+        for node in graph.nodes:
+            target = node.target
+            if node.op != "call_function" or not isinstance(target, OpOverload) or not target._schema.is_mutable:
+                continue
+            twin = _functional_overload(target)
+            if twin is None:
+                return None
+            names[f"{target._schema.name}.{target._overloadname}"] = f"{twin._schema.name}.{twin._overloadname}"
+    return names
 
 
 def functionalize(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

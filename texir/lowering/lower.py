@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, Union, overload
 
+import msgspec
+
 from texir.errors import TexirError
-from texir.ir import CallFunction, Program
+from texir.ir import CallFunction, Graph, Program
 from texir.lowering.api import call_partitioner
 from texir.lowering.delegate import PreprocessOptions, lower_plan
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
@@ -81,7 +83,7 @@ def _lower_one(method: str, source: Source, partitioners: tuple[Partitioner, ...
     # Imported here: the adapters pull in torch, and `texir --help` stays torch-free.
     from torch.export import ExportedProgram
 
-    from texir.adapters.decompositions import functionalize
+    from texir.adapters.decompositions import functional_names, functionalize
     from texir.adapters.fx_export import to_exported_program
     from texir.adapters.fx_import import from_exported_program
     from texir.edge import TO_EDGE_PASSES
@@ -90,7 +92,7 @@ def _lower_one(method: str, source: Source, partitioners: tuple[Partitioner, ...
         aten: Program | None = source
         ep = None
     elif isinstance(source, ExportedProgram):
-        aten, ep = None, functionalize(source)
+        aten, ep = None, source
     else:
         raise PartitionerError(
             f"method {method!r}: lower takes a torch.export.ExportedProgram or a texir.ir.Program, "
@@ -102,7 +104,15 @@ def _lower_one(method: str, source: Source, partitioners: tuple[Partitioner, ...
             continue
         if aten is None:
             assert ep is not None  # one of the two is set above
-            aten = from_exported_program(ep)
+            # Partitioners are asked about the functional program. Renaming in-place ops to their
+            # functional twins gives them that without a retrace (ExecuTorch retraces here); the
+            # decomposition below functionalizes for real.
+            renames = functional_names(ep)
+            if renames is None:
+                ep = functionalize(ep)
+                aten = from_exported_program(ep)
+            else:
+                aten = _renamed_targets(from_exported_program(ep), renames)
         try:
             names = tuple(partitioner.ops_to_not_decompose(aten))  # type: ignore[attr-defined]  # checked above
         except TexirError:
@@ -123,6 +133,22 @@ def _lower_one(method: str, source: Source, partitioners: tuple[Partitioner, ...
         program = lower_plan(program, call_partitioner(partitioner, program), preprocess=options)
     _check_kept_ops_delegated(method, program, keep)
     return program
+
+
+def _renamed_targets(program: Program, names: Mapping[str, str]) -> Program:
+    if not names:
+        return program
+
+    def graph(g: Graph) -> Graph:
+        nodes = tuple(
+            msgspec.structs.replace(n, target=names[n.target])
+            if isinstance(n, CallFunction) and n.target in names else n
+            for n in g.nodes
+        )
+        subgraphs = tuple(msgspec.structs.replace(s, graph=graph(s.graph)) for s in g.subgraphs)
+        return msgspec.structs.replace(g, nodes=nodes, subgraphs=subgraphs)
+
+    return msgspec.structs.replace(program, graph=graph(program.graph))
 
 
 def _check_kept_ops_delegated(method: str, program: Program, keep: Mapping[str, str]) -> None:
