@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from tests.lowering_helpers import export_program
+from texir.adapters import to_exported_program
 from texir.adapters.executorch import ExecutorchUnavailableError, executorch_partitioner
 from texir.emit import EmitError, emit
 from texir.ir import CallFunction, CompileSpec, Program, verify
@@ -205,6 +206,38 @@ def test_kept_op_left_undelegated_is_an_error_naming_the_node() -> None:
 
     with pytest.raises(KeptOpNotDelegatedError, match=r"node 'aten_linear_default'.*aten::linear.default was kept.*_KeepLinear"):
         lower(_ep(), [_KeepLinear()])
+
+
+class _SeesOps:
+    """Records the ops `lower` shows it when asking what to keep; keeps hardtanh, delegates it."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
+        self.seen |= {n.target for n in program.graph.nodes if isinstance(n, CallFunction)}
+        return ("aten::hardtanh.default",)
+
+    def __call__(self, program: Program) -> PartitionPlan:
+        return OpSupportPartitioner("texir-test", {"aten::hardtanh.default"})(program)
+
+
+def test_partitioners_are_asked_about_the_functional_program_without_a_retrace() -> None:
+    import tests.lowering_helpers  # noqa: F401  # registers texir-test
+    from texir.adapters.decompositions import functional_names
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU6(inplace=True)).eval()
+    ep = torch.export.export(model, (torch.rand(2, 4),), strict=False)
+    assert functional_names(ep) == {"aten::hardtanh_.default": "aten::hardtanh.default"}
+    partitioner = _SeesOps()
+    lowered = lower(ep, [partitioner])
+    assert "aten::hardtanh.default" in partitioner.seen
+    assert not any(t.split("::")[-1].split(".")[0].endswith("_") for t in partitioner.seen), partitioner.seen
+    (module,) = lowered.lowered_modules
+    kept = [n.target for n in module.module.original_program.graph.nodes if isinstance(n, CallFunction)]
+    assert kept == ["aten::hardtanh.default"]  # kept whole (not decomposed to clamp) and delegated
+    x = torch.rand(2, 4) * 10
+    assert torch.allclose(to_exported_program(lowered).module()(x), model(x))
 
 
 def test_lower_takes_a_program_and_a_mapping_of_methods() -> None:
