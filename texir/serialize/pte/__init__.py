@@ -15,19 +15,35 @@ from texir.serialize.pte.codec import (
     tensor_nbytes,
     to_logical,
 )
+from texir.serialize.pte.ptd import (
+    PtdDecodeError,
+    PtdMismatchError,
+    check_external,
+    dump_ptd,
+    dumps_ptd,
+    load_ptd,
+    loads_ptd,
+)
 from texir.serialize.pte.schema import *  # noqa: F403
 from texir.serialize.pte.schema import __all__ as _schema_all
 
 __all__ = [
     *_schema_all,
+    "PtdDecodeError",
+    "PtdMismatchError",
     "PteDecodeError",
     "PteEncodeError",
     "PteOptions",
+    "check_external",
     "dump",
+    "dump_ptd",
+    "dumps_ptd",
     "dumps",
     "iter_chunks",
     "load",
+    "load_ptd",
     "loads",
+    "loads_ptd",
     "read_pte",
     "tensor_nbytes",
     "to_logical",

@@ -34,7 +34,11 @@ def check_indices(pte: s.PteProgram, error: Callable[[str], PteError]) -> None:
         for v, ev in enumerate(plan.values):
             val = ev.val
             if isinstance(val, s.Tensor):
-                if val.data_buffer_idx and not (p.constant_segment is not None or val.data_buffer_idx < n_constants):
+                external = val.extra_tensor_info is not None and val.extra_tensor_info.location == s.TensorDataLocation.EXTERNAL
+                if (
+                    val.data_buffer_idx and val.allocation_info is None and not external
+                    and not (p.constant_segment is not None or val.data_buffer_idx < n_constants)
+                ):
                     raise error(
                         f"{where}.values[{v}] (Tensor).data_buffer_idx = {val.data_buffer_idx} is outside "
                         f"constant_buffer (size {n_constants})"

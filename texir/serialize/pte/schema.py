@@ -22,6 +22,9 @@ from msgspec import Struct
 from texir.ir.blob import Blob
 
 __all__ = [
+    "PtdEntry",
+    "PtdFile",
+    "TensorLayout",
     "SCHEMA_FILE_IDENTIFIER",
     "EXTENDED_HEADER_MAGIC",
     "ScalarType",
@@ -493,6 +496,42 @@ class NamedBlob(_Table, frozen=True, kw_only=True):
     alignment: int = 1
 
 
+# --- .ptd (flat_tensor.fbs) ---------------------------------------------------------------------
+
+
+class TensorLayout(_Table, frozen=True, kw_only=True):
+    """How an entry's bytes are a tensor (flat_tensor.fbs `TensorLayout`)."""
+
+    scalar_type: ScalarType
+    sizes: tuple[int, ...]
+    dim_order: tuple[int, ...]
+
+
+class PtdEntry(_Table, frozen=True, kw_only=True):
+    """One named payload. `alignment` is what the writer honours (it is not stored in the file;
+    a decoded entry reports 1)."""
+
+    key: str
+    data: Blob
+    alignment: int = 1
+    layout: TensorLayout | None = None
+
+
+class PtdFile(_Table, frozen=True, kw_only=True):
+    """A `.ptd` file's contents (flat_tensor.fbs): entries in file order, keys unique. `tag` names
+    the file (ExecuTorch writes `<tag>.ptd`); it is not stored inside it."""
+
+    tag: str = ""
+    entries: tuple[PtdEntry, ...]
+    segment_alignment: int = 128
+
+    def entry(self, key: str) -> PtdEntry:
+        for e in self.entries:
+            if e.key == key:
+                return e
+        raise KeyError(key)
+
+
 class PteProgram(_Table, frozen=True, kw_only=True):
     """A `.pte` program in its logical form, independent of the on-disk segment layout.
 
@@ -513,6 +552,10 @@ class PteProgram(_Table, frozen=True, kw_only=True):
     program: Program
     mutable_data: tuple[Buffer, ...] = ()
     named_data: tuple[NamedBlob, ...] = ()
+    external: tuple[PtdFile, ...] = ()
+    """The `.ptd` files the program's EXTERNAL tensors and external named data live in, by tag
+    (sorted). Not part of the `.pte` bytes: `dumps`/`dump` leave them out and `loads` returns none;
+    write them with `texir.serialize.pte.ptd.dump_ptd`."""
 
 
 class ExtendedHeader(_Table, frozen=True, kw_only=True):

@@ -1,0 +1,316 @@
+"""The `.ptd` codec: ExecuTorch's FlatTensor files, which hold the data a `.pte` keeps outside
+itself (external constants, backends' external named data), looked up by key at load time.
+
+Layout (flat_tensor.fbs, identifier ``FT01``): the flatbuffer, with a 40-byte ``FH01`` header
+inserted after its identifier (padded to 48), then the data segments, each aligned to
+lcm(segment alignment, the entry's alignment), starting at a segment base aligned to the segment
+alignment (128 by default, as ExecuTorch). Entries with equal payloads share one segment.
+
+Written with `flatbuffers.Builder` (no flatc); read with the bounds-checked reader of the `.pte`
+codec. `dump_ptd` streams the payloads and writes atomically, as `texir.serialize.pte.dump`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from typing import NoReturn
+
+import flatbuffers
+
+from texir._io import atomic_write
+from texir.errors import PteError
+from texir.ir.blob import Blob
+from texir.serialize.pte._fbread import PteDecodeError, _Reader
+from texir.serialize.pte.codec import tensor_nbytes
+from texir.serialize.pte.schema import PtdEntry, PtdFile, Program, ScalarType, Tensor, TensorDataLocation, TensorLayout
+
+__all__ = [
+    "PTD_FILE_IDENTIFIER",
+    "PtdDecodeError",
+    "PtdEntry",
+    "PtdFile",
+    "PtdMismatchError",
+    "TensorLayout",
+    "check_external",
+    "dump_ptd",
+    "dumps_ptd",
+    "iter_ptd_chunks",
+    "load_ptd",
+    "loads_ptd",
+]
+
+PTD_FILE_IDENTIFIER = b"FT01"
+_HEADER_MAGIC = b"FH01"
+_HEADER_LENGTH = 40
+_PADDED_HEADER = 48  # the header padded to the flatbuffer's 16-byte alignment
+_FLAT_TENSOR_VERSION = 0
+_HEADER = struct.Struct("<4sIQQQQ")
+_U64 = struct.Struct("<Q")
+
+
+class PtdDecodeError(PteDecodeError):
+    """`.ptd` bytes are malformed, truncated or of an unsupported version."""
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+
+def _check(ptd: PtdFile) -> None:
+    seen: set[str] = set()
+    if ptd.segment_alignment < 1:
+        raise PteError(f".ptd segment_alignment must be >= 1, got {ptd.segment_alignment}")
+    for e in ptd.entries:
+        if e.key in seen:
+            raise PteError(f".ptd entry {e.key!r} appears twice; keys of one .ptd file must be unique")
+        seen.add(e.key)
+        if e.alignment < 1:
+            raise PteError(f".ptd entry {e.key!r}: alignment must be >= 1, got {e.alignment}")
+
+
+def _layout(ptd: PtdFile) -> tuple[bytes, list[tuple[int, Blob]], int]:
+    """(head: header + flatbuffer padded to the segment base, [(padding, payload)], data size)."""
+    _check(ptd)
+    # One segment per distinct payload, in order of first use.
+    segment_of: dict[tuple[str, int], int] = {}
+    segments: list[tuple[Blob, int]] = []  # payload, alignment
+    entry_segment: list[int] = []
+    for e in ptd.entries:
+        key = (e.data.digest(), e.data.nbytes)
+        index = segment_of.get(key)
+        if index is None:
+            index = segment_of[key] = len(segments)
+            segments.append((e.data, e.alignment))
+        else:
+            blob, align = segments[index]
+            segments[index] = (blob, math.lcm(align, e.alignment))
+        entry_segment.append(index)
+    offsets: list[int] = []
+    pieces: list[tuple[int, Blob]] = []
+    end = 0
+    for blob, align in segments:
+        step = math.lcm(ptd.segment_alignment, align)
+        start = -(-end // step) * step
+        pieces.append((start - end, blob))
+        offsets.append(start)
+        end = start + blob.nbytes
+    fb = _encode(ptd, entry_segment, offsets, [b.nbytes for b, _ in segments])
+    base = -(-(len(fb) + _PADDED_HEADER) // ptd.segment_alignment) * ptd.segment_alignment
+    header = _HEADER.pack(_HEADER_MAGIC, _HEADER_LENGTH, _PADDED_HEADER, len(fb), base, end)
+    root = struct.unpack_from("<I", fb, 0)[0] + _PADDED_HEADER
+    head = b"".join([
+        struct.pack("<I", root), fb[4:8], header, b"\0" * (_PADDED_HEADER - len(header)), fb[8:],
+    ])
+    return head + b"\0" * (base - len(head)), pieces, end
+
+
+def _encode(ptd: PtdFile, entry_segment: list[int], offsets: list[int], sizes: list[int]) -> bytes:
+    b = flatbuffers.Builder(1024)
+    named = []
+    for e, seg in zip(ptd.entries, entry_segment):
+        layout = 0
+        if e.layout is not None:
+            b.StartVector(1, len(e.layout.dim_order), 1)
+            for d in reversed(e.layout.dim_order):
+                b.PrependUint8(d)
+            dim_order = b.EndVector()
+            b.StartVector(4, len(e.layout.sizes), 4)
+            for d in reversed(e.layout.sizes):
+                b.PrependInt32(d)
+            sizes_vec = b.EndVector()
+            b.StartObject(3)
+            b.PrependInt8Slot(0, int(e.layout.scalar_type), 0)
+            b.PrependUOffsetTRelativeSlot(1, sizes_vec, 0)
+            b.PrependUOffsetTRelativeSlot(2, dim_order, 0)
+            layout = b.EndObject()
+        key = b.CreateString(e.key)
+        b.StartObject(3)
+        b.PrependUOffsetTRelativeSlot(0, key, 0)
+        b.PrependUint32Slot(1, seg, 0)
+        if layout:
+            b.PrependUOffsetTRelativeSlot(2, layout, 0)
+        named.append(b.EndObject())
+    segs = []
+    for off, size in zip(offsets, sizes):
+        b.StartObject(2)
+        b.PrependUint64Slot(0, off, 0)
+        b.PrependUint64Slot(1, size, 0)
+        segs.append(b.EndObject())
+    vectors = []
+    for tables in (segs, named):
+        b.StartVector(4, len(tables), 4)
+        for t in reversed(tables):
+            b.PrependUOffsetTRelative(t)
+        vectors.append(b.EndVector())
+    b.StartObject(3)
+    b.PrependUint32Slot(0, _FLAT_TENSOR_VERSION, 0)
+    b.PrependUOffsetTRelativeSlot(1, vectors[0], 0)
+    b.PrependUOffsetTRelativeSlot(2, vectors[1], 0)
+    root = b.EndObject()
+    b.Finish(root, file_identifier=PTD_FILE_IDENTIFIER)
+    return bytes(b.Output())
+
+
+def iter_ptd_chunks(ptd: PtdFile) -> Iterator[memoryview]:
+    """The file's bytes as a sequence of views (payloads are not copied)."""
+    head, pieces, _ = _layout(ptd)
+    yield memoryview(head)
+    for pad, blob in pieces:
+        if pad:
+            yield memoryview(b"\0" * pad)
+        yield blob.view()
+
+
+def dumps_ptd(ptd: PtdFile) -> bytes:
+    """The `.ptd` bytes of `ptd`."""
+    return b"".join(iter_ptd_chunks(ptd))
+
+
+def dump_ptd(ptd: PtdFile, path: str | os.PathLike[str]) -> None:
+    """Write `ptd` to `path` atomically (a failure leaves `path` untouched), streaming payloads."""
+    _layout(ptd)  # refuse bad input before a temporary file exists
+    atomic_write(path, iter_ptd_chunks(ptd), error=PteError)
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+class _PtdReader(_Reader):
+    __slots__ = ()
+
+    def fail(self, where: str, msg: str) -> NoReturn:
+        raise PtdDecodeError(f"malformed .ptd flatbuffer at {where}: {msg}")
+
+
+def loads_ptd(data: bytes | bytearray | memoryview) -> PtdFile:
+    """Decode `.ptd` bytes (payloads are zero-copy views of `data`)."""
+    try:
+        view = memoryview(data).cast("B")
+    except TypeError as exc:
+        raise PtdDecodeError(f"loads_ptd expects bytes or a memoryview, got {type(data).__name__}") from exc
+    n = view.nbytes
+    if n < 8 + _HEADER.size:
+        raise PtdDecodeError(f"truncated .ptd: {n} bytes, need at least {8 + _HEADER.size}")
+    if bytes(view[4:8]) != PTD_FILE_IDENTIFIER:
+        raise PtdDecodeError(f"not a .ptd file: file identifier {bytes(view[4:8])!r} != {PTD_FILE_IDENTIFIER!r}")
+    magic, length, fb_offset, fb_size, base, data_size = _HEADER.unpack_from(view, 8)
+    if magic != _HEADER_MAGIC or length < _HEADER_LENGTH:
+        raise PtdDecodeError(f"bad .ptd header: magic {magic!r}, length {length} (want {_HEADER_MAGIC!r}, >= 40)")
+    fb_end = fb_offset + fb_size
+    if fb_end > n or base + data_size > n or base < fb_end:
+        raise PtdDecodeError(
+            f".ptd header says flatbuffer [0, {fb_end}) and data [{base}, {base + data_size}) but the file "
+            f"has {n} bytes; it is truncated or corrupt"
+        )
+    r = _PtdReader(view, fb_end)
+    root = r.table(int(struct.unpack_from("<I", view, 0)[0]), "FlatTensor")
+    version = r.u32(root, 0, "FlatTensor.version")
+    if version > _FLAT_TENSOR_VERSION:
+        raise PtdDecodeError(f".ptd version {version} is newer than texir reads ({_FLAT_TENSOR_VERSION})")
+    spans: list[tuple[int, int]] = []
+    for i, pos in enumerate(r.table_list(root, 1, "FlatTensor.segments")):
+        t = r.table(pos, f"segments[{i}]")
+        off = int(r.scalar(t, 0, _U64, 0, f"segments[{i}].offset"))  # type: ignore[call-overload]  # "<Q" gives int
+        size = int(r.scalar(t, 1, _U64, 0, f"segments[{i}].size"))  # type: ignore[call-overload]  # "<Q" gives int
+        if off + size > data_size:
+            raise PtdDecodeError(f".ptd segments[{i}] [{off}, {off + size}) exceeds the {data_size}-byte data")
+        spans.append((base + off, size))
+    entries = []
+    for i, pos in enumerate(r.table_list(root, 2, "FlatTensor.named_data")):
+        where = f"named_data[{i}]"
+        t = r.table(pos, where)
+        key = r.req_string(t, 0, f"{where}.key")
+        seg = r.u32(t, 1, f"{where}.segment_index")
+        if seg >= len(spans):
+            raise PtdDecodeError(f".ptd entry {key!r}: segment_index {seg} >= {len(spans)} segments")
+        lp = r.ref(t, 2, f"{where}.tensor_layout")
+        layout = None
+        if lp >= 0:
+            lt = r.table(lp, f"{where}.tensor_layout")
+            code = r.i8(lt, 0, f"{where}.tensor_layout.scalar_type")
+            try:
+                scalar_type = ScalarType(code)
+            except ValueError:
+                raise PtdDecodeError(f".ptd entry {key!r}: unknown scalar type {code}") from None
+            layout = TensorLayout(
+                scalar_type=scalar_type,
+                sizes=r.ints(lt, 1, "i", 4, f"{where}.tensor_layout.sizes"),
+                dim_order=r.ints(lt, 2, "B", 1, f"{where}.tensor_layout.dim_order"),
+            )
+        start, size = spans[seg]
+        entries.append(PtdEntry(key=key, data=Blob(view[start : start + size]), layout=layout))
+    keys = [e.key for e in entries]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise PtdDecodeError(f".ptd holds key {dup!r} twice")
+    return PtdFile(entries=tuple(entries))
+
+
+def load_ptd(path: str | os.PathLike[str]) -> PtdFile:
+    """Read and decode a `.ptd` file."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise PtdDecodeError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
+    return loads_ptd(data)
+
+
+# --- checking a .pte against its .ptd files -------------------------------------------------------
+
+
+class PtdMismatchError(PteError):
+    """A `.pte` refers to external data its `.ptd` files lack, or hold with another layout."""
+
+
+def check_external(program: Program, files: Sequence[PtdFile]) -> None:
+    """Check that every EXTERNAL tensor of `program` is found, by its fully qualified name, in one
+    of `files` with the same scalar type, sizes and dim order and enough bytes (what the runtime
+    checks at load). Raises `PtdMismatchError` naming the key and the method."""
+    by_key: dict[str, tuple[PtdEntry, str]] = {}
+    for f in files:
+        for e in f.entries:
+            if e.key in by_key:
+                raise PtdMismatchError(
+                    f"external key {e.key!r} is in both {by_key[e.key][1]!r}.ptd and {f.tag!r}.ptd; "
+                    "each key may live in one file only"
+                )
+            by_key[e.key] = (e, f.tag)
+    names = ", ".join(repr(f.tag) for f in files) or "none"
+    for plan in program.execution_plan:
+        for v, ev in enumerate(plan.values):
+            t = ev.val
+            if not isinstance(t, Tensor) or t.extra_tensor_info is None:
+                continue
+            info = t.extra_tensor_info
+            if info.location != TensorDataLocation.EXTERNAL:
+                continue
+            where = f"method {plan.name!r}, values[{v}]"
+            key = info.fully_qualified_name
+            if not key:
+                raise PtdMismatchError(f"{where}: an EXTERNAL tensor without a fully qualified name")
+            found = by_key.get(key)
+            if found is None:
+                raise PtdMismatchError(
+                    f"{where}: external tensor {key!r} is in none of the .ptd files given ({names}); "
+                    "pass the .ptd file written with this .pte"
+                )
+            entry, tag = found
+            want = TensorLayout(scalar_type=t.scalar_type, sizes=tuple(t.sizes), dim_order=tuple(t.dim_order))
+            if entry.layout is not None and entry.layout != want:
+                raise PtdMismatchError(
+                    f"{where}: external tensor {key!r} is {_layout_str(want)} in the .pte but "
+                    f"{_layout_str(entry.layout)} in {tag!r}.ptd; the files come from different exports"
+                )
+            nbytes = tensor_nbytes(t)
+            if entry.data.nbytes < nbytes:
+                raise PtdMismatchError(
+                    f"{where}: external tensor {key!r} needs {nbytes} bytes but {tag!r}.ptd holds "
+                    f"{entry.data.nbytes}; the files come from different exports"
+                )
+
+
+def _layout_str(layout: TensorLayout) -> str:
+    return f"{layout.scalar_type.name}{list(layout.sizes)} dim_order {list(layout.dim_order)}"
