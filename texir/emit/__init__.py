@@ -3,7 +3,7 @@ variants, constants, delegates). Sits above lowering: it can emit a lowered modu
 
 from __future__ import annotations
 
-from texir.emit.common import EmitError, EmitOptions
+from texir.emit.common import DEFAULT_EXTERNAL_TAG, EmitError, EmitOptions
 from texir.emit.program import emit, lowered_module_buffer
 from texir.emit.memory_plan import (
     Interval,
@@ -14,6 +14,7 @@ from texir.emit.memory_plan import (
 )
 
 __all__ = [
+    "DEFAULT_EXTERNAL_TAG",
     "EmitError",
     "EmitOptions",
     "Interval",

@@ -29,10 +29,16 @@ from texir.ir.types import (
     SpecialFloat,
 )
 from texir.serialize.pte.schema import (
+    ExtraTensorInfo,
     KernelTypes,
+    PtdEntry,
     ScalarType,
     TensorShapeDynamism,
 )
+
+DEFAULT_EXTERNAL_TAG = "_default_external_constant"
+"""The `.ptd` tag of constants under `EmitOptions(external_constants=True)` (ExecuTorch's name)."""
+
 
 class EmitError(PteError):
     """An IR Program cannot be emitted as a `.pte` program."""
@@ -41,7 +47,7 @@ class EmitError(PteError):
 class EmitOptions(BaseModel):
     """Emitter options (validated)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     planner: PlannerName = "greedy"
     """Memory planner: ExecuTorch's default greedy packing, or one slot per tensor ('naive')."""
@@ -57,6 +63,22 @@ class EmitOptions(BaseModel):
     (`texir.emit.runtime_ops`): it would fail to load on the device."""
     check_plan: bool = False
     """Verify that the memory plan never overlaps live tensors (tests turn this on)."""
+    external_constants: bool | Callable[[str], str | None] = False
+    """Keep parameters, buffers and constants (not lifted literals) out of the `.pte`, in `.ptd`
+    files, as ExecuTorch's `ExecutorchBackendConfig.external_constants`: True puts them all in the
+    file tagged `_default_external_constant`; a function of the state target (its fully qualified
+    name) returns the tag of each one's file, or None to keep it inside. The `.pte` refers to each
+    by name (`PteProgram.external`)."""
+    external_named_data: str | None = None
+    """Move every delegate's named data (e.g. XNNPACK weights) to the `.ptd` file with this tag, as
+    ExecuTorch's backends do for constants tagged `delegate_constant_tag`."""
+    emit_mutable_buffer_names: bool = False
+    """Name each mutable buffer in the `.pte` (`extra_tensor_info.fully_qualified_name`), as
+    ExecuTorch's `emit_mutable_buffer_names`."""
+    init_mutable_buffers: bool | tuple[str, ...] = False
+    """Serialize the initial value of mutable buffers (the mutable-data segment) instead of leaving
+    it undefined: True for all, or the buffers whose placeholder name contains one of these
+    patterns (ExecuTorch's `InitializedMutableBufferPass(patterns)`)."""
 
 
 
@@ -113,6 +135,7 @@ class PendingTensor:
     dynamism: TensorShapeDynamism
     data_buffer_idx: int = 0
     storage: int | None = None
+    extra: ExtraTensorInfo | None = None
 
 
 @dataclass
@@ -132,6 +155,47 @@ class ProgramState:
     delegate_index: dict[tuple[str, int], int] = field(default_factory=dict)
     named: dict[str, tuple[NamedDataEntry, str]] = field(default_factory=dict)
     """Named data of all delegates by key, with the delegate that first stored it."""
+    mutable: list[Blob] = field(default_factory=lambda: [Blob(b"")])
+    mutable_index: dict[tuple[str, int], int] = field(default_factory=dict)
+    external: dict[str, dict[str, tuple[PtdEntry, str]]] = field(default_factory=dict)
+    """External entries by file tag and key, with where each was first stored."""
+    external_index: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def mutable_initial(self, blob: Blob, digest: str | None = None) -> int:
+        """Index of a mutable buffer's initial value in the mutable-data list (entry 0 is empty)."""
+        key = (digest or blob.digest(), blob.nbytes)
+        index = self.mutable_index.get(key)
+        if index is None:
+            index = self.mutable_index[key] = len(self.mutable)
+            self.mutable.append(blob)
+        return index
+
+    def external_entry(self, tag: str, entry: PtdEntry, owner: str, digest: str | None = None) -> int:
+        """Record an entry of the `.ptd` file `tag`; the same key twice must hold the same payload.
+        Returns the payload's index among distinct external payloads (ExecuTorch writes it as the
+        tensor's data_buffer_idx; the runtime looks the tensor up by name)."""
+        if not tag:
+            raise EmitError(f"{owner}: the external data tag of {entry.key!r} is empty; return a file name or None")
+        digest = digest or entry.data.digest()
+        for other_tag, entries in self.external.items():
+            known = entries.get(entry.key)
+            if known is None:
+                continue
+            first, first_owner = known
+            if other_tag != tag or first.data.nbytes != entry.data.nbytes or first.data.digest() != digest:
+                raise EmitError(
+                    f"external data key {entry.key!r} is stored twice with different contents or files: by "
+                    f"{first_owner} in {other_tag!r}.ptd and by {owner} in {tag!r}.ptd; give them distinct "
+                    "names or the same payload and tag"
+                )
+            break
+        else:
+            self.external.setdefault(tag, {})[entry.key] = (entry, owner)
+        key = (digest, entry.data.nbytes)
+        index = self.external_index.get(key)
+        if index is None:
+            index = self.external_index[key] = len(self.external_index)
+        return index
 
     def constant(self, blob: Blob, digest: str | None = None) -> int:
         # The IR already carries each state tensor's SHA-256; hashing again would read every weight.

@@ -139,7 +139,7 @@ class MethodEmitter(ValueTable):
             if isinstance(spec, BufferInput) and spec.target in mutated:
                 if not isinstance(meta, TensorMeta):
                     raise EmitError(f"{where}: mutable buffer {spec.target!r} has no tensor metadata")
-                idx = self.tensor_value(meta, where=where, planned=True, start=0)
+                idx = self.mutable_buffer(node, spec.target, meta, where=where)
             else:
                 data = self.state_by_target.get(spec.target)
                 if data is None:
@@ -149,7 +149,13 @@ class MethodEmitter(ValueTable):
                         f"{where}: state {spec.target!r} has no payload (a snapshot without data); "
                         "convert with data or load a snapshot written with include_data=True (`texir snapshot --include-data`)"
                     )
-                idx = self.constant_tensor(data.meta, data.data, where=where, digest=data.sha256)
+                tag = self.external_tag(node, spec.target, where=where)
+                if tag is None:
+                    idx = self.constant_tensor(data.meta, data.data, where=where, digest=data.sha256)
+                else:
+                    idx = self.external_tensor(
+                        data.meta, data.data, fqn=spec.target, tag=tag, where=where, digest=data.sha256
+                    )
         elif isinstance(spec, UserInput):
             if isinstance(meta, TensorMeta):
                 idx = self.tensor_value(

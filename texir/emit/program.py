@@ -15,6 +15,8 @@ from texir.serialize.pte.schema import (
     BackendDelegateInlineData,
     Buffer,
     NamedBlob,
+    PtdEntry,
+    PtdFile,
     PteProgram,
 )
 from texir.serialize.pte.schema import Program as PteRoot
@@ -53,12 +55,23 @@ def emit(
         constant_buffer=tuple(Buffer(storage=blob) for blob in state.constants),
         backend_delegate_data=tuple(BackendDelegateInlineData(data=blob) for blob in state.delegate_data),
     )
-    named = tuple(
-        NamedBlob(key=key, data=entry.data, alignment=entry.alignment)
-        for key, (entry, _) in state.named.items()
-        if entry.data is not None
+    named: list[NamedBlob] = []
+    for key, (entry, owner) in state.named.items():
+        if entry.data is None:
+            continue
+        if options.external_named_data is None:
+            named.append(NamedBlob(key=key, data=entry.data, alignment=entry.alignment))
+        else:
+            state.external_entry(
+                options.external_named_data, PtdEntry(key=key, data=entry.data, alignment=entry.alignment),
+                owner, entry.sha256,
+            )
+    external = tuple(
+        PtdFile(tag=tag, entries=tuple(entry for entry, _ in entries.values()))
+        for tag, entries in sorted(state.external.items())
     )
-    return PteProgram(program=root, named_data=named)
+    mutable = tuple(Buffer(storage=blob) for blob in state.mutable) if len(state.mutable) > 1 else ()
+    return PteProgram(program=root, named_data=tuple(named), mutable_data=mutable, external=external)
 
 
 def lowered_module_buffer(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import cast
 
 from texir.adapters.op_schemas import ArgSchema, OpSchema
 from texir.emit.memory_plan import (
@@ -30,6 +30,7 @@ from texir.ir.types import (
     MemoryFormatArg,
     NoneArg,
     Output,
+    Placeholder,
     Program,
     Ref,
     StrArg,
@@ -56,18 +57,20 @@ from texir.serialize.pte.schema import (
     KernelCall,
     Null,
     Operator,
+    ExtraTensorInfo,
     OptionalTensorList,
+    PtdEntry,
     ScalarType,
     String,
     Tensor,
+    TensorDataLocation,
+    TensorLayout,
     TensorList,
     TensorShapeDynamism,
 )
-
-if TYPE_CHECKING:
-    pass
 from texir.emit.runtime_ops import RUNTIME, MissingKernelError, operator_name, runtime_operators
 from texir.emit.common import (
+    DEFAULT_EXTERNAL_TAG,
     MEMORY_FORMAT_CODE,
     Bounds,
     EmitError,
@@ -168,7 +171,9 @@ class ValueTable:
         self.use(found)
         return found
 
-    def constant_tensor(self, meta: TensorMeta, blob: Blob, *, where: str, digest: str | None = None) -> int:
+    def constant_tensor(
+        self, meta: TensorMeta, blob: Blob, *, where: str, digest: str | None = None, store: bool = True
+    ) -> int:
         if any(isinstance(d, str) for d in meta.shape):
             raise EmitError(f"{where}: constant tensors cannot have symbolic shapes")
         sizes = tuple(int(d) for d in meta.shape)
@@ -183,8 +188,62 @@ class ValueTable:
         return self.add(PendingTensor(
             scalar_type=DTYPE_TO_SCALAR_TYPE[meta.dtype], sizes=sizes, dim_order=tuple(range(len(sizes))),
             requires_grad=meta.requires_grad, dynamism=TensorShapeDynamism.STATIC,
-            data_buffer_idx=self.state.constant(blob, digest),
+            data_buffer_idx=self.state.constant(blob, digest) if store else 0,
         ))
+
+    def external_tensor(
+        self, meta: TensorMeta, blob: Blob, *, fqn: str, tag: str, where: str, digest: str | None = None
+    ) -> int:
+        """A constant kept in the `.ptd` file `tag` under its fully qualified name."""
+        idx = self.constant_tensor(meta, blob, where=where, digest=digest, store=False)
+        pending = cast(PendingTensor, self.values[idx])  # constant_tensor adds one
+        layout = TensorLayout(scalar_type=pending.scalar_type, sizes=pending.sizes, dim_order=pending.dim_order)
+        pending.data_buffer_idx = self.state.external_entry(
+            tag, PtdEntry(key=fqn, data=blob, layout=layout), where, digest
+        )
+        pending.extra = ExtraTensorInfo(fully_qualified_name=fqn, location=TensorDataLocation.EXTERNAL)
+        return idx
+
+    def external_tag(self, node: Placeholder, fqn: str, *, where: str) -> str | None:
+        """The `.ptd` tag of a constant under `EmitOptions.external_constants`, or None. Lifted
+        literals (`c_lifted_tensor_N`) stay inside, as ExecuTorch's external_constants_pass."""
+        choice = self.options.external_constants
+        if choice is False or "_lifted_tensor" in node.name:
+            return None
+        if choice is True:
+            return DEFAULT_EXTERNAL_TAG
+        try:
+            tag = choice(fqn)
+        except Exception as exc:  # a user callback's failure of any kind becomes one typed error
+            raise EmitError(f"{where}: EmitOptions.external_constants({fqn!r}) raised {type(exc).__name__}: {exc}") from exc
+        if tag is not None and (not isinstance(tag, str) or not tag or "/" in tag or tag.startswith(".")):
+            raise EmitError(
+                f"{where}: EmitOptions.external_constants({fqn!r}) returned {tag!r}; return a file name "
+                "(non-empty, no '/', not starting with '.') or None to keep the constant in the .pte"
+            )
+        return tag
+
+    def mutable_buffer(self, node: Placeholder, fqn: str, meta: TensorMeta, *, where: str) -> int:
+        """A planned mutable buffer; named and given its initial value as the options ask."""
+        idx = self.tensor_value(meta, where=where, planned=True, start=0)
+        pending = cast(PendingTensor, self.values[idx])  # tensor_value adds one
+        if self.options.emit_mutable_buffer_names:
+            pending.extra = ExtraTensorInfo(fully_qualified_name=fqn)
+        patterns = self.options.init_mutable_buffers
+        if patterns is True or (patterns and any(p in node.name for p in patterns)):
+            data = self.state_by_target.get(fqn)
+            if data is None or data.data is None:
+                raise EmitError(
+                    f"{where}: mutable buffer {fqn!r} should get its initial value (init_mutable_buffers) but "
+                    "the program holds no payload for it; convert with data or drop it from init_mutable_buffers"
+                )
+            if pending.dynamism != TensorShapeDynamism.STATIC or data.data.nbytes != math.prod(pending.sizes) * DTYPE_ITEMSIZE[meta.dtype]:
+                raise EmitError(
+                    f"{where}: the initial value of mutable buffer {fqn!r} ({data.data.nbytes} bytes) does not "
+                    f"match its static shape {list(pending.sizes)} ({meta.dtype})"
+                )
+            pending.data_buffer_idx = self.state.mutable_initial(data.data, data.sha256)
+        return idx
 
     def scalar_tensor(self, arg: Argument, *, where: str) -> int:
         """ScalarToTensorPass: a Python scalar where the schema wants a Tensor becomes a 0-dim constant."""
@@ -347,6 +406,7 @@ class ValueTable:
                     scalar_type=value.scalar_type, sizes=value.sizes, dim_order=value.dim_order,
                     requires_grad=value.requires_grad, data_buffer_idx=value.data_buffer_idx,
                     allocation_info=allocation, shape_dynamism=value.dynamism,
+                    extra_tensor_info=value.extra,
                 )))
             else:
                 values.append(EValue(val=value))
