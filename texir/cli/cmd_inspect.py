@@ -9,17 +9,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from texir.errors import PteError
 from texir.ir.blob import Blob
 from texir.serialize.pte import schema as s
 from texir.serialize.pte.check import check_indices
 from texir.serialize.pte.codec import PteDecodeError, read_pte, to_logical
+from texir.serialize.pte.ptd import PTD_FILE_IDENTIFIER, check_external, loads_ptd
 
 EPILOG = """\
 examples:
   texir inspect out/demo.pte            # methods, values, instructions, delegates, size breakdown
   texir inspect model.pte --brief       # without the value and instruction tables
   texir inspect model.pte --json | jq '.sizes'
+  texir inspect weights.ptd             # the entries of a .ptd (external data) file
+  texir inspect model.pte --data _default_external_constant.ptd   # check the .pte's external tensors
 
 Reads files written by texir and by ExecuTorch (schema ET12). Value references print as %N (an index
 into the method's values table); IntList arguments print the Int values they point to.
@@ -36,7 +41,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("path", type=Path, metavar="MODEL.pte", help="the .pte file to inspect")
+    parser.add_argument("path", type=Path, metavar="MODEL.pte", help="the .pte (or .ptd) file to inspect")
+    parser.add_argument("--data", type=Path, action="append", default=[], metavar="FILE.ptd",
+                        help="a .ptd file the .pte loads its external tensors from (repeatable): each "
+                        "external tensor is checked against it")
     parser.add_argument("--json", action="store_true", help="print deterministic JSON instead of text")
     parser.add_argument("--brief", action="store_true", help="omit the per-value and per-instruction tables")
     parser.set_defaults(func=run)
@@ -48,7 +56,24 @@ def run(args: argparse.Namespace) -> int:
         data = path.read_bytes()
     except OSError as exc:
         raise PteError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if data[4:8] == PTD_FILE_IDENTIFIER:
+        report = inspect_ptd(data)
+        if args.json:
+            sys.stdout.write(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.write(format_ptd_report(report))
+        return 0
     report = inspect_pte(data, brief=bool(args.brief))
+    if args.data:
+        files = []
+        for ptd_path in args.data:
+            try:
+                ptd = loads_ptd(ptd_path.read_bytes())
+            except OSError as exc:
+                raise PteError(f"cannot read {ptd_path}: {exc.strerror or exc}") from exc
+            files.append(msgspec.structs.replace(ptd, tag=ptd_path.stem))
+        check_external(to_logical(read_pte(data)).program, files)
+        report["external_check"] = {"files": [str(p) for p in args.data], "ok": True}
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     else:
@@ -322,6 +347,8 @@ def format_report(r: JsonDict) -> str:
     lines.append("")
     where = f"segment {c['segment']}" if "segment" in c else "the flatbuffer (constant_buffer)"
     lines.append(f"constants: {c['entries']} in {where}")
+    if "external_check" in r:
+        lines.append("external data: every EXTERNAL tensor found, same layout, in " + ", ".join(r["external_check"]["files"]))
     if r["named_data"]:
         lines.append("named data: " + ", ".join(f"{n['key']}->segment {n['segment']}" for n in r["named_data"]))
     z = r["sizes"]
@@ -340,3 +367,25 @@ def format_report(r: JsonDict) -> str:
 
 
 __all__ = ["register", "run", "inspect_pte", "format_report"]
+
+
+def inspect_ptd(data: bytes) -> JsonDict:
+    """The report of a `.ptd` file: its entries (key, bytes, digest, tensor layout) in file order."""
+    ptd = loads_ptd(data)
+    entries = []
+    for e in ptd.entries:
+        item: JsonDict = {"key": e.key, "nbytes": e.data.nbytes, "sha256": e.data.digest()[:16]}
+        if e.layout is not None:
+            item["layout"] = {"scalar_type": e.layout.scalar_type.name, "sizes": list(e.layout.sizes),
+                              "dim_order": list(e.layout.dim_order)}
+        entries.append(item)
+    return {"file": {"size": len(data), "kind": "ptd"}, "entries": entries}
+
+
+def format_ptd_report(r: JsonDict) -> str:
+    lines = [f"file: {r['file']['size']} bytes, FT01 (.ptd), {len(r['entries'])} entries"]
+    for e in r["entries"]:
+        layout = e.get("layout")
+        shape = f" {layout['scalar_type']}{layout['sizes']} dim_order {layout['dim_order']}" if layout else ""
+        lines.append(f"  {e['key']}: {e['nbytes']} bytes sha256:{e['sha256']}{shape}")
+    return "\n".join(lines) + "\n"

@@ -100,6 +100,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--snapshot", type=Path, default=None, metavar="FILE", help="write the lowered program's snapshot")
     parser.add_argument("--explain", action="store_true", help="say for every call node whether and why it was (not) delegated")
     parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE.pte", help="write the program as a .pte file")
+    parser.add_argument("--external-data", action="store_true",
+                        help="keep weights (constants and delegates' named data) out of the .pte, in "
+                        "_default_external_constant.ptd beside it")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="compile partitions in N worker processes")
     parser.add_argument("--no-cache", action="store_true", help="compile every partition (no preprocess cache)")
@@ -366,8 +369,17 @@ def _write_outputs(args: argparse.Namespace, lowered: Program, progress: Any) ->
         from texir.emit import emit
         from texir.serialize import pte
 
+        from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions
+
+        options = EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG) \
+            if args.external_data else EmitOptions()
         with progress.phase(f"writing {args.output}"):
-            pte.dump(emit(lowered), args.output)
+            program = emit(lowered, options)
+            for data in program.external:  # the data first: a .pte never refers to a missing file
+                path = args.output.with_name(f"{data.tag}.ptd")
+                pte.dump_ptd(data, path)
+                print(f"wrote {path} ({path.stat().st_size:,} bytes, .ptd: {len(data.entries)} entries)", file=sys.stderr)
+            pte.dump(program, args.output)
         print(f"wrote {args.output} ({args.output.stat().st_size:,} bytes, .pte)", file=sys.stderr)
 
 
