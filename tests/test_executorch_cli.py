@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 
@@ -65,3 +66,54 @@ def test_user_errors_are_one_line(argv: list[str], message: str, capsys: pytest.
     assert main(["lower", MODEL, *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_external_data_writes_a_ptd_the_runtime_loads_and_inspect_checks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from executorch.runtime import Runtime
+
+    out = tmp_path / "model.pte"
+    assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "--external-data", "-o", str(out)]) == 0
+    capsys.readouterr()
+    ptd = tmp_path / "_default_external_constant.ptd"
+    assert ptd.is_file()
+    inline = tmp_path / "inline.pte"
+    assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "-o", str(inline)]) == 0
+    capsys.readouterr()
+    assert out.stat().st_size < inline.stat().st_size  # the weights moved out of the .pte
+    expected, args = _eager()
+    method = Runtime.get().load_program(out, data_path=str(ptd)).load_method("forward")
+    (got,) = method.execute(list(args))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+    assert main(["inspect", str(ptd)]) == 0
+    assert "entries" in capsys.readouterr().out
+    assert main(["inspect", str(out), "--data", str(ptd)]) == 0
+    assert "0 EXTERNAL tensors found" in capsys.readouterr().out  # XNNPACK's weights are its named data
+    # a truncated .ptd and one missing an entry: each one line, the second naming the key
+    from texir.serialize.pte import dumps_ptd, loads_ptd
+
+    bad = tmp_path / "bad" / "_default_external_constant.ptd"
+    bad.parent.mkdir()
+    bad.write_bytes(ptd.read_bytes()[:-16])
+    assert main(["inspect", str(out), "--data", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "corrupt" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    # without a partitioner the weights are EXTERNAL tensors of the program: inspect checks each by key
+    plain = tmp_path / "plain" / "model.pte"
+    plain.parent.mkdir()
+    assert main(["lower", MODEL, "--external-data", "-o", str(plain)]) == 0
+    capsys.readouterr()
+    plain_ptd = plain.with_name("_default_external_constant.ptd")
+    (got,) = Runtime.get().load_program(plain, data_path=str(plain_ptd)).load_method("forward").execute(list(args))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    full = loads_ptd(plain_ptd.read_bytes())
+    assert len(full.entries) >= 2
+    assert main(["inspect", str(plain), "--data", str(plain_ptd)]) == 0
+    assert f"{len(full.entries)} EXTERNAL tensors found" in capsys.readouterr().out
+    dropped = full.entries[0].key
+    bad.write_bytes(dumps_ptd(msgspec.structs.replace(full, entries=full.entries[1:])))
+    assert main(["inspect", str(plain), "--data", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert repr(dropped) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

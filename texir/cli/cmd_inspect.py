@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise PteError(f"cannot read {ptd_path}: {exc.strerror or exc}") from exc
             files.append(msgspec.structs.replace(ptd, tag=ptd_path.stem))
-        check_external(to_logical(read_pte(data)).program, files)
-        report["external_check"] = {"files": [str(p) for p in args.data], "ok": True}
+        checked = check_external(to_logical(read_pte(data)).program, files)
+        report["external_check"] = {"files": [str(p) for p in args.data], "ok": True, "tensors": checked}
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     else:
@@ -348,7 +348,9 @@ def format_report(r: JsonDict) -> str:
     where = f"segment {c['segment']}" if "segment" in c else "the flatbuffer (constant_buffer)"
     lines.append(f"constants: {c['entries']} in {where}")
     if "external_check" in r:
-        lines.append("external data: every EXTERNAL tensor found, same layout, in " + ", ".join(r["external_check"]["files"]))
+        c = r["external_check"]
+        lines.append(f"external data: {c['tensors']} EXTERNAL tensors found, same layout, in " + ", ".join(c["files"])
+                     + " (delegates' named data is the backend's to check at load)")
     if r["named_data"]:
         lines.append("named data: " + ", ".join(f"{n['key']}->segment {n['segment']}" for n in r["named_data"]))
     z = r["sizes"]

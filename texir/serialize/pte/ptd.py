@@ -265,10 +265,12 @@ class PtdMismatchError(PteError):
     """A `.pte` refers to external data its `.ptd` files lack, or hold with another layout."""
 
 
-def check_external(program: Program, files: Sequence[PtdFile]) -> None:
+def check_external(program: Program, files: Sequence[PtdFile]) -> int:
     """Check that every EXTERNAL tensor of `program` is found, by its fully qualified name, in one
     of `files` with the same scalar type, sizes and dim order and enough bytes (what the runtime
-    checks at load). Raises `PtdMismatchError` naming the key and the method."""
+    checks at load); returns how many were checked. Raises `PtdMismatchError` naming the key and
+    the method. Delegates' named data is not checked: the keys a blob uses are the backend's own."""
+    checked = 0
     by_key: dict[str, tuple[PtdEntry, str]] = {}
     for f in files:
         for e in f.entries:
@@ -305,11 +307,13 @@ def check_external(program: Program, files: Sequence[PtdFile]) -> None:
                     f"{_layout_str(entry.layout)} in {tag!r}.ptd; the files come from different exports"
                 )
             nbytes = tensor_nbytes(t)
+            checked += 1
             if entry.data.nbytes < nbytes:
                 raise PtdMismatchError(
                     f"{where}: external tensor {key!r} needs {nbytes} bytes but {tag!r}.ptd holds "
                     f"{entry.data.nbytes}; the files come from different exports"
                 )
+    return checked
 
 
 def _layout_str(layout: TensorLayout) -> str:
