@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from texir.edge import to_edge_program
 from texir.ir.types import (
+    ConstantMethod,
     Program,
 )
 from texir.lowering.lowered import delegate_wrapper_program
@@ -29,15 +30,21 @@ from texir.emit.common import (
     ProgramState,
 )
 from texir.emit.method import MethodEmitter
+from texir.emit.values import constant_method_plan
 
 
 def emit(
-    program: Program | Mapping[str, Program], options: EmitOptions | None = None
+    program: Program | Mapping[str, Program],
+    options: EmitOptions | None = None,
+    *,
+    constant_methods: Mapping[str, ConstantMethod] | None = None,
 ) -> PteProgram:
     """Emit one Program (method "forward") or several (method name -> Program) as a `.pte` program.
 
     Pure: the input is not modified. Constant payloads and delegate blobs are Blob views of the
     program's own data (never copied), deduplicated by content hash; methods are sorted by name.
+    `constant_methods` (from `texir.adapters.constant_methods`) follow them in the mapping's order,
+    as ExecuTorch writes `to_edge(..., constant_methods=...)`.
     """
     options = options or EmitOptions()
     methods = {"forward": program} if isinstance(program, Program) else dict(program)
@@ -50,6 +57,15 @@ def emit(
         if not isinstance(method, Program):
             raise EmitError(f"method {name!r} is a {type(method).__name__}, not a texir.ir.Program")
         plans.append(MethodEmitter(name, to_edge_program(method), state, options).emit_method())
+    for name, getter in (constant_methods or {}).items():
+        if name in methods:
+            raise EmitError(f"constant method {name!r} has the name of a program method; rename one of them")
+        if not isinstance(getter, ConstantMethod):
+            raise EmitError(
+                f"constant method {name!r} is a {type(getter).__name__}; build it with "
+                "texir.adapters.constant_methods({name: value})"
+            )
+        plans.append(constant_method_plan(name, getter, state))
     root = PteRoot(
         execution_plan=tuple(plans),
         constant_buffer=tuple(Buffer(storage=blob) for blob in state.constants),

@@ -19,6 +19,7 @@ from texir.ir.types import (
     DTYPE_ITEMSIZE,
     Argument,
     BoolArg,
+    ConstantMethod,
     CallFunction,
     DeviceArg,
     DType,
@@ -448,3 +449,47 @@ class ValueTable:
                         names.add(arg.name)
             self._output_names = frozenset(names)
         return self._output_names
+
+
+def constant_method_plan(name: str, method: ConstantMethod, state: ProgramState) -> ExecutionPlan:
+    """A method without inputs or instructions whose outputs are `method`'s constants; tensors go
+    to the constant segment (never to a `.ptd`: they have no fully qualified name)."""
+    values: list[EValue] = []
+    for i, leaf in enumerate(method.values):
+        where = f"constant method {name!r}, value {i}"
+        if isinstance(leaf, bool):
+            values.append(EValue(val=Bool(bool_val=leaf)))
+        elif isinstance(leaf, int):
+            values.append(EValue(val=Int(int_val=leaf)))
+        elif isinstance(leaf, float):
+            values.append(EValue(val=Double(double_val=leaf)))
+        elif isinstance(leaf, str):
+            values.append(EValue(val=String(string_val=leaf)))
+        else:
+            meta = leaf.meta
+            scalar_type = DTYPE_TO_SCALAR_TYPE.get(meta.dtype)
+            if scalar_type is None:
+                raise EmitError(f"{where}: tensor dtype {meta.dtype} has no ExecuTorch scalar type; convert it")
+            if leaf.data is None:
+                raise EmitError(f"{where}: the tensor holds no data (a snapshot written without include_data)")
+            if any(isinstance(d, str) for d in meta.shape):
+                raise EmitError(f"{where}: a constant tensor cannot have a symbolic shape")
+            sizes = tuple(int(d) for d in meta.shape)
+            if leaf.data.nbytes != math.prod(sizes) * DTYPE_ITEMSIZE[meta.dtype]:
+                raise EmitError(f"{where}: holds {leaf.data.nbytes} bytes but {meta.dtype}{list(sizes)} needs "
+                                f"{math.prod(sizes) * DTYPE_ITEMSIZE[meta.dtype]}")
+            values.append(EValue(val=Tensor(
+                scalar_type=scalar_type, sizes=sizes, dim_order=tuple(range(len(sizes))),
+                requires_grad=meta.requires_grad, data_buffer_idx=state.constant(leaf.data, leaf.sha256),
+            )))
+    return ExecutionPlan(
+        name=name,
+        container_meta_type=ContainerMetadata(encoded_inp_str="", encoded_out_str=method.out_spec),
+        values=tuple(values),
+        inputs=(),
+        outputs=tuple(range(len(values))),
+        chains=(Chain(inputs=(), outputs=(), instructions=()),),
+        operators=(),
+        delegates=(),
+        non_const_buffer_sizes=(0,),
+    )

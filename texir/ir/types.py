@@ -25,7 +25,7 @@ from texir.ir.blob import Blob
 
 __all__ = [
     "Argument", "BackendNodeMeta", "BoolArg", "BufferInput", "BufferMutation", "CallFunction", "CompileSpec",
-    "ConstantTensorInput", "CustomObjInput", "CustomObjMeta", "DTYPE_ITEMSIZE", "DType", "DTypeArg",
+    "ConstantMethod", "ConstantTensorInput", "CustomObjInput", "CustomObjMeta", "DTYPE_ITEMSIZE", "DType", "DTypeArg",
     "DebugHandleEntry", "DelegateMeta", "DeviceArg", "Dim", "FloatArg", "FloatValue", "GetAttr",
     "GradientToParameter", "GradientToUserInput", "Graph", "GraphSignature", "InputSpec", "IntArg",
     "Layout", "LayoutArg", "ListArg", "Location", "LossOutput", "LoweredBackendModule", "MemoryFormat",
@@ -495,6 +495,16 @@ class TensorData(_Frozen, frozen=True, kw_only=True):
     sha256: str
     nbytes: int
     data: Blob | None = None
+
+
+class ConstantMethod(_Frozen, frozen=True, kw_only=True):
+    """A method without inputs that returns constants (ExecuTorch's `constant_methods`, e.g.
+    `get_max_seq_len`): the flattened leaves and the pytree spec of the returned structure, in
+    torch's `treespec_dumps` JSON. A dtype or layout leaf is stored as its ExecuTorch code (int).
+    Build one from Python values with `texir.adapters.constant_method`."""
+
+    values: tuple[bool | int | float | str | TensorData, ...]
+    out_spec: str
 
 
 class StateEntry(_Frozen, frozen=True, kw_only=True):
