@@ -17,15 +17,28 @@ from texir.edge import (
     EDGE_DIALECT,
     EdgeError,
     cast_mixed_operands,
+    compact_debug_handles,
     insert_write_back,
     remove_graph_asserts,
     remove_noop_ops,
     remove_unused_state,
     replace_view_ops,
+    sym_operands_to_tensors,
     to_dim_order_ops,
     to_edge_program,
 )
-from texir.ir import CallFunction, ListArg, MemoryFormat, MemoryFormatArg, Program, format_program, verify
+from texir.ir import (
+    CallFunction,
+    DType,
+    DTypeArg,
+    ListArg,
+    MemoryFormat,
+    MemoryFormatArg,
+    Program,
+    Ref,
+    format_program,
+    verify,
+)
 from texir.ir.analysis import call_nodes
 
 
@@ -57,6 +70,11 @@ class Counter(torch.nn.Module):
         return x + self.count
 
 
+class SymOperand(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(0) + x.shape[0]  # traced as add.Tensor(tensor, SymInt)
+
+
 class Formats(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (x.clone(memory_format=torch.channels_last), x.clone(), torch.empty_like(x).fill_(1.0))
@@ -68,13 +86,17 @@ ARGS: dict[str, tuple[Callable[[], torch.nn.Module], tuple[Any, ...]]] = {
     "full_slice": (FullSlice, (torch.randn(2, 3),)),
     "counter": (Counter, (torch.randn(2, 3),)),
     "formats": (Formats, (torch.randn(1, 2, 3, 4),)),
+    "sym_operand": (SymOperand, (torch.randn(4, 3),)),
 }
+DYNAMIC: dict[str, Any] = {"sym_operand": ({0: torch.export.Dim("n", min=2, max=8)},)}
 
 
 @functools.cache
 def program(name: str, decompose: bool = True) -> Program:
+    if name == "full_slice_without_noops":  # remove_noop_ops leaves a gap in the debug handles
+        return remove_noop_ops(program("full_slice", decompose))
     build, args = ARGS[name]
-    ep = torch.export.export(build().eval(), args, strict=False)
+    ep = torch.export.export(build().eval(), args, strict=False, dynamic_shapes=DYNAMIC.get(name))
     return from_exported_program(ep, decompose=decompose)
 
 
@@ -86,6 +108,8 @@ CASES = [
     ("to_dim_order_ops", to_dim_order_ops, "formats", True),
     ("insert_write_back", insert_write_back, "counter", True),
     ("remove_unused_state", remove_unused_state, "counter", True),
+    ("sym_operands_to_tensors", sym_operands_to_tensors, "sym_operand", True),
+    ("compact_debug_handles", compact_debug_handles, "full_slice_without_noops", True),
 ]
 
 
@@ -133,6 +157,16 @@ def test_each_pass_does_what_its_exir_counterpart_does() -> None:
     unused = remove_unused_state(program("counter"))
     assert [s.target for s in unused.state] == ["count", "total"]
     assert len(unused.signature.inputs) == len(program("counter").signature.inputs) - 1
+    coerced = sym_operands_to_tensors(program("sym_operand"))
+    (made,) = [n for n in call_nodes(coerced.graph) if n.target == "aten::scalar_tensor.default"]
+    assert dict(made.kwargs)["dtype"] == DTypeArg(value=DType.int32)  # a SymInt becomes an int32 0-dim tensor
+    (add,) = [n for n in call_nodes(coerced.graph) if n.target == "aten::add.Tensor"]
+    assert Ref(name=made.name) in add.args
+    gappy = program("full_slice_without_noops").graph.debug_handles()
+    compact = compact_debug_handles(program("full_slice_without_noops")).graph.debug_handles()
+    present = sorted({h for h in gappy if h is not None})
+    assert present != list(range(1, len(present) + 1))  # the removed slice left a gap
+    assert sorted({h for h in compact if h is not None}) == list(range(1, len(present) + 1))
 
 
 def test_to_edge_program_composes_the_passes_in_order() -> None:
@@ -162,3 +196,18 @@ def test_bad_memory_format_names_the_node() -> None:
 
 def test_call_nodes_are_callfunctions() -> None:
     assert all(isinstance(n, CallFunction) for n in call_nodes(program("views").graph))
+
+
+def test_a_symint_in_a_tensor_position_runs_in_the_runtime() -> None:
+    """Without SymToTensorPass the runtime aborts reading the SymInt as a Tensor (evalue.h assert)."""
+    pytest.importorskip("executorch")
+    from executorch.runtime import Runtime
+
+    from texir.emit import emit
+    from texir.serialize.pte import dumps
+
+    method = Runtime.get().load_program(dumps(emit(program("sym_operand")))).load_method("forward")
+    for rows in (4, 6):
+        x = torch.randn(rows, 3)
+        (got,) = method.execute([x])
+        torch.testing.assert_close(got, x.sum(0) + rows)

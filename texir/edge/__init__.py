@@ -16,12 +16,14 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from texir.edge._rewrite import EdgeError, rewrite_graph, rewrite_program
+from texir.edge.debug_handles import compact_debug_handles
 from texir.edge.dim_order import DIM_ORDER_OPS, to_dim_order_ops
 from texir.edge.graph_asserts import ASSERT_TARGETS, remove_graph_asserts
 from texir.edge.mixed_dtype import CAST_TARGET, MIXED_TYPE_OPS, cast_mixed_operands
 from texir.edge.names import edge_name_base, edge_node_names
 from texir.edge.noop import remove_noop_ops
 from texir.edge.scalar_tensor import LIFTED_PREFIX, lift_scalar_operands
+from texir.edge.sym_to_tensor import SCALAR_TENSOR_TARGET, sym_operands_to_tensors
 from texir.edge.unused_state import remove_unused_state
 from texir.edge.view_copy import replace_view_ops
 from texir.edge.write_back import WRITE_BACK_TARGET, insert_write_back
@@ -37,14 +39,17 @@ __all__ = [
     "EdgeError",
     "EdgePass",
     "LIFTED_PREFIX",
+    "SCALAR_TENSOR_TARGET",
     "MIXED_TYPE_OPS",
     "TO_EDGE_PASSES",
     "WRITE_BACK_TARGET",
     "cast_mixed_operands",
+    "compact_debug_handles",
     "edge_name_base",
     "edge_node_names",
     "insert_write_back",
     "lift_scalar_operands",
+    "sym_operands_to_tensors",
     "remove_graph_asserts",
     "remove_noop_ops",
     "remove_unused_state",
@@ -64,6 +69,8 @@ DEFAULT_PASSES: tuple[EdgePass, ...] = (
     remove_noop_ops,  # to_edge: RemoveNoopPass
     replace_view_ops,  # to_edge: view ops -> *_copy
     to_dim_order_ops,  # to_edge: MemoryFormatOpsPass
+    compact_debug_handles,  # to_edge: DebugHandleGeneratorPass (after the removals)
+    sym_operands_to_tensors,  # to_executorch: SymToTensorPass
     insert_write_back,  # to_executorch: insert_write_back_for_buffers_pass
 )
 """ExecuTorch's order. `remove_unused_state` is not among them: ExecuTorch keeps unused state
@@ -73,7 +80,7 @@ unless delegation consumed its users, so it is run by lowering, or added here by
 TO_EDGE_PASSES: tuple[EdgePass, ...] = (
     remove_graph_asserts,
     lift_scalar_operands,  # to_edge: ScalarToTensorPass + lift_constant_tensor_pass
-    *DEFAULT_PASSES[1:-1],
+    *DEFAULT_PASSES[1:-2],  # not SymToTensorPass nor write-back: ExecuTorch runs them after partitioning
     edge_node_names,  # to_edge: the ExportPass retrace names operator nodes after their targets
 )
 """The rewrites ExecuTorch's to_edge makes before partitioning (`texir.lowering.lower` runs them):
