@@ -4,7 +4,8 @@ variants, constants, delegates). Sits above lowering: it can emit a lowered modu
 from __future__ import annotations
 
 from texir.emit.common import DEFAULT_EXTERNAL_TAG, EmitError, EmitOptions
-from texir.emit.program import emit, lowered_module_buffer
+from texir.emit.debug import DelegateDebug, Emitted, MethodDebug
+from texir.emit.program import emit, emit_with_debug, lowered_module_buffer
 from texir.emit.memory_plan import (
     Interval,
     MemoryPlan,
@@ -15,13 +16,17 @@ from texir.emit.memory_plan import (
 
 __all__ = [
     "DEFAULT_EXTERNAL_TAG",
+    "DelegateDebug",
+    "Emitted",
     "EmitError",
     "EmitOptions",
     "Interval",
     "MemoryPlan",
     "MemoryPlanError",
+    "MethodDebug",
     "check_plan",
     "emit",
+    "emit_with_debug",
     "lowered_module_buffer",
     "plan_memory",
 ]

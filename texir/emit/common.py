@@ -75,6 +75,11 @@ class EmitOptions(BaseModel):
     emit_mutable_buffer_names: bool = False
     """Name each mutable buffer in the `.pte` (`extra_tensor_info.fully_qualified_name`), as
     ExecuTorch's `emit_mutable_buffer_names`."""
+    share_mutable_buffers: bool = False
+    """Give every buffer that some method mutates one place in a third memory arena (memory id 2)
+    that all methods use, so state one method writes the others read (a KV cache filled by
+    `prefill` and read by `decode`), as ExecuTorch's `MemoryPlanningPass(share_mutable_buffers=True)`.
+    Offsets follow the first mutation of each buffer, methods in the order given."""
     init_mutable_buffers: bool | tuple[str, ...] = False
     """Serialize the initial value of mutable buffers (the mutable-data segment) instead of leaving
     it undefined: True for all, or the buffers whose placeholder name contains one of these
@@ -136,6 +141,8 @@ class PendingTensor:
     data_buffer_idx: int = 0
     storage: int | None = None
     extra: ExtraTensorInfo | None = None
+    shared_offset: int | None = None
+    """Offset in the shared-state arena (memory id 2) under `share_mutable_buffers`."""
 
 
 @dataclass
@@ -160,6 +167,10 @@ class ProgramState:
     external: dict[str, dict[str, tuple[PtdEntry, str]]] = field(default_factory=dict)
     """External entries by file tag and key, with where each was first stored."""
     external_index: dict[tuple[str, int], int] = field(default_factory=dict)
+    shared: dict[str, int] = field(default_factory=dict)
+    """Under `share_mutable_buffers`: each shared buffer's offset in arena 2, by fully qualified name."""
+    shared_size: int | None = None
+    """The shared arena's size, or None when buffers are not shared."""
 
     def mutable_initial(self, blob: Blob, digest: str | None = None) -> int:
         """Index of a mutable buffer's initial value in the mutable-data list (entry 0 is empty)."""

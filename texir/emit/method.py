@@ -17,6 +17,7 @@ from texir.ir.types import (
     BoolArg,
     BufferInput,
     BufferMutation,
+    UserInputMutation,
     CallFunction,
     ConstantTensorInput,
     DelegateMeta,
@@ -77,6 +78,7 @@ from texir.emit.common import (
     Storage,
     literal_of,
 )
+from texir.emit.debug import DelegateDebug
 from texir.emit.values import ValueTable
 
 
@@ -104,6 +106,7 @@ class MethodEmitter(ValueTable):
         }
         spec_of = dict(zip((p.name for p in placeholders), specs))
         last_step = self.last_step
+        handles = program.graph.debug_handles()
         for step, node in enumerate(nodes):
             self.step = step
             where = f"method {self.name!r}, node {node.name!r}"
@@ -111,7 +114,7 @@ class MethodEmitter(ValueTable):
             if isinstance(node, Placeholder):
                 idx = self.emit_placeholder(node, spec_of[node.name], mutated, where=where)
                 spec = spec_of[node.name]
-                if isinstance(spec, BufferInput) and spec.target in mutated:
+                if isinstance(spec, BufferInput) and (spec.target in mutated or spec.target in self.state.shared):
                     # The edge form writes the new value back just before the output.
                     pending = self.values[idx]
                     if isinstance(pending, PendingTensor) and pending.storage is not None:
@@ -120,12 +123,18 @@ class MethodEmitter(ValueTable):
                 self.metas[node.name] = self.graph.meta(node)
             elif isinstance(node, CallFunction):
                 self.metas[node.name] = self.graph.meta(node)
+                before = len(self.instructions)
                 try:
                     self.emit_call(node, where=f"{where} ({node.target})")
                 except EmitError:
                     raise
                 except PteError as exc:
                     raise EmitError(f"{where} ({node.target}): {exc}") from exc
+                handle = handles[step]
+                if handle is not None and node.target not in (CALL_DELEGATE_TARGET, "higher_order::cond"):
+                    # Each instruction of the node (casts the emitter adds run for it, as the cast
+                    # nodes ExecuTorch inserts carry their consumer's handle).
+                    self.debug_handles.extend((i, handle) for i in range(before, len(self.instructions)))
             else:
                 self.emit_output(node, where=where)
         return self.finish()
@@ -136,7 +145,7 @@ class MethodEmitter(ValueTable):
         meta = self.graph.meta(node)
         self.metas[node.name] = meta
         if isinstance(spec, (ParameterInput, BufferInput, ConstantTensorInput)):
-            if isinstance(spec, BufferInput) and spec.target in mutated:
+            if isinstance(spec, BufferInput) and (spec.target in mutated or spec.target in self.state.shared):
                 if not isinstance(meta, TensorMeta):
                     raise EmitError(f"{where}: mutable buffer {spec.target!r} has no tensor metadata")
                 idx = self.mutable_buffer(node, spec.target, meta, where=where)
@@ -474,15 +483,30 @@ class MethodEmitter(ValueTable):
         self.instructions.append(Instruction(instr_args=DelegateCall(
             delegate_index=len(self.delegates) - 1, args=(*inputs, *outs),
         )))
+        index = len(self.instructions) - 1
+        inner = module.original_program.graph
+        self.debug_handles.append((index, tuple(
+            h for n, h in zip(inner.nodes, inner.debug_handles()) if isinstance(n, CallFunction) and h is not None
+        )))
+        inner_out = inner.nodes[-1]
+        self.debug_num_outputs.append((index, len(inner_out.args) if isinstance(inner_out, Output) else 1))
+        self.debug_delegates.append((index, DelegateDebug(
+            backend_id=module.backend_id,
+            delegate_map=tuple((e.identifier, e.debug_handles) for e in module.debug_handle_map or ()),
+        )))
         if isinstance(meta, TupleMeta):
             self.by_name[node.name] = tuple(outs)
         elif outs:
             self.by_name[node.name] = outs[0]
 
     def emit_output(self, node: Output, *, where: str) -> None:
-        # Buffer mutations were written back by the edge form's copy_ nodes.
+        # Buffer mutations were written back by the edge form's copy_ nodes; a mutated user input
+        # was too, and is returned (its placeholder, holding the new value) where the signature says.
         for spec, arg in zip(self.program.signature.outputs, node.args):
             if isinstance(spec, BufferMutation):
+                continue
+            if isinstance(spec, UserInputMutation):
+                self.outputs.append(self.ref(spec.target, where=where))
                 continue
             if not isinstance(spec, UserOutput):
                 raise EmitError(f"{where}: output kind {type(spec).__name__} is not supported by the .pte emitter")

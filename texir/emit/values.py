@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import cast
 
 from texir.adapters.op_schemas import ArgSchema, OpSchema
+from texir.emit.debug import DelegateDebug, MethodDebug
 from texir.emit.memory_plan import (
     Interval,
     align_up,
@@ -110,6 +111,10 @@ class ValueTable:
         self.delegates: list[BackendDelegate] = []
         self.inputs: list[int] = []
         self.outputs: list[int] = []
+        # instruction index -> debug handle(s); delegate calls: outputs and backend map
+        self.debug_handles: list[tuple[int, int | tuple[int, ...]]] = []
+        self.debug_num_outputs: list[tuple[int, int]] = []
+        self.debug_delegates: list[tuple[int, DelegateDebug]] = []
         self.step = 0
         self.last_step = len(program.graph.nodes)
         self.graph = program.graph
@@ -225,13 +230,21 @@ class ValueTable:
         return tag
 
     def mutable_buffer(self, node: Placeholder, fqn: str, meta: TensorMeta, *, where: str) -> int:
-        """A planned mutable buffer; named and given its initial value as the options ask."""
-        idx = self.tensor_value(meta, where=where, planned=True, start=0)
+        """A planned mutable buffer (in the shared arena if it is shared); named and given its
+        initial value as the options ask."""
+        shared = self.state.shared.get(fqn)
+        idx = self.tensor_value(meta, where=where, planned=shared is None, start=0)
         pending = cast(PendingTensor, self.values[idx])  # tensor_value adds one
+        pending.shared_offset = shared
         if self.options.emit_mutable_buffer_names:
             pending.extra = ExtraTensorInfo(fully_qualified_name=fqn)
         patterns = self.options.init_mutable_buffers
         if patterns is True or (patterns and any(p in node.name for p in patterns)):
+            if shared is not None:
+                raise EmitError(
+                    f"{where}: mutable buffer {fqn!r} is shared between methods (share_mutable_buffers) and "
+                    "cannot also get an initial value from init_mutable_buffers; drop one of the two options"
+                )
             data = self.state_by_target.get(fqn)
             if data is None or data.data is None:
                 raise EmitError(
@@ -389,6 +402,12 @@ class ValueTable:
 
     # --- planning and assembly ----------------------------------------------------------------
 
+    def debug(self) -> MethodDebug:
+        return MethodDebug(
+            name=self.name, handles=tuple(self.debug_handles), num_outputs=tuple(self.debug_num_outputs),
+            delegates=tuple(self.debug_delegates),
+        )
+
     def finish(self) -> ExecutionPlan:
         intervals = [Interval(size=s.size, start=s.start, end=s.end) for s in self.storages]
         plan = plan_memory(intervals, planner=self.options.planner, alignment=self.options.alignment)
@@ -402,6 +421,11 @@ class ValueTable:
                     offset = plan.offsets[value.storage]
                     allocation = AllocationDetails(
                         memory_id=1, memory_offset_low=offset & 0xFFFFFFFF, memory_offset_high=offset >> 32
+                    )
+                elif value.shared_offset is not None:
+                    offset = value.shared_offset
+                    allocation = AllocationDetails(
+                        memory_id=2, memory_offset_low=offset & 0xFFFFFFFF, memory_offset_high=offset >> 32
                     )
                 values.append(EValue(val=Tensor(
                     scalar_type=value.scalar_type, sizes=value.sizes, dim_order=value.dim_order,
@@ -420,7 +444,10 @@ class ValueTable:
             chains=(Chain(inputs=(), outputs=(), instructions=tuple(self.instructions)),),
             operators=tuple(self.operators),
             delegates=tuple(self.delegates),
-            non_const_buffer_sizes=(0, align_up(plan.total + self.extra_padding(intervals), self.options.alignment)),
+            non_const_buffer_sizes=(
+                0, align_up(plan.total + self.extra_padding(intervals), self.options.alignment),
+                *(() if self.state.shared_size is None else (self.state.shared_size,)),
+            ),
         )
 
     def extra_padding(self, intervals: list[Interval]) -> int:
