@@ -1,0 +1,159 @@
+"""The language-model path ExecuTorch users ship, through texir: a transformers Llama-architecture
+decoder (tiny config, random weights) exported with its static KV cache as transformers supports
+for ExecuTorch, lowered to XNNPACK, written as `.pte` + `.ptd` with constant methods, and run in the
+ExecuTorch 1.5.1 runtime: a 4-token prefill then 8 decode steps, logits equal to eager and to
+ExecuTorch's own program at every step, the cache living in the program's state between calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.real_models import ensure_torchvision_ops
+from texir.adapters import constant_methods
+from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit_with_debug
+from texir.serialize import pte
+
+pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
+
+MAX_CACHE = 16
+VOCAB = 64
+PROMPT = [3, 7, 11, 5]
+DECODE_STEPS = 8
+METADATA: dict[str, Any] = {
+    "get_max_seq_len": MAX_CACHE, "get_vocab_size": VOCAB, "use_kv_cache": True, "get_bos_id": 1,
+    "get_eos_ids": [2], "enable_dynamic_shape": True,
+}
+
+
+def _exportable() -> Any:
+    ensure_torchvision_ops()
+    import transformers
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.generation_config.use_cache = True
+    model.generation_config.cache_implementation = "static"
+    return TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=MAX_CACHE).eval()
+
+
+def _export(exportable: Any) -> torch.export.ExportedProgram:
+    # strict: with non-strict export torch 2.13 lifts the cache tensors a second time as constants
+    # aliasing the buffers, and run_decompositions then fails (in ExecuTorch's pipeline too).
+    seq = torch.export.Dim("seq", min=1, max=MAX_CACHE - 1)
+    ep: torch.export.ExportedProgram = exportable.export(
+        input_ids=torch.tensor([PROMPT]), cache_position=torch.arange(len(PROMPT)), strict=True,
+        dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
+    )
+    return ep
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from texir.adapters.executorch import executorch_partitioner
+    from texir.lowering import lower
+
+    exportable = _exportable()
+    program = lower(_export(exportable), [executorch_partitioner(XnnpackPartitioner())])
+    emitted = emit_with_debug(
+        program,
+        EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG, emit_mutable_buffer_names=True),
+        constant_methods=constant_methods(METADATA),
+    )
+    out = tmp_path_factory.mktemp("llm")
+    (data,) = emitted.program.external
+    pte.dump_ptd(data, out / f"{data.tag}.ptd")
+    pte.dump(emitted.program, out / "model.pte")
+    theirs = to_edge_transform_and_lower(
+        _export(exportable), partitioner=[XnnpackPartitioner()], constant_methods=METADATA,
+    ).to_executorch()
+    return {"pte": out / "model.pte", "ptd": out / f"{data.tag}.ptd", "theirs": bytes(theirs.buffer),
+            "program": program, "emitted": emitted}
+
+
+def _steps(eager: Any) -> list[tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]]:
+    """(input_ids, cache_position) and eager logits: the prompt at once, then greedy decoding."""
+    calls = []
+    ids, pos = torch.tensor([PROMPT]), torch.arange(len(PROMPT))
+    for step in range(1 + DECODE_STEPS):
+        with torch.no_grad():
+            logits = eager.model(input_ids=ids, cache_position=pos)
+        calls.append(((ids, pos), logits))
+        ids, pos = logits[:, -1:].argmax(-1), torch.tensor([len(PROMPT) + step])
+    return calls
+
+
+def test_prefill_and_decode_equal_eager_and_executorch_step_by_step(files: dict[str, Any]) -> None:
+    from executorch.runtime import Runtime
+
+    runtime = Runtime.get()
+    ours = runtime.load_program(files["pte"], data_path=str(files["ptd"])).load_method("forward")
+    theirs = runtime.load_program(files["theirs"]).load_method("forward")
+    calls = _steps(_exportable())
+    assert len(calls) == 1 + DECODE_STEPS
+    for step, (args, expected) in enumerate(calls):
+        (got,) = ours.execute(list(args))
+        (their,) = theirs.execute(list(args))
+        assert got.shape == (1, args[0].shape[1], VOCAB), step
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5, msg=f"step {step} vs eager")
+        torch.testing.assert_close(got, their, rtol=1e-5, atol=1e-6, msg=f"step {step} vs ExecuTorch")
+
+
+def test_the_cache_is_state_that_survives_between_calls(files: dict[str, Any]) -> None:
+    from executorch.runtime import Runtime
+
+    calls = _steps(_exportable())
+    (decode_args, expected) = calls[1]
+    fresh = Runtime.get().load_program(files["pte"], data_path=str(files["ptd"])).load_method("forward")
+    (cold,) = fresh.execute(list(decode_args))  # the first decode step without the prefill before it
+    assert not torch.allclose(cold, expected, rtol=1e-3, atol=1e-4)
+    (prefill_args, _) = calls[0]
+    fresh.execute(list(prefill_args))
+    (warm,) = fresh.execute(list(decode_args))
+    torch.testing.assert_close(warm, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_constant_methods_answer_like_executorchs(files: dict[str, Any]) -> None:
+    from executorch.runtime import Runtime
+
+    ours = Runtime.get().load_program(files["pte"], data_path=str(files["ptd"]))
+    theirs = Runtime.get().load_program(files["theirs"])
+    assert set(METADATA) <= set(ours.method_names)
+    for name, value in METADATA.items():
+        got = ours.load_method(name).execute([])
+        assert got == theirs.load_method(name).execute([]), name
+        assert got == (value if isinstance(value, list) else [value]), name
+
+
+def test_weights_live_in_the_ptd_and_the_cache_is_named_state(files: dict[str, Any]) -> None:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    data = pte.loads_ptd(Path(files["ptd"]).read_bytes())
+    program = files["program"]
+    named = {e.key for m in program.lowered_modules for e in m.module.named_data}
+    assert named and named <= {e.key for e in data.entries}  # every XNNPACK weight is external
+    assert Path(files["pte"]).stat().st_size < sum(e.data.nbytes for e in data.entries)
+    plan = deserialize_pte_binary(Path(files["pte"]).read_bytes()).program.execution_plan[0]
+    names = {v.val.extra_tensor_info.fully_qualified_name for v in plan.values
+             if getattr(v.val, "extra_tensor_info", None) is not None and v.val.allocation_info is not None}
+    assert {f"{kind}_cache_{i}" for kind in ("key", "value") for i in range(2)} <= names
+
+
+def test_debug_maps_cover_every_delegate_call(files: dict[str, Any]) -> None:
+    emitted = files["emitted"]
+    handles, delegates = emitted.debug_handle_map()["forward"], emitted.delegate_map()["forward"]
+    assert delegates and all(d["name"] == "XnnpackBackend" for d in delegates.values())
+    assert all(isinstance(handles[i], list) and handles[i] for i in delegates)
+    assert set(emitted.instruction_id_to_num_outs_map()["forward"]) == set(delegates)
