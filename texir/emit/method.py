@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from texir.adapters import op_schemas as ops
 from texir.adapters.op_schemas import OpSchema
@@ -131,7 +131,9 @@ class MethodEmitter(ValueTable):
                 except PteError as exc:
                     raise EmitError(f"{where} ({node.target}): {exc}") from exc
                 handle = handles[step]
-                if handle is not None and node.target not in (CALL_DELEGATE_TARGET, "higher_order::cond"):
+                if handle is not None and node.target not in (
+                    CALL_DELEGATE_TARGET, "higher_order::cond", "higher_order::map_impl"
+                ):
                     # Each instruction of the node (casts the emitter adds run for it, as the cast
                     # nodes ExecuTorch inserts carry their consumer's handle).
                     self.debug_handles.extend((i, handle) for i in range(before, len(self.instructions)))
@@ -203,10 +205,13 @@ class MethodEmitter(ValueTable):
         if target == "higher_order::cond":
             self.emit_cond(node, where=where)
             return
+        if target == "higher_order::map_impl":
+            self.emit_map(node, where=where)
+            return
         if target.startswith("higher_order::"):
             raise EmitError(
-                f"{where}: control flow ({target}) is not supported by the .pte emitter yet; "
-                "export without torch.cond/torch.map or delegate the region"
+                f"{where}: control flow ({target}) is not supported by the .pte emitter; "
+                "export with torch.cond or torch.map instead, or delegate the region"
             )
         if target in ops.SYM_OPS:
             schema = ops.op_schema(target)
@@ -569,10 +574,64 @@ class MethodEmitter(ValueTable):
                 self.storages[value.storage].end = self.last_step
         self.by_name[node.name] = tuple(outs)
 
+    def emit_map(self, node: CallFunction, *, where: str) -> None:
+        """torch.map as a loop, as ExecuTorch's emitter writes it: n = sym_size(x, 0); then per
+        iteration select_copy(x, 0, i) into the body's first input, the body, et_copy_index(out,
+        result, i), i += 1, and JumpFalse(i == n -> back to the select); finally i -= n, so that
+        the next call starts at 0 again."""
+        if len(node.args) != 3 or not isinstance(node.args[1], (ListArg, TupleArg)) \
+                or not isinstance(node.args[2], (ListArg, TupleArg)):
+            raise EmitError(f"{where}: map_impl needs (body_graph, [mapped], [operands])")
+        body = self.subgraph(node.args[0], where=where)
+        mapped, extra = node.args[1].items, node.args[2].items
+        if len(mapped) != 1:
+            raise EmitError(
+                f"{where}: torch.map over {len(mapped)} tensors; the ExecuTorch runtime's loop maps one "
+                "(stack the inputs into one tensor, or map over a tuple index instead)"
+            )
+        meta = self.graph.meta(node)
+        items = list(meta.items) if isinstance(meta, TupleMeta) else [meta]
+        if len(items) != 1 or not isinstance(items[0], TensorMeta):
+            raise EmitError(f"{where}: torch.map with {len(items)} results; the ExecuTorch runtime's loop "
+                            "returns one tensor (concatenate the results in the body)")
+        placeholders = [n for n in body.nodes if isinstance(n, Placeholder)]
+        slice_meta = body.meta(placeholders[0]) if placeholders else None
+        if not isinstance(slice_meta, TensorMeta):
+            raise EmitError(f"{where}: the map body's first input is not a tensor")
+        x = self.scalar(mapped[0], where=where)
+        operands = [self.scalar(item, where=where) for item in extra]
+        first_storage = len(self.storages)
+        out = self.tensor_value(items[0], where=where, planned=True, start=self.step)
+        out_pending = cast(PendingTensor, self.values[out])
+        out_pending.dynamism = TensorShapeDynamism.DYNAMIC_BOUND  # et_copy_index grows it row by row
+        index = self.add(Int(int_val=0))
+        count = self.add(Int(int_val=0))
+        self.kernel("aten::sym_size.int", (x, self.add(Int(int_val=0)), count))
+        row = self.tensor_value(slice_meta, where=where, planned=True, start=self.step)
+        loop_start = len(self.instructions)
+        self.kernel("aten::select_copy.int_out", (x, self.add(Int(int_val=0)), index, row, row))
+        (result,) = self.emit_branch(body, [row, *operands], [out], where=where)
+        self.kernel("executorch_prim::et_copy_index.tensor", (out, result, index))
+        self.kernel("executorch_prim::add.Scalar", (index, self.add(Int(int_val=1)), index))
+        done = self.add(Bool(bool_val=False))
+        self.kernel("executorch_prim::eq.Scalar", (index, count, done))
+        self.instructions.append(Instruction(instr_args=JumpFalseCall(
+            cond_value_index=done, destination_instruction=loop_start)))
+        self.kernel("executorch_prim::sub.Scalar", (index, count, index))
+        # The body runs many times: its tensors, the row, the result and the operands stay live
+        # (unshared) to the end of the method.
+        for storage in self.storages[first_storage:]:
+            storage.end = self.last_step
+        for value_index in (x, *operands):
+            value = self.values[value_index]
+            if isinstance(value, PendingTensor) and value.storage is not None:
+                self.storages[value.storage].end = self.last_step
+        self.by_name[node.name] = (out,)
+
     def emit_branch(self, graph: Graph, operands: list[int], outs: list[int], *, where: str) -> list[int]:
         placeholders = [n for n in graph.nodes if isinstance(n, Placeholder)]
         if len(placeholders) != len(operands):
-            raise EmitError(f"{where}: branch takes {len(placeholders)} inputs, cond passes {len(operands)}")
+            raise EmitError(f"{where}: body takes {len(placeholders)} inputs, the call passes {len(operands)}")
         saved = (self.by_name, self.metas, self.graph, self._output_names)
         self.by_name, self.metas, self.graph, self._output_names = {}, {}, graph, None
         try:
@@ -592,5 +651,5 @@ class MethodEmitter(ValueTable):
         finally:
             self.by_name, self.metas, self.graph, self._output_names = saved
         if len(results) != len(outs):
-            raise EmitError(f"{where}: branch returns {len(results)} values, cond has {len(outs)} results")
+            raise EmitError(f"{where}: body returns {len(results)} values, the call has {len(outs)} results")
         return results
