@@ -13,7 +13,7 @@ from texir.lowering.backend import (
     registered_backends,
 )
 from texir.lowering.capability import maximal_partitions
-from texir.lowering.lower import lower
+from texir.lowering.lower import lower, lower_with_edge
 from texir.lowering.delegate import (
     LoweringReport,
     PartitionSummary,
@@ -94,6 +94,7 @@ __all__ = [
     "get_lowered_submodules",
     "default_cache",
     "lower",
+    "lower_with_edge",
     "lower_plan",
     "lower_plan_explained",
     "lower_whole",

@@ -19,7 +19,7 @@ from texir.lowering.preprocess import PreprocessCache, default_cache
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
-__all__ = ["lower"]
+__all__ = ["lower", "lower_with_edge"]
 
 _KEPT_WHOLE_ANYWAY = ("quantized_decomposed::", "torchao::")
 """Quantize/dequantize primitives stay whole in any case: leaving them undelegated is fine."""
@@ -72,14 +72,30 @@ def lower(
                 raise PartitionerError(
                     f"partitioners given for methods {unknown} that are not among {sorted(program)}"
                 )
-            return {name: _lower_one(name, p, tuple(partitioners.get(name, ())), options) for name, p in program.items()}
-        return {name: _lower_one(name, p, tuple(partitioners), options) for name, p in program.items()}
+            return {name: _lower_one(name, p, tuple(partitioners.get(name, ())), options)[0] for name, p in program.items()}
+        return {name: _lower_one(name, p, tuple(partitioners), options)[0] for name, p in program.items()}
     if isinstance(partitioners, Mapping):
         raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
+    return _lower_one("forward", program, tuple(partitioners), options)[0]
+
+
+def lower_with_edge(
+    program: Source,
+    partitioners: Sequence[Partitioner],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
+) -> tuple[Program, Program]:
+    """`lower` for one program, also returning the edge program it partitioned (decomposed, with
+    the to_edge rewrites, before any delegation): what ExecuTorch records in an ETRecord as the
+    edge dialect program, so that profiling tools can name the nodes inside delegates."""
+    options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
     return _lower_one("forward", program, tuple(partitioners), options)
 
 
-def _lower_one(method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions) -> Program:
+def _lower_one(
+    method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions
+) -> tuple[Program, Program]:
     # Imported here: the adapters pull in torch, and `texir --help` stays torch-free.
     from torch.export import ExportedProgram
 
@@ -129,10 +145,11 @@ def _lower_one(method: str, source: Source, partitioners: tuple[Partitioner, ...
     program = from_exported_program(ep, decompose=True, keep=sorted(keep))
     for edge_pass in TO_EDGE_PASSES:
         program = edge_pass(program)
+    edge = program
     for partitioner in partitioners:
         program = lower_plan(program, call_partitioner(partitioner, program), preprocess=options)
     _check_kept_ops_delegated(method, program, keep)
-    return program
+    return program, edge
 
 
 def _renamed_targets(program: Program, names: Mapping[str, str]) -> Program:

@@ -20,6 +20,7 @@ from texir.adapters.executorch.backend import (
 )
 from texir.adapters.executorch.deps import ExecutorchUnavailableError, require_executorch
 from texir.adapters.executorch.edge_program import edge_target, to_edge_exported_program
+from texir.adapters.executorch.etrecord import EtrecordError, write_etrecord
 from texir.adapters.executorch.names import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
 from texir.adapters.executorch.runtime import RuntimeRunError, run_pte
 from texir.adapters.executorch.partitioner import ExecutorchPartitioner, executorch_partitioner
@@ -31,6 +32,7 @@ __all__ = [
     "ExecutorchBackend",
     "ExecutorchPartitioner",
     "ExecutorchUnavailableError",
+    "EtrecordError",
     "edge_target",
     "executorch_backend_class",
     "executorch_partitioner",
@@ -39,4 +41,5 @@ __all__ = [
     "run_pte",
     "require_executorch",
     "to_edge_exported_program",
+    "write_etrecord",
 ]
