@@ -23,7 +23,6 @@ from texir.ir.types import (
     DelegateMeta,
     FloatArg,
     GetAttr,
-    Graph,
     IntArg,
     ListArg,
     NoneArg,
@@ -33,7 +32,6 @@ from texir.ir.types import (
     Placeholder,
     Ref,
     ScalarMeta,
-    SubgraphMeta,
     SymBoolMeta,
     SymFloatMeta,
     SymIntMeta,
@@ -56,8 +54,6 @@ from texir.serialize.pte.schema import (
     Instruction,
     Int,
     IntList,
-    JumpFalseCall,
-    MoveCall,
     Null,
     ScalarType,
     TensorList,
@@ -79,10 +75,10 @@ from texir.emit.common import (
     literal_of,
 )
 from texir.emit.debug import DelegateDebug
-from texir.emit.values import ValueTable
+from texir.emit.control_flow import ControlFlow
 
 
-class MethodEmitter(ValueTable):
+class MethodEmitter(ControlFlow):
     """Emits one edge-form Program as a `.pte` ExecutionPlan."""
 
     def emit_method(self) -> ExecutionPlan:
@@ -519,137 +515,3 @@ class MethodEmitter(ValueTable):
                 self.outputs.append(self.ref(arg.name, where=where))
             else:
                 self.outputs.append(self.scalar(arg, where=where))
-
-    def subgraph(self, arg: Argument, *, where: str) -> Graph:
-        meta = self.metas.get(arg.name) if isinstance(arg, Ref) else None
-        if not isinstance(meta, SubgraphMeta):
-            raise EmitError(f"{where}: branch argument is not a get_attr of a nested graph")
-        for sub in self.graph.subgraphs:
-            if sub.name == meta.graph:
-                return sub.graph
-        raise EmitError(f"{where}: nested graph {meta.graph!r} is missing from the graph's subgraphs")
-
-    def emit_cond(self, node: CallFunction, *, where: str) -> None:
-        """torch.cond inlined with jumps, as ExecuTorch's emitter does: JumpFalse(pred -> else), true
-        branch, moves into the results, JumpFalse(False -> end), false branch, moves."""
-        operand_arg = node.args[3] if len(node.args) == 4 else None
-        if not isinstance(operand_arg, (ListArg, TupleArg)):
-            raise EmitError(f"{where}: cond needs (pred, true_graph, false_graph, operands)")
-        pred_arg, true_arg, false_arg = node.args[:3]
-        pred = self.scalar(pred_arg, where=where)
-        true_graph = self.subgraph(true_arg, where=where)
-        false_graph = self.subgraph(false_arg, where=where)
-        operands = [self.scalar(item, where=where) for item in operand_arg.items]
-        meta = self.graph.meta(node)
-        item_metas = list(meta.items) if isinstance(meta, TupleMeta) else [meta] if meta is not None else []
-        outs: list[int] = []
-        for m in item_metas:
-            if not isinstance(m, TensorMeta):
-                raise EmitError(f"{where}: cond result of kind {type(m).__name__} is not supported")
-            outs.append(self.tensor_value(m, where=where, planned=True, start=self.step))
-        first_storage = len(self.storages)
-        jump_else = len(self.instructions)
-        self.instructions.append(Instruction(instr_args=JumpFalseCall(cond_value_index=pred,
-                                                                      destination_instruction=-1)))
-        for src, dst in zip(self.emit_branch(true_graph, operands, outs, where=where), outs):
-            self.instructions.append(Instruction(instr_args=MoveCall(move_from=src, move_to=dst)))
-        false_value = self.add(Bool(bool_val=False))
-        jump_end = len(self.instructions)
-        self.instructions.append(Instruction(instr_args=JumpFalseCall(cond_value_index=false_value,
-                                                                      destination_instruction=-1)))
-        else_start = len(self.instructions)
-        for src, dst in zip(self.emit_branch(false_graph, operands, outs, where=where), outs):
-            self.instructions.append(Instruction(instr_args=MoveCall(move_from=src, move_to=dst)))
-        self.instructions[jump_else] = Instruction(instr_args=JumpFalseCall(
-            cond_value_index=pred, destination_instruction=else_start))
-        self.instructions[jump_end] = Instruction(instr_args=JumpFalseCall(
-            cond_value_index=false_value, destination_instruction=len(self.instructions)))
-        # A move makes a result share its branch value's tensor, so branch tensors and operands
-        # stay live (unshared) to the end of the method.
-        for storage in self.storages[first_storage:]:
-            storage.end = self.last_step
-        for index in operands:
-            value = self.values[index]
-            if isinstance(value, PendingTensor) and value.storage is not None:
-                self.storages[value.storage].end = self.last_step
-        self.by_name[node.name] = tuple(outs)
-
-    def emit_map(self, node: CallFunction, *, where: str) -> None:
-        """torch.map as a loop, as ExecuTorch's emitter writes it: n = sym_size(x, 0); then per
-        iteration select_copy(x, 0, i) into the body's first input, the body, et_copy_index(out,
-        result, i), i += 1, and JumpFalse(i == n -> back to the select); finally i -= n, so that
-        the next call starts at 0 again."""
-        if len(node.args) != 3 or not isinstance(node.args[1], (ListArg, TupleArg)) \
-                or not isinstance(node.args[2], (ListArg, TupleArg)):
-            raise EmitError(f"{where}: map_impl needs (body_graph, [mapped], [operands])")
-        body = self.subgraph(node.args[0], where=where)
-        mapped, extra = node.args[1].items, node.args[2].items
-        if len(mapped) != 1:
-            raise EmitError(
-                f"{where}: torch.map over {len(mapped)} tensors; the ExecuTorch runtime's loop maps one "
-                "(stack the inputs into one tensor, or map over a tuple index instead)"
-            )
-        meta = self.graph.meta(node)
-        items = list(meta.items) if isinstance(meta, TupleMeta) else [meta]
-        if len(items) != 1 or not isinstance(items[0], TensorMeta):
-            raise EmitError(f"{where}: torch.map with {len(items)} results; the ExecuTorch runtime's loop "
-                            "returns one tensor (concatenate the results in the body)")
-        placeholders = [n for n in body.nodes if isinstance(n, Placeholder)]
-        slice_meta = body.meta(placeholders[0]) if placeholders else None
-        if not isinstance(slice_meta, TensorMeta):
-            raise EmitError(f"{where}: the map body's first input is not a tensor")
-        x = self.scalar(mapped[0], where=where)
-        operands = [self.scalar(item, where=where) for item in extra]
-        first_storage = len(self.storages)
-        out = self.tensor_value(items[0], where=where, planned=True, start=self.step)
-        out_pending = cast(PendingTensor, self.values[out])
-        out_pending.dynamism = TensorShapeDynamism.DYNAMIC_BOUND  # et_copy_index grows it row by row
-        index = self.add(Int(int_val=0))
-        count = self.add(Int(int_val=0))
-        self.kernel("aten::sym_size.int", (x, self.add(Int(int_val=0)), count))
-        row = self.tensor_value(slice_meta, where=where, planned=True, start=self.step)
-        loop_start = len(self.instructions)
-        self.kernel("aten::select_copy.int_out", (x, self.add(Int(int_val=0)), index, row, row))
-        (result,) = self.emit_branch(body, [row, *operands], [out], where=where)
-        self.kernel("executorch_prim::et_copy_index.tensor", (out, result, index))
-        self.kernel("executorch_prim::add.Scalar", (index, self.add(Int(int_val=1)), index))
-        done = self.add(Bool(bool_val=False))
-        self.kernel("executorch_prim::eq.Scalar", (index, count, done))
-        self.instructions.append(Instruction(instr_args=JumpFalseCall(
-            cond_value_index=done, destination_instruction=loop_start)))
-        self.kernel("executorch_prim::sub.Scalar", (index, count, index))
-        # The body runs many times: its tensors, the row, the result and the operands stay live
-        # (unshared) to the end of the method.
-        for storage in self.storages[first_storage:]:
-            storage.end = self.last_step
-        for value_index in (x, *operands):
-            value = self.values[value_index]
-            if isinstance(value, PendingTensor) and value.storage is not None:
-                self.storages[value.storage].end = self.last_step
-        self.by_name[node.name] = (out,)
-
-    def emit_branch(self, graph: Graph, operands: list[int], outs: list[int], *, where: str) -> list[int]:
-        placeholders = [n for n in graph.nodes if isinstance(n, Placeholder)]
-        if len(placeholders) != len(operands):
-            raise EmitError(f"{where}: body takes {len(placeholders)} inputs, the call passes {len(operands)}")
-        saved = (self.by_name, self.metas, self.graph, self._output_names)
-        self.by_name, self.metas, self.graph, self._output_names = {}, {}, graph, None
-        try:
-            for ph, index in zip(placeholders, operands):
-                self.by_name[ph.name] = index
-                self.metas[ph.name] = graph.meta(ph)
-            results: list[int] = []
-            for n in graph.nodes:
-                if isinstance(n, GetAttr):
-                    self.metas[n.name] = graph.meta(n)
-                elif isinstance(n, CallFunction):
-                    self.metas[n.name] = graph.meta(n)
-                    self.where = f"{where} > {n.name!r} ({n.target})"
-                    self.emit_call(n, where=self.where)
-                elif isinstance(n, Output):
-                    results = [self.scalar(a, where=where) for a in n.args]
-        finally:
-            self.by_name, self.metas, self.graph, self._output_names = saved
-        if len(results) != len(outs):
-            raise EmitError(f"{where}: body returns {len(results)} values, the call has {len(outs)} results")
-        return results

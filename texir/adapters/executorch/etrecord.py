@@ -15,22 +15,32 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from texir.adapters.executorch.deps import require_executorch
-from texir.emit.debug import Emitted
 from texir.errors import TexirError, UnsupportedError
 from texir.ir.types import Program
 
-__all__ = ["EtrecordError", "write_etrecord"]
+__all__ = ["DebugMaps", "EtrecordError", "write_etrecord"]
 
 
 class EtrecordError(TexirError):
     """The ETRecord cannot be written for this program and emitter output."""
 
 
+class DebugMaps(Protocol):
+    """What `texir.emit.emit_with_debug` returns (`Emitted`); emit sits above this bridge, so the
+    bridge names only the maps it reads."""
+
+    def debug_handle_map(self) -> dict[str, dict[int, int | list[int]]]: ...
+
+    def delegate_map(self) -> dict[str, dict[int, dict[str, object]]]: ...
+
+    def instruction_id_to_num_outs_map(self) -> dict[str, dict[int, int]]: ...
+
+
 def write_etrecord(
-    path: str | os.PathLike[str], program: Program | Mapping[str, Program], emitted: Emitted
+    path: str | os.PathLike[str], program: Program | Mapping[str, Program], emitted: DebugMaps
 ) -> None:
     """Write the ETRecord of `program` (the edge program before partitioning, as `lower_with_edge`
     returns it, or the emitted Program itself; or a mapping method name -> one) and `emitted` (what
@@ -39,7 +49,8 @@ def write_etrecord(
     from executorch.devtools.etrecord._etrecord import ETRecord
 
     methods = {"forward": program} if isinstance(program, Program) else dict(program)
-    debug_names = [m.name for m in emitted.debug]
+    handles = emitted.debug_handle_map()
+    debug_names = sorted(handles)
     if sorted(methods) != debug_names:
         raise EtrecordError(
             f"the emitter output has methods {debug_names} but the program has {sorted(methods)}; pass the "
@@ -48,7 +59,7 @@ def write_etrecord(
     edge = {name: _exported(name, methods[name]) for name in sorted(methods)}
     record = ETRecord(
         edge_dialect_program=edge["forward"] if list(edge) == ["forward"] else edge,
-        _debug_handle_map=emitted.debug_handle_map(),
+        _debug_handle_map=handles,
         _delegate_map=emitted.delegate_map(),
         _instruction_id_to_num_outs_map=emitted.instruction_id_to_num_outs_map(),
     )
