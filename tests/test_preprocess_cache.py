@@ -143,3 +143,24 @@ def test_worker_task_reports_a_failing_backend_as_the_serial_run_does() -> None:
         run_preprocess([PreprocessRequest("texir-failing-x", program, (), "tag1")])
     with pytest.raises(BackendPreprocessError, match=r"jobs must be at least 1"):
         run_preprocess([], jobs=0)
+
+
+def _aliases_its_weights(program: Program) -> bool:
+    """Every named-data payload is the sub-program's own weight payload (the same Blob object)."""
+    found = []
+    for named in program.lowered_modules:
+        own = {id(e.value.data) for e in named.module.original_program.state}
+        found += [id(e.data) in own for e in named.module.named_data]
+    return bool(found) and all(found)
+
+
+@pytest.mark.parametrize("how", ["serial", "jobs=2", "disk cache"])
+def test_weights_stored_as_they_are_share_the_programs_payload(how: str, tmp_path: Path) -> None:
+    """XNNPACK stores fp32 linear weights unchanged: lowering keeps one copy of them, not two."""
+    if how == "disk cache":
+        lower(_model(), _xnnpack(), cache=PreprocessCache(tmp_path))
+        program = lower(_model(), _xnnpack(), cache=PreprocessCache(tmp_path))  # every result read back
+    else:
+        program = lower(_model(), _xnnpack(), cache=None, jobs=2 if how == "jobs=2" else 1)
+    assert _aliases_its_weights(program)
+    assert _pte(program) == _cold()

@@ -178,6 +178,20 @@ def _preprocess(backend: Backend, request: PreprocessRequest) -> PreprocessResul
     return check_result(request.backend_id, result, request.tag)
 
 
+def share_state_payloads(result: PreprocessResult, program: Program) -> PreprocessResult:
+    """`result` with each named-data payload that holds exactly the bytes of one of `program`'s
+    state tensors (a backend storing a weight as it is) replaced by that tensor's own payload, so
+    the backend's copy can be freed: lowering then needs no second copy of such weights."""
+    if not result.named_data or not program.state:
+        return result
+    by_hash = {e.value.sha256: e.value.data for e in program.state if e.value.data is not None}
+    shared = []
+    for entry in result.named_data:
+        own = by_hash.get(entry.sha256)
+        shared.append(entry if own is None or own.nbytes != entry.nbytes else msgspec.structs.replace(entry, data=own))
+    return msgspec.structs.replace(result, named_data=tuple(shared))
+
+
 def run_task(task: tuple[Backend, str, bytes, tuple[CompileSpec, ...], str | None]) -> tuple[bool, bytes | str]:
     """In a worker process: (True, encoded result) or (False, the typed error's message)."""
     from texir.serialize import snapshot
@@ -302,13 +316,16 @@ def run_preprocess(
     sent = {i for i, _ in parallel}
     for i in todo:
         if i not in sent:
-            results[i] = _preprocess(backends[i], requests[i])
+            results[i] = share_state_payloads(_preprocess(backends[i], requests[i]), requests[i].program)
     if parallel:
         for (i, _), (ok, payload) in zip(parallel, _in_workers([t for _, t in parallel], jobs)):
             if not ok:
                 raise BackendPreprocessError(str(payload))
             assert isinstance(payload, bytes)
-            results[i] = _decode(payload)
+            results[i] = share_state_payloads(_decode(payload), requests[i].program)
+    for i, found in enumerate(results):
+        if found is not None and i not in todo:  # from the cache: its copies can go too
+            results[i] = share_state_payloads(found, requests[i].program)
     modules = []
     for i, (request, result) in enumerate(zip(requests, results)):
         assert result is not None  # every index was looked up or compiled above
