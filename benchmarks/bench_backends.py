@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 import warnings
 from typing import Any
 
-from _memory import reset_peak, status  # benchmarks/ is on sys.path when a bench runs
+from _child import ROOT, spawn  # benchmarks/ is on sys.path when a bench runs
+from _memory import reset_peak, status
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _model(name: str, blocks: int, changed: bool = False) -> tuple[Any, tuple[Any, ...]]:
@@ -137,12 +135,7 @@ def _child(side: str, name: str, blocks: int) -> dict[str, Any]:
 
 
 def _spawn(side: str, name: str, blocks: int) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", side, name, str(blocks)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{side} {name} failed:\n{proc.stderr[-3000:]}")
-    parsed: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return parsed
+    return spawn(__file__, ["--child", side, name, str(blocks)], f"{side} {name}")
 
 
 def main(argv: list[str] | None = None) -> int:

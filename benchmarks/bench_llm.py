@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,11 +27,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from _memory import reset_peak, status  # benchmarks/ is on sys.path when a bench runs
+from _child import ROOT, spawn  # benchmarks/ is on sys.path when a bench runs
+from _memory import reset_peak, status
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAG = "_default_external_constant"
 MAX_CACHE = 128
+PROMPT = [1, 2, 3, 4]
 
 CONFIGS: dict[str, dict[str, Any]] = {
     # Llama-3.2-1B's shape: 1.24B parameters (the embedding tied to the output projection)
@@ -45,27 +44,21 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def _exportable(size: str) -> Any:
-    import torch
-    import transformers
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+    from tests.real_models import static_cache_llama
 
-    config = transformers.LlamaConfig(max_position_embeddings=2048, **CONFIGS[size])
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    model.generation_config.use_cache = True
-    model.generation_config.cache_implementation = "static"
-    return TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=MAX_CACHE).eval()
+    return static_cache_llama(dict(max_position_embeddings=2048, **CONFIGS[size]), MAX_CACHE)
 
 
 def _export(exportable: Any, module: Any = None) -> Any:
     import torch
 
-    seq = torch.export.Dim("seq", min=1, max=MAX_CACHE - 1)
-    kwargs = {"input_ids": torch.tensor([[1, 2, 3, 4]]), "cache_position": torch.arange(4)}
+    from tests.real_models import export_static_cache_llama
+
+    if module is None:
+        return export_static_cache_llama(exportable, PROMPT, MAX_CACHE)
+    seq = torch.export.Dim("seq", min=1, max=MAX_CACHE - 1)  # ExecuTorch's re-export of the tagged module
+    kwargs = {"input_ids": torch.tensor([PROMPT]), "cache_position": torch.arange(len(PROMPT))}
     shapes = {"input_ids": {1: seq}, "cache_position": {0: seq}}
-    if module is None:  # strict: see tests/test_llm_path.py
-        return exportable.export(**kwargs, strict=True, dynamic_shapes=shapes)
     return torch.export.export(module, (), kwargs, dynamic_shapes=shapes, strict=True)
 
 
@@ -135,12 +128,7 @@ def _child(side: str, size: str, out: Path) -> dict[str, Any]:
 
 def _spawn(side: str, size: str, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, __file__, "--child", side, size, str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{side} failed:\n{proc.stderr[-3000:]}")
-    parsed: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return parsed
+    return spawn(__file__, ["--child", side, size, str(out)], side)
 
 
 def main(argv: list[str] | None = None) -> int:

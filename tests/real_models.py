@@ -210,3 +210,35 @@ def real_export(name: str) -> tuple[torch.export.ExportedProgram, tuple[Any, ...
     """The model exported (not decomposed), with its example args. Callers must not mutate it."""
     module, args = real_model(name).build()
     return torch.export.export(module, args, strict=False), args
+
+
+# ------------------------------------------------------------------------------------------------
+# A Llama-architecture decoder with transformers' static KV cache, as transformers exports it for
+# ExecuTorch (tests/test_llm_path.py with a tiny config; benchmarks/bench_llm.py with a 1B one)
+
+
+def static_cache_llama(config: dict[str, Any], max_cache: int) -> Any:
+    """`TorchExportableModuleForDecoderOnlyLM` over a randomly initialised LlamaForCausalLM."""
+    ensure_torchvision_ops()
+    import transformers
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    cfg = transformers.LlamaConfig(**config)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.generation_config.use_cache = True
+    model.generation_config.cache_implementation = "static"
+    return TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=max_cache).eval()
+
+
+def export_static_cache_llama(exportable: Any, prompt: list[int], max_cache: int) -> torch.export.ExportedProgram:
+    """Exported with a dynamic sequence length (prefill and decode in one method). Strict: with
+    non-strict export torch 2.13 lifts the cache tensors a second time as constants aliasing the
+    buffers, and run_decompositions then fails (in ExecuTorch's pipeline too)."""
+    seq = torch.export.Dim("seq", min=1, max=max_cache - 1)
+    ep: torch.export.ExportedProgram = exportable.export(
+        input_ids=torch.tensor([prompt]), cache_position=torch.arange(len(prompt)), strict=True,
+        dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
+    )
+    return ep

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.real_models import ensure_torchvision_ops
+from tests.real_models import export_static_cache_llama, static_cache_llama
 from texir.adapters import constant_methods
 from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit_with_debug
 from texir.serialize import pte
@@ -30,31 +30,15 @@ METADATA: dict[str, Any] = {
 
 
 def _exportable() -> Any:
-    ensure_torchvision_ops()
-    import transformers
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
-
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64,
+    return static_cache_llama(
+        dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64),
+        MAX_CACHE,
     )
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    model.generation_config.use_cache = True
-    model.generation_config.cache_implementation = "static"
-    return TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=MAX_CACHE).eval()
 
 
 def _export(exportable: Any) -> torch.export.ExportedProgram:
-    # strict: with non-strict export torch 2.13 lifts the cache tensors a second time as constants
-    # aliasing the buffers, and run_decompositions then fails (in ExecuTorch's pipeline too).
-    seq = torch.export.Dim("seq", min=1, max=MAX_CACHE - 1)
-    ep: torch.export.ExportedProgram = exportable.export(
-        input_ids=torch.tensor([PROMPT]), cache_position=torch.arange(len(PROMPT)), strict=True,
-        dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
-    )
-    return ep
+    return export_static_cache_llama(exportable, PROMPT, MAX_CACHE)
 
 
 @pytest.fixture(scope="module")

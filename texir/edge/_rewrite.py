@@ -8,12 +8,14 @@ from dataclasses import dataclass
 
 import msgspec
 
+from texir.adapters.op_schemas import op_facts
 from texir.errors import PteError
 from texir.ir.builder import GraphBuilder
 from texir.ir.names import NameAllocator, rename_node, rename_output_spec
-from texir.ir.types import Graph, Node, Program, Provenance, Subgraph, ValueMeta
+from texir.ir.types import Argument, CallFunction, Graph, Node, Program, Provenance, Ref, Subgraph, ValueMeta
 
-__all__ = ["EdgeError", "Entry", "Forward", "MetaLookup", "NodeRule", "all_names", "rewrite_graph", "rewrite_program"]
+__all__ = ["EdgeError", "Entry", "Forward", "MetaLookup", "NodeRule", "all_names", "map_tensor_refs",
+           "rewrite_graph", "rewrite_program"]
 
 Entry = tuple[Node, ValueMeta | None, Provenance | None]
 
@@ -102,3 +104,26 @@ class MetaLookup:
             entry = (graph, {node.name: graph.meta(node) for node in graph.nodes})
             self._tables[id(graph)] = entry
         return entry[1].get(name)
+
+
+def map_tensor_refs(node: CallFunction, fn: Callable[[Ref], Argument]) -> CallFunction | None:
+    """`node` with `fn` applied to each `Ref` argument its op's schema types as a Tensor
+    (positional and keyword); None when the op is unknown or `fn` changed nothing."""
+    facts = op_facts(node.target)
+    if facts is None:
+        return None
+    positional = [a for a in facts.schema.arguments if not a.kwarg_only]
+    kinds = {a.name: a.kind for a in facts.schema.in_args}
+    changed = False
+
+    def one(name: str, arg: Argument) -> Argument:
+        nonlocal changed
+        if kinds.get(name) != "tensor" or not isinstance(arg, Ref):
+            return arg
+        new = fn(arg)
+        changed = changed or new is not arg
+        return new
+
+    args = tuple(one(a.name, v) for a, v in zip(positional, node.args)) + node.args[len(positional):]
+    kwargs = tuple((k, one(k, v)) for k, v in node.kwargs)
+    return msgspec.structs.replace(node, args=args, kwargs=kwargs) if changed else None

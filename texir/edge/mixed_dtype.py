@@ -6,8 +6,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from texir.adapters.op_schemas import op_facts
-from texir.edge._rewrite import Entry, Forward, MetaLookup, all_names, rewrite_program
+from texir.edge._rewrite import Entry, Forward, MetaLookup, all_names, map_tensor_refs, rewrite_program
 from texir.ir.names import NameAllocator
 from texir.ir.types import (
     Argument,
@@ -43,19 +42,12 @@ class _Rule:
             return None
         if not isinstance(meta, TensorMeta) or meta.dtype not in DTYPE_TO_SCALAR_TYPE:
             return None
-        facts = op_facts(node.target)
-        if facts is None:
-            return None
-        positional = [a for a in facts.schema.arguments if not a.kwarg_only]
-        kinds = {a.name: a.kind for a in facts.schema.in_args}
         casts: list[Entry] = []
 
-        def cast(name: str, arg: Argument) -> Argument:
-            if kinds.get(name) != "tensor" or not isinstance(arg, Ref):
-                return arg  # scalars are lifted (and cast) where the emitter meets them
+        def cast(arg: Ref) -> Argument:
             source = self.meta_of(graph, arg.name)
             if not isinstance(source, TensorMeta) or source.dtype == meta.dtype:
-                return arg
+                return arg  # (scalars are lifted, and cast, where the emitter meets them)
             out = self.names.fresh("_to_dim_order_copy")
             cast_meta = msgspec.structs.replace(source, dtype=meta.dtype, requires_grad=False)
             casts.append((
@@ -64,11 +56,8 @@ class _Rule:
             ))
             return Ref(name=out)
 
-        args = tuple(cast(a.name, v) for a, v in zip(positional, node.args))
-        kwargs = tuple((k, cast(k, v)) for k, v in node.kwargs)
-        if not casts:
-            return None
-        return (*casts, (msgspec.structs.replace(node, args=args, kwargs=kwargs), meta, prov))
+        new = map_tensor_refs(node, cast)
+        return None if new is None else (*casts, (new, meta, prov))
 
 
 def cast_mixed_operands(program: Program) -> Program:

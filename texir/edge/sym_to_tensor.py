@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import msgspec
-
-from texir.adapters.op_schemas import op_facts
-from texir.edge._rewrite import Entry, Forward, MetaLookup, all_names, rewrite_program
+from texir.edge._rewrite import Entry, Forward, MetaLookup, all_names, map_tensor_refs, rewrite_program
 from texir.ir.names import NameAllocator
 from texir.ir.types import (
     Argument,
@@ -45,16 +42,9 @@ class _Rule:
     def __call__(self, node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph) -> Forward | Sequence[Entry] | None:
         if not isinstance(node, CallFunction) or node.target == SCALAR_TENSOR_TARGET:
             return None
-        facts = op_facts(node.target)
-        if facts is None:
-            return None
-        positional = [a for a in facts.schema.arguments if not a.kwarg_only]
-        kinds = {a.name: a.kind for a in facts.schema.in_args}
         made: list[Entry] = []
 
-        def coerce(name: str, arg: Argument) -> Argument:
-            if kinds.get(name) != "tensor" or not isinstance(arg, Ref):
-                return arg
+        def coerce(arg: Ref) -> Argument:
             dtype = _DTYPE_OF.get(type(self.meta_of(graph, arg.name)))
             if dtype is None:
                 return arg
@@ -65,11 +55,8 @@ class _Rule:
             ))
             return Ref(name=out)
 
-        args = tuple(coerce(a.name, v) for a, v in zip(positional, node.args)) + node.args[len(positional):]
-        kwargs = tuple((k, coerce(k, v)) for k, v in node.kwargs)
-        if not made:
-            return None
-        return (*made, (msgspec.structs.replace(node, args=args, kwargs=kwargs), meta, prov))
+        new = map_tensor_refs(node, coerce)
+        return None if new is None else (*made, (new, meta, prov))
 
 
 def sym_operands_to_tensors(program: Program) -> Program:

@@ -1,0 +1,20 @@
+"""Running one side of a benchmark in a fresh Python process (the benchmarks share it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def spawn(script: str, args: list[str], label: str) -> dict[str, Any]:
+    """Run `python script *args` from the project root; its last stdout line is a JSON object."""
+    proc = subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{label} failed:\n{proc.stderr[-3000:]}")
+    parsed: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return parsed
