@@ -20,31 +20,12 @@ pytest.importorskip("executorch", reason="the executorch test extra (pip install
 ET_FAILS_PLAIN = {"accumulate", "topk"}
 ET_FAILS_XNNPACK = ET_FAILS_PLAIN | {"norms", "cond_closure_nested"}
 
-# After each partition ExecuTorch re-sorts the whole graph with torch.fx's legalize_graph, a
-# breadth-first topological sort that its own docs call unstable; texir keeps the program's order.
-# Where the two orders differ, the same instructions (and so the same handles, delegate entries and
-# output counts) sit at other indices, and a delegate lists its nodes' handles in another order:
-# compared as multisets; the outputs are equal (tests/test_executorch_backends.py).
-REORDERED_BY_LEGALIZE = {
-    "attention", "transformer_block", "running_stats", "dict_io", "split_chunk", "scalars",
-    "int_lists", "cat_stack", "index_gather", "where_mask", "dtypes", "pad_slice",
-}
-
-
 def _maps(manager_or_emitted: Any) -> tuple[Any, Any, Any]:
     if isinstance(manager_or_emitted, Emitted):
         e = manager_or_emitted
         return e.debug_handle_map(), e.delegate_map(), e.instruction_id_to_num_outs_map()
     m = manager_or_emitted
     return m.debug_handle_map, m.delegate_map, m._emitter_output.instruction_id_to_num_outs_map
-
-
-def _unordered(maps: tuple[Any, Any, Any]) -> list[list[str]]:
-    # A delegate's handle list follows its sub-graph's node order, which legalize_graph sorts too.
-    def norm(v: Any) -> str:
-        return repr(sorted(v)) if isinstance(v, list) else repr(v)
-
-    return [sorted(norm(v) for method in m.values() for v in method.values()) for m in maps]
 
 
 def _export(model: ZooModel) -> tuple[torch.export.ExportedProgram, Any]:
@@ -73,11 +54,8 @@ def test_xnnpack_programs_map_instructions_and_delegates_like_executorch(model: 
 
     theirs = _maps(to_edge_transform_and_lower(_export(model)[0], partitioner=[XnnpackPartitioner()]).to_executorch())
     ours = _maps(emit_with_debug(lower(_export(model)[0], [executorch_partitioner(XnnpackPartitioner())])))
-    if model.name in REORDERED_BY_LEGALIZE:
-        assert ours != theirs, f"{model.name} now matches ExecuTorch exactly: drop it from REORDERED_BY_LEGALIZE"
-        assert _unordered(ours) == _unordered(theirs)
-    else:
-        assert ours == theirs
+    # exact: texir's lower places nodes as ExecuTorch's to_backend leaves them (texir.lowering.fx_order)
+    assert ours == theirs
     delegates = ours[1]["forward"]
     assert all(d["name"] == "XnnpackBackend" for d in delegates.values())
     assert set(ours[2]["forward"]) == set(delegates)  # every delegate call has an output count

@@ -4,9 +4,10 @@ For every model of the zoo, nine torchvision and five transformers architectures
 from small configs) and four pt2e int8 models: texir's `lower(ep, [executorch_partitioner(
 XnnpackPartitioner())])` + `emit` against ExecuTorch's `to_edge_transform_and_lower(ep,
 [XnnpackPartitioner()]).to_executorch()`. Both `.pte` files run in the ExecuTorch runtime; outputs
-must equal each other and eager; delegate count, named data and kernels must be equal, and the
-XNNPACK blobs byte-equal except where `REORDERED` says why they are not. Where ExecuTorch fails,
-`EXECUTORCH_FAILS` pins its failure and what texir does instead."""
+must equal each other and eager; delegate count, named data, kernels and the XNNPACK blobs must be
+byte-equal (texir's `lower` places nodes as ExecuTorch's to_backend leaves them, re-sorts included:
+`texir.lowering.fx_order`). Where ExecuTorch fails, `EXECUTORCH_FAILS` pins its failure and what
+texir does instead."""
 
 from __future__ import annotations
 
@@ -23,18 +24,6 @@ from torch.utils import _pytree as pytree
 from tests.real_models import QUANTIZED, REAL_MODELS, real_export
 from tests.xnnpack_oracle import Lowered, executorch_xnnpack, pte_view, run_pte, texir_xnnpack
 from tests.zoo import STATEFUL_CALLS, ZOO, cached_export, example_argsets, fresh_module, zoo_model
-
-REORDERED = frozenset({
-    "attention", "transformer_block", "cat_stack", "shufflenet_v2_x0_5", "vit_tiny",
-    "gpt2", "llama", "bert", "distilbert", "hf_vit",
-})
-"""Models whose XNNPACK blobs differ in bytes, for one reason: after fusing each partition ExecuTorch
-re-sorts the whole graph (torch.fx `legalize_graph`, a FIFO topological sort), so the partitions it
-fuses later list independent nodes in another order than the program has; texir keeps the program's
-order. XNNPACK numbers values in node order, so the bytes differ while the computation is the same.
-For these the test proves that: each delegate's sub-program has the same ops with the same shapes
-as ExecuTorch's, and the outputs are equal."""
-
 
 @dataclass(frozen=True)
 class Failure:
@@ -135,11 +124,8 @@ def _check_same(name: str, *, quantized: bool = False) -> None:
     assert b.named == a.named, f"{name}: named data differs (keys {sorted(a.named)} vs {sorted(b.named)})"
     assert b.kernels == a.kernels, f"{name}: kernels {b.kernels} != ExecuTorch's {a.kernels}"
     assert tx.partitions == et.partitions, f"{name}: delegated sub-programs differ in their ops"
-    if name in REORDERED:
-        assert b.delegates != a.delegates, f"{name}: blobs are byte-equal now: remove it from REORDERED"
-    else:
-        for i, ((_, blob_a), (_, blob_b)) in enumerate(zip(a.delegates, b.delegates)):
-            assert blob_b == blob_a, f"{name}: delegate {i} blob differs ({len(blob_b)} vs {len(blob_a)} bytes)"
+    for i, ((_, blob_a), (_, blob_b)) in enumerate(zip(a.delegates, b.delegates)):
+        assert blob_b == blob_a, f"{name}: delegate {i} blob differs ({len(blob_b)} vs {len(blob_a)} bytes)"
     args_list, calls = _argsets(name)
     for args in args_list:
         theirs = run_pte(et.pte, args, calls)

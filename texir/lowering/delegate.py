@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Literal
 
 import msgspec
 
@@ -61,18 +62,29 @@ from texir.ir.names import (
 from texir.ir.verify import verify
 from texir.lowering.preprocess import PreprocessCache, PreprocessRequest, run_preprocess
 from texir.lowering.errors import PartitionerError
+from texir.lowering._parts import Consumable as _Consumable
+from texir.lowering._parts import Entry as _Entry
+from texir.lowering._parts import GraphWork as _GraphWork
+from texir.lowering._parts import Part as _Part
+from texir.lowering._parts import debug_handle_of as _handle
+from texir.lowering._parts import entries_in_final_order
+from texir.lowering._parts import order_like_executorch as _order_like_executorch
 from texir.lowering.lowered import sub_program_call_graph
 from texir.lowering.plan import (
-    CheckedGraph,
     CheckedPlan,
-    DelegationSpec,
     PartitionPlan,
     node_key,
     validate_plan,
     walk_keyed_graphs,
 )
 
-__all__ = ["LoweringReport", "PartitionSummary", "PreprocessOptions", "lower_plan", "lower_plan_explained"]
+__all__ = ["LoweringReport", "NodeOrder", "PartitionSummary", "PreprocessOptions", "lower_plan", "lower_plan_explained"]
+
+NodeOrder = Literal["program", "executorch"]
+"""Where the lowered parent's nodes and each sub-program's nodes go. "program": the program's own
+order, each delegate call at its partition's place. "executorch": the order ExecuTorch's
+to_backend leaves (it re-sorts the graph after fusing each partition; see `texir.lowering.fx_order`),
+so XNNPACK blobs and debug maps come out byte-equal to ExecuTorch's; one graph sort per partition."""
 
 _Cache = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 
@@ -83,58 +95,8 @@ class PreprocessOptions:
 
     cache: PreprocessCache | None = None
     jobs: int = 1
-_Consumable = ParameterInput | BufferInput | ConstantTensorInput
-_Entry = tuple[Node, ValueMeta | None, Provenance | None]
-"""A node with its value metadata and provenance (see `Graph.entries`)."""
-
-
-# --------------------------------------------------------------------------------------------------
-# Building blocks
-
-
-@dataclass
-class _Part:
-    """One partition of one graph while it is being lowered."""
-
-    tag: str
-    spec: DelegationSpec
-    members: list[Node] = field(default_factory=list)
-    names: set[str] = field(default_factory=set)
-    user_inputs: list[str] = field(default_factory=list)
-    user_outputs: list[str] = field(default_factory=list)
-    consumed_mutations: list[tuple[str, int]] = field(default_factory=list)
-    """(value name, parent output position) of buffer mutations that move into the delegate."""
-    sub_program: Program | None = None
-    module_name: str = ""
-    call_name: str = ""
-    getitem_names: list[str] = field(default_factory=list)
-    debug_handle: int = 0
-    last_index: int = 0
-
-
-def _handle(prov: Provenance | None) -> int:
-    return prov.debug_handle if prov is not None and prov.debug_handle is not None else 0
-
-
 # --------------------------------------------------------------------------------------------------
 # The pass
-
-
-@dataclass
-class _GraphWork:
-    """The partitions of one graph while they are lowered (the graph's facts come checked)."""
-
-    checked: CheckedGraph
-    graph: Graph
-    parts: list[_Part]
-    entry_of: dict[str, _Entry]
-    """Each node's entry (node, meta, prov), by name."""
-    backend_meta: dict[str, list[BackendNodeMeta]]
-    """The plan's notes for the backend on this graph's nodes, by node name."""
-
-    @property
-    def path(self) -> tuple[str, ...]:
-        return self.checked.path
 
 
 class PartitionSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -159,29 +121,41 @@ class LoweringReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def lower_plan(
-    program: Program, plan: PartitionPlan, *, _cache: _Cache | None = None, preprocess: PreprocessOptions | None = None
+    program: Program,
+    plan: PartitionPlan,
+    *,
+    _cache: _Cache | None = None,
+    preprocess: PreprocessOptions | None = None,
+    order: NodeOrder = "program",
 ) -> Program:
     """Validate `plan` on `program`, compile every partition, and return the lowered program."""
-    return lower_plan_explained(program, plan, _cache=_cache, preprocess=preprocess).program
+    return lower_plan_explained(program, plan, _cache=_cache, preprocess=preprocess, order=order).program
 
 
 def lower_plan_explained(
-    program: Program, plan: PartitionPlan, *, _cache: _Cache | None = None, preprocess: PreprocessOptions | None = None
+    program: Program,
+    plan: PartitionPlan,
+    *,
+    _cache: _Cache | None = None,
+    preprocess: PreprocessOptions | None = None,
+    order: NodeOrder = "program",
 ) -> LoweringReport:
     """`lower_plan`, also summarising each partition in lowering order."""
+    if order not in ("program", "executorch"):
+        raise PartitionerError(f"order={order!r} is not a node order; use 'program' or 'executorch'")
     # The pass allocates many small objects that all stay alive; the cyclic collector would only
     # rescan the (large, acyclic) IR again and again, so it is paused for the duration.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _lower(program, plan, _cache, preprocess)
+        return _lower(program, plan, _cache, preprocess, order)
     finally:
         if enabled:
             gc.enable()
 
 
 def _lower(
-    program: Program, plan: PartitionPlan, _cache: _Cache | None, preprocess: PreprocessOptions | None
+    program: Program, plan: PartitionPlan, _cache: _Cache | None, preprocess: PreprocessOptions | None, order: NodeOrder
 ) -> LoweringReport:
     # Pass boundary: a malformed input gets the verifier's message (naming the node), not a failure
     # deep inside the pass. Linear in the program's size.
@@ -193,6 +167,9 @@ def _lower(
         s.name: s for s in program.signature.inputs if isinstance(s, (ParameterInput, BufferInput, ConstantTensorInput))
     }
     works = _collect_partitions(program, checked)
+    if order == "executorch":
+        for work in works:
+            _order_like_executorch(work, {} if work.path else top_consumable)
     _build_and_name(program, works, top_consumable)
     lowered = _compile(program, works, {} if _cache is None else _cache, preprocess)
     result = _assemble_program(program, works, top_consumable, lowered)
@@ -545,18 +522,22 @@ def _assemble(
             stack.extend(reversed(ready))
 
     out_node = graph.nodes[-1]
-    for index, node in enumerate(graph.nodes[:-1]):
-        g = node_group[node.name]
-        if g in part_of:
-            if index != part_of[g].last_index:
-                continue
-        else:
-            node_by_group[g] = node
-        reached.add(g)
-        release(g)
     assert isinstance(out_node, Output)
-    if len(done) != len(reached):  # pragma: no cover - validate_plan rules this out
-        raise PartitionerError("internal error: partitions could not be ordered; please report")
+    if work.final is not None:
+        calls = {p.tag: _emit_partition(p, renames, work.entry_of) for p in work.parts}
+        emitted.extend(entries_in_final_order(work, calls, renames, dropped, out_node.name))
+    else:
+        for index, node in enumerate(graph.nodes[:-1]):
+            g = node_group[node.name]
+            if g in part_of:
+                if index != part_of[g].last_index:
+                    continue
+            else:
+                node_by_group[g] = node
+            reached.add(g)
+            release(g)
+        if len(done) != len(reached):  # pragma: no cover - validate_plan rules this out
+            raise PartitionerError("internal error: partitions could not be ordered; please report")
 
     drop_positions = {pos for part in work.parts for _, pos in part.consumed_mutations}
     new_out = rename_node(out_node, renames, rename_self=False)

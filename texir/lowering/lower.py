@@ -11,7 +11,7 @@ import msgspec
 from texir.errors import TexirError
 from texir.ir import CallFunction, Graph, Program
 from texir.lowering.api import call_partitioner
-from texir.lowering.delegate import PreprocessOptions, lower_plan
+from texir.lowering.delegate import NodeOrder, PreprocessOptions, lower_plan
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache, default_cache
@@ -32,7 +32,12 @@ CacheChoice = Union[PreprocessCache, Literal["default"], None]
 
 @overload
 def lower(
-    program: Source, partitioners: Sequence[Partitioner], *, cache: CacheChoice = "default", jobs: int = 1
+    program: Source,
+    partitioners: Sequence[Partitioner],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
+    order: NodeOrder = "executorch",
 ) -> Program: ...
 
 
@@ -43,6 +48,7 @@ def lower(
     *,
     cache: CacheChoice = "default",
     jobs: int = 1,
+    order: NodeOrder = "executorch",
 ) -> dict[str, Program]: ...
 
 
@@ -52,6 +58,7 @@ def lower(
     *,
     cache: CacheChoice = "default",
     jobs: int = 1,
+    order: NodeOrder = "executorch",
 ) -> Program | dict[str, Program]:
     """Lower an ExportedProgram or Program (or a mapping method name -> one) with `partitioners`
     (a sequence for every method, or a mapping method name -> sequence), in order.
@@ -63,7 +70,12 @@ def lower(
 
     Backends' results come from `cache` when it has them ("default": `default_cache()`, in memory
     and under `$TEXIR_CACHE_DIR`; None: no cache); the partitions left to compile run in up to
-    `jobs` worker processes, with the same results as `jobs=1`. Pure: the input is not modified."""
+    `jobs` worker processes, with the same results as `jobs=1`.
+
+    `order` (default "executorch") places nodes as ExecuTorch's to_backend does, so that
+    delegate blobs and debug maps are byte-equal to ExecuTorch's; "program" keeps the program's
+    order (each delegate call at its partition's place), one graph sort per partition cheaper.
+    Pure: the input is not modified."""
     options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
     if isinstance(program, Mapping):
         if isinstance(partitioners, Mapping):
@@ -72,11 +84,11 @@ def lower(
                 raise PartitionerError(
                     f"partitioners given for methods {unknown} that are not among {sorted(program)}"
                 )
-            return {name: _lower_one(name, p, tuple(partitioners.get(name, ())), options)[0] for name, p in program.items()}
-        return {name: _lower_one(name, p, tuple(partitioners), options)[0] for name, p in program.items()}
+            return {name: _lower_one(name, p, tuple(partitioners.get(name, ())), options, order)[0] for name, p in program.items()}
+        return {name: _lower_one(name, p, tuple(partitioners), options, order)[0] for name, p in program.items()}
     if isinstance(partitioners, Mapping):
         raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
-    return _lower_one("forward", program, tuple(partitioners), options)[0]
+    return _lower_one("forward", program, tuple(partitioners), options, order)[0]
 
 
 def lower_with_edge(
@@ -85,16 +97,17 @@ def lower_with_edge(
     *,
     cache: CacheChoice = "default",
     jobs: int = 1,
+    order: NodeOrder = "executorch",
 ) -> tuple[Program, Program]:
     """`lower` for one program, also returning the edge program it partitioned (decomposed, with
     the to_edge rewrites, before any delegation): what ExecuTorch records in an ETRecord as the
     edge dialect program, so that profiling tools can name the nodes inside delegates."""
     options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
-    return _lower_one("forward", program, tuple(partitioners), options)
+    return _lower_one("forward", program, tuple(partitioners), options, order)
 
 
 def _lower_one(
-    method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions
+    method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions, order: NodeOrder
 ) -> tuple[Program, Program]:
     # Imported here: the adapters pull in torch, and `texir --help` stays torch-free.
     from torch.export import ExportedProgram
@@ -147,7 +160,7 @@ def _lower_one(
         program = edge_pass(program)
     edge = program
     for partitioner in partitioners:
-        program = lower_plan(program, call_partitioner(partitioner, program), preprocess=options)
+        program = lower_plan(program, call_partitioner(partitioner, program), preprocess=options, order=order)
     _check_kept_ops_delegated(method, program, keep)
     return program, edge
 

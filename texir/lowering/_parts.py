@@ -1,0 +1,131 @@
+"""The working state of `texir.lowering.delegate` while it lowers a plan: one `Part` per partition,
+one `GraphWork` per graph, and placing them in the order ExecuTorch's to_backend leaves
+(`order_like_executorch`, `entries_in_final_order`; the replay itself is `texir.lowering.fx_order`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from texir.ir import (
+    BackendNodeMeta,
+    BufferInput,
+    ConstantTensorInput,
+    Graph,
+    Node,
+    Output,
+    ParameterInput,
+    Program,
+    Provenance,
+    Ref,
+    ValueMeta,
+)
+from texir.ir.names import rename_node
+from texir.lowering.errors import PartitionerError
+from texir.lowering.fx_order import FusedPart, Item, executorch_node_order
+from texir.lowering.plan import CheckedGraph, DelegationSpec
+
+__all__ = ["Consumable", "Entry", "GraphWork", "Part", "debug_handle_of", "entries_in_final_order", "order_like_executorch"]
+
+Consumable = ParameterInput | BufferInput | ConstantTensorInput
+Entry = tuple[Node, ValueMeta | None, Provenance | None]
+"""A node with its value metadata and provenance (see `Graph.entries`)."""
+
+
+@dataclass
+class Part:
+    """One partition of one graph while it is being lowered."""
+
+    tag: str
+    spec: DelegationSpec
+    members: list[Node] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)
+    user_inputs: list[str] = field(default_factory=list)
+    user_outputs: list[str] = field(default_factory=list)
+    consumed_mutations: list[tuple[str, int]] = field(default_factory=list)
+    """(value name, parent output position) of buffer mutations that move into the delegate."""
+    sub_program: Program | None = None
+    module_name: str = ""
+    call_name: str = ""
+    getitem_names: list[str] = field(default_factory=list)
+    debug_handle: int = 0
+    last_index: int = 0
+
+
+def debug_handle_of(prov: Provenance | None) -> int:
+    return prov.debug_handle if prov is not None and prov.debug_handle is not None else 0
+
+
+@dataclass
+class GraphWork:
+    """The partitions of one graph while they are lowered (the graph's facts come checked)."""
+
+    checked: CheckedGraph
+    graph: Graph
+    parts: list[Part]
+    entry_of: dict[str, Entry]
+    """Each node's entry (node, meta, prov), by name."""
+    backend_meta: dict[str, list[BackendNodeMeta]]
+    """The plan's notes for the backend on this graph's nodes, by node name."""
+    final: tuple[Item, ...] | None = None
+    """With order="executorch": the lowered graph's order (`executorch_node_order`)."""
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return self.checked.path
+
+
+def order_like_executorch(work: GraphWork, consumable: Mapping[str, Consumable]) -> None:
+    """Reorder each partition's members and fix the lowered graph's order as ExecuTorch would."""
+    out = work.graph.nodes[-1]
+    if not isinstance(out, Output):  # pragma: no cover - verify() rules this out at the pass boundary
+        raise PartitionerError(f"internal error: graph {'/'.join(work.path) or '<top>'} does not end in its output")
+    fused = []
+    for part in work.parts:
+        state = [consumable[n.name] for n in part.members if n.name in consumable]
+        positions = [
+            p for s in state if isinstance(s, BufferInput) for p in work.checked.mutation_positions.get(s.target, ())
+        ]
+        consumed = frozenset(
+            a.name for p in positions if isinstance(a := out.args[p], Ref) and a.name in part.names
+        )
+        fused.append(FusedPart(tag=part.tag, members=frozenset(part.names), consumed_results=consumed,
+                               consumes_state=bool(state)))
+    result = executorch_node_order(work.graph, fused)
+    by_name = {n.name: n for n in work.graph.nodes}
+    for part in work.parts:
+        part.members = [by_name[n] for n in result.member_order[part.tag]]
+    work.final = result.final
+
+
+def entries_in_final_order(
+    work: GraphWork,
+    calls: Mapping[str, list[Entry]],
+    renames: Mapping[str, str],
+    dropped: set[str],
+    out_name: str,
+) -> list[Entry]:
+    """The lowered graph's entries (all but the output) in `work.final`'s order. `calls` holds,
+    per tag, the partition's get_attr, delegate call and one getitem per user output."""
+    if work.final is None:  # pragma: no cover - only called after order_like_executorch
+        raise PartitionerError("internal error: no ExecuTorch order was computed; please report")
+    parts = {p.tag: p for p in work.parts}
+    entries: list[Entry] = []
+    for kind, key, value in work.final:
+        if kind == "node":
+            if key != out_name and key not in dropped:
+                node, meta, prov = work.entry_of[key]
+                entries.append((rename_node(node, renames, rename_self=False), meta, prov))
+            continue
+        emitted = calls[key]
+        if kind == "attr":
+            # ExecuTorch's final graph holds each lowered module's get_attr right before its call
+            # (it places no instruction, so only the graph shows where it is)
+            continue
+        if kind == "call":
+            entries.extend(emitted[:2])
+        elif value in parts[key].user_outputs:
+            entries.append(emitted[2 + parts[key].user_outputs.index(value)])
+        else:  # pragma: no cover - only consumed mutations lose their getitem, in both orders
+            raise PartitionerError(f"internal error: no result '{value}' of partition '{key}'; please report")
+    return entries
