@@ -29,6 +29,7 @@ from texir.adapters.tensors import (
     dim_from_torch,
     float_from_python,
     tensor_data_from_tensor,
+    tensor_digests,
     tensor_meta_from_tensor,
 )
 from texir.errors import ConversionError, UnsupportedError
@@ -513,7 +514,7 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
     # Buffers are the state a running program writes to (in place, or through ep.module()'s
     # write-back), so their payload is copied; parameters and constants are aliased zero-copy.
     buffers = {s.target for s in sig.input_specs if s.kind is gs.InputKind.BUFFER}
-    state: list[ir.StateEntry] = []
+    tensors: list[tuple[str, torch.Tensor]] = []
     for table in (ep.state_dict, ep.constants):
         for target, value in table.items():
             if not isinstance(value, torch.Tensor):
@@ -521,12 +522,16 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
                     f"state entry {target!r}: {type(value).__name__} constants (custom objects) "
                     "are not supported"
                 )
-            if target in buffers:
-                value = value.detach().clone(memory_format=torch.contiguous_format) \
-                    if value.is_contiguous() else value
-            state.append(ir.StateEntry(
-                target=target, value=tensor_data_from_tensor(value, where=f"state entry {target!r}")
-            ))
+            tensors.append((target, value))
+    # Hashed before the buffers are copied: the source tensor is what a digest_memo recognises.
+    wheres = [f"state entry {target!r}" for target, _ in tensors]
+    digests = tensor_digests([value for _, value in tensors], wheres)
+    state: list[ir.StateEntry] = []
+    for (target, value), where, digest in zip(tensors, wheres, digests):
+        if target in buffers:
+            value = value.detach().clone(memory_format=torch.contiguous_format) \
+                if value.is_contiguous() else value
+        state.append(ir.StateEntry(target=target, value=tensor_data_from_tensor(value, where=where, digest=digest)))
     state.sort(key=lambda e: e.target)
     ranges = []
     hints = _symbol_hints(ep) if ep.range_constraints else {}

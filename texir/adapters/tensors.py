@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import warnings
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, Union
 
 import msgspec
 import torch
 
 from texir.errors import ConversionError, UnsupportedError
-from texir.ir.blob import Blob
+from texir.ir.blob import Blob, sha256_many
 from texir.ir.literals import float_value
 from texir.ir.types import (
     Dim,
@@ -29,10 +32,12 @@ __all__ = [
     "LAYOUT_TO_TORCH",
     "MEMORY_FORMAT_FROM_TORCH",
     "MEMORY_FORMAT_TO_TORCH",
+    "digest_memo",
     "dim_from_torch",
     "float_from_python",
     "float_to_python",
     "tensor_data_from_tensor",
+    "tensor_digests",
     "tensor_from_data",
     "tensor_meta_from_tensor",
 ]
@@ -130,9 +135,9 @@ def tensor_meta_from_tensor(t: torch.Tensor, *, where: object = "tensor") -> Ten
     )
 
 
-def tensor_data_from_tensor(t: torch.Tensor, *, where: str = "tensor") -> TensorData:
-    """A real CPU tensor's value. The payload aliases the tensor's storage when it is contiguous
-    (zero-copy, read-only view); only non-contiguous tensors are copied."""
+def _byte_view(t: torch.Tensor, where: str) -> tuple[TensorMeta, memoryview]:
+    """`t`'s metadata and its bytes in row-major order: a read-only view of its storage when it is
+    contiguous, a copy otherwise."""
     if isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or t.device.type == "meta":
         raise UnsupportedError(
             f"{where}: holds a fake/meta tensor, not data; export the model with real weights"
@@ -150,8 +155,60 @@ def tensor_data_from_tensor(t: torch.Tensor, *, where: str = "tensor") -> Tensor
     except (RuntimeError, TypeError) as exc:
         raise UnsupportedError(f"{where}: cannot view {t.dtype} data as bytes ({exc})") from exc
     array.flags.writeable = False
-    view = array.data
-    digest = hashlib.sha256(view).hexdigest()
+    return meta, array.data
+
+
+_MEMO: ContextVar[dict[int, tuple[torch.Tensor, int, int, str]] | None] = ContextVar("texir_digest_memo", default=None)
+@contextlib.contextmanager
+def digest_memo() -> Iterator[None]:
+    """Inside the block a tensor is hashed once: the same tensor object, at the same version (torch
+    bumps a tensor's `_version` on every in-place write) and storage, reuses its digest. `lower`
+    opens one around its conversions of one program, which share every weight."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
+def _remembered(t: torch.Tensor) -> str | None:
+    memo = _MEMO.get()
+    found = memo.get(id(t)) if memo is not None else None
+    if found is not None and found[0] is t and found[1] == t._version and found[2] == t.data_ptr():
+        return found[3]
+    return None
+
+
+def _remember(t: torch.Tensor, digest: str) -> None:
+    memo = _MEMO.get()
+    if memo is not None:
+        memo[id(t)] = (t, t._version, t.data_ptr(), digest)  # holds t, so its id stays its own
+
+
+def tensor_digests(tensors: Sequence[torch.Tensor], wheres: Sequence[str]) -> list[str]:
+    """The sha256 of each tensor's bytes (as `tensor_data_from_tensor` computes it), large ones
+    hashed in parallel threads; digests inside a `digest_memo` block are reused."""
+    digests: list[str | None] = [_remembered(t) for t in tensors]
+    todo = [i for i, d in enumerate(digests) if d is None]
+    views = [_byte_view(tensors[i], wheres[i])[1] for i in todo]
+    for i, digest in zip(todo, sha256_many(views)):
+        digests[i] = digest
+    result = [d if d is not None else "" for d in digests]  # every index is filled above
+    for t, digest in zip(tensors, result):
+        _remember(t, digest)
+    return result
+
+
+def tensor_data_from_tensor(t: torch.Tensor, *, where: str = "tensor", digest: str | None = None) -> TensorData:
+    """A real CPU tensor's value. The payload aliases the tensor's storage when it is contiguous
+    (zero-copy, read-only view); only non-contiguous tensors are copied. `digest`, when given, is
+    the sha256 of those bytes (from `tensor_digests`, possibly of another tensor with equal bytes)."""
+    meta, view = _byte_view(t, where)
+    if digest is None:
+        digest = _remembered(t)
+        if digest is None:
+            digest = hashlib.sha256(view).hexdigest()
+            _remember(t, digest)
     return TensorData(meta=meta, sha256=digest, nbytes=view.nbytes, data=Blob(view, digest=digest))
 
 

@@ -3,7 +3,32 @@
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import final
+
+_PARALLEL_BYTES = 1 << 20
+"""Payloads from this size up are hashed in worker threads (hashlib releases the GIL on them)."""
+
+
+def sha256_many(payloads: Sequence[bytes | memoryview]) -> list[str]:
+    """The SHA-256 (lowercase hex) of each payload; large ones hashed in parallel threads."""
+    digests: list[str | None] = [None] * len(payloads)
+    large = [i for i, p in enumerate(payloads) if memoryview(p).nbytes >= _PARALLEL_BYTES]
+    workers = min(len(large), os.cpu_count() or 1)
+    if workers > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for i, digest in zip(large, pool.map(lambda i: hashlib.sha256(payloads[i]).hexdigest(), large)):
+                digests[i] = digest
+    return [d if d is not None else hashlib.sha256(p).hexdigest() for d, p in zip(digests, payloads)]
+
+
+def digest_all(blobs: Sequence["Blob"]) -> None:
+    """Compute (and cache) the digest of every blob that has none yet, large ones in parallel."""
+    missing = [b for b in blobs if b._digest is None]
+    for blob, digest in zip(missing, sha256_many([b._view for b in missing])):
+        object.__setattr__(blob, "_digest", digest)
 
 
 @final

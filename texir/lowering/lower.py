@@ -110,6 +110,17 @@ def _lower_one(
     method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions, order: NodeOrder
 ) -> tuple[Program, Program]:
     # Imported here: the adapters pull in torch, and `texir --help` stays torch-free.
+    from texir.adapters.tensors import digest_memo
+
+    # The program is converted twice (for ops_to_not_decompose, then decomposed), over the same
+    # weights: each weight is hashed once.
+    with digest_memo():
+        return _lower_one_memo(method, source, partitioners, options, order)
+
+
+def _lower_one_memo(
+    method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions, order: NodeOrder
+) -> tuple[Program, Program]:
     from torch.export import ExportedProgram
 
     from texir.adapters.decompositions import functional_names, functionalize

@@ -8,6 +8,7 @@ from typing import Any
 from texir.adapters.executorch.deps import require_executorch
 from texir.adapters.executorch.edge_program import to_edge_exported_program
 from texir.ir import CompileSpec, DebugHandleEntry, NamedDataEntry, Program
+from texir.ir.blob import Blob, digest_all
 from texir.lowering.backend import PreprocessResult, get_backend, named_data_entry, register_backend
 from texir.lowering.errors import BackendPreprocessError, UnknownBackendError
 
@@ -93,8 +94,9 @@ def _translate(backend_id: str, result: Any) -> PreprocessResult:
                 f"ExecuTorch backend {backend_id!r} stored named data for external files ({files}); texir "
                 "writes named data into the .pte only: configure the backend to keep its data in the program"
             )
-        for key, entry in store.pte_data.items():
-            named.append(named_data_entry(key, bytes(store.buffers[entry.buffer_index]), alignment=entry.alignment))
+        items = [(key, Blob(bytes(store.buffers[e.buffer_index])), e.alignment) for key, e in store.pte_data.items()]
+        digest_all([blob for _, blob, _ in items])  # a partition's weights, hashed in parallel
+        named.extend(named_data_entry(key, blob, alignment=alignment) for key, blob, alignment in items)
     return PreprocessResult(processed_bytes=bytes(processed), debug_handle_map=handle_map, named_data=tuple(named))
 
 
