@@ -14,6 +14,7 @@ from texir.lowering.api import call_partitioner
 from texir.lowering.delegate import NodeOrder, PreprocessOptions, lower_plan
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
+from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
 from texir.lowering.preprocess import PreprocessCache, default_cache
 
 if TYPE_CHECKING:
@@ -163,10 +164,8 @@ def _lower_one_memo(
             ) from exc
         for name in names:
             keep.setdefault(name, repr(partitioner))
-    if ep is None:
-        assert aten is not None  # one of the two is set above
-        ep = to_exported_program(aten)
-    program = from_exported_program(ep, decompose=True, keep=sorted(keep))
+    # the key of a reused decomposition is the program itself, not the renamed one shown above
+    program = _decomposed(ep, source if isinstance(source, Program) else None, sorted(keep), options.cache)
     for edge_pass in TO_EDGE_PASSES:
         program = edge_pass(program)
     edge = program
@@ -174,6 +173,34 @@ def _lower_one_memo(
         program = lower_plan(program, call_partitioner(partitioner, program), preprocess=options, order=order)
     _check_kept_ops_delegated(method, program, keep)
     return program, edge
+
+
+def _decomposed(
+    ep: ExportedProgram | None, aten: Program | None, keep: list[str], cache: PreprocessCache | None
+) -> Program:
+    """The program decomposed keeping `keep`; with a cache, the decomposition of a program of the
+    same structure (weights aside) is reused (`texir.lowering.decompose_memo`)."""
+    from texir.adapters.fx_export import to_exported_program
+    from texir.adapters.fx_import import from_exported_program
+
+    if cache is not None and ep is not None:
+        aten = from_exported_program(ep)  # cheap next to the retrace; weights hashed once (digest_memo)
+    key = None
+    if cache is not None and aten is not None:
+        key = decomposition_key(aten, keep)
+        template = cache.decomposition(key)
+        if template is not None:
+            return rebind_state(template, aten)
+    if ep is None:
+        if aten is None:  # pragma: no cover - _lower_one_memo sets one of the two
+            raise PartitionerError("internal error: nothing to decompose; please report")
+        ep = to_exported_program(aten)
+    program = from_exported_program(ep, decompose=True, keep=keep)
+    if cache is not None and key is not None and aten is not None:
+        template = template_of(program, aten)
+        if template is not None:
+            cache.store_decomposition(key, template)
+    return program
 
 
 def _renamed_targets(program: Program, names: Mapping[str, str]) -> Program:

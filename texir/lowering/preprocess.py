@@ -75,15 +75,42 @@ def _decode(data: bytes) -> PreprocessResult:
 class PreprocessCache:
     """Preprocess results by content. In memory (least recently used first out past
     `memory_bytes`) and, with `directory`, on disk as one file per key (written atomically; an
-    unreadable file counts as a miss). `hits` and `misses` count lookups."""
+    unreadable file counts as a miss). `hits` and `misses` count lookups.
 
-    def __init__(self, directory: str | os.PathLike[str] | None = None, *, memory_bytes: int = 256 << 20) -> None:
+    It also keeps, in memory, the last `decompositions_kept` decomposed programs `lower` made, as
+    templates without weights (`texir.lowering.decompose_memo`): re-lowering a model whose weights
+    changed skips torch's decomposition retrace. `decompositions_reused` counts those."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        memory_bytes: int = 256 << 20,
+        decompositions_kept: int = 8,
+    ) -> None:
         self.directory = None if directory is None else Path(directory)
         self.memory_bytes = memory_bytes
         self._memory: OrderedDict[str, bytes] = OrderedDict()
         self._size = 0
         self.hits = 0
         self.misses = 0
+        self.decompositions_kept = decompositions_kept
+        self._decompositions: OrderedDict[str, Program] = OrderedDict()
+        self.decompositions_reused = 0
+
+    def decomposition(self, key: str) -> Program | None:
+        """The template stored under `key` (`decompose_memo.decomposition_key`), if any."""
+        template = self._decompositions.get(key)
+        if template is not None:
+            self._decompositions.move_to_end(key)
+            self.decompositions_reused += 1
+        return template
+
+    def store_decomposition(self, key: str, template: Program) -> None:
+        self._decompositions[key] = template
+        self._decompositions.move_to_end(key)
+        while len(self._decompositions) > max(self.decompositions_kept, 0):
+            self._decompositions.popitem(last=False)
 
     def key(self, backend_id: str, backend: Backend, program: Program, specs: Sequence[CompileSpec]) -> tuple[str, bool]:
         """The cache key of one preprocess call, and whether it may be stored on disk."""
