@@ -6,7 +6,8 @@ subprocess:
   * ExecuTorch: export -> to_edge_transform_and_lower(ep, [XnnpackPartitioner()]) -> to_executorch().buffer
   * texir cold: export -> lower(ep, [executorch_partitioner(XnnpackPartitioner())], cache=None) -> emit + dumps
   * texir warm: the same model with one layer's weights changed, lowered with the preprocess cache
-    a first lowering filled (only the changed partition compiles again)
+    a first lowering filled (only the changed partition compiles again; the decomposition, which
+    depends on the structure only, is reused)
   * texir jobs=2: partitions compiled in two worker processes (first call starts the workers)
 Reported: seconds (export included, and lowering alone), the rise of peak RSS over the exported
 model, ratios ExecuTorch / texir, a second lowering in the same process (after the one-time costs
@@ -123,11 +124,12 @@ def _child(side: str, name: str, blocks: int) -> dict[str, Any]:
     cache = PreprocessCache()
     run(ep, cache=cache)
     changed, _, changed_export = _export(name, blocks, changed=True)
-    before = cache.misses
+    before, decompositions = cache.misses, cache.decompositions_reused
     _, result["warm_lower"] = run(changed, cache=cache)
     result["warm_export"] = changed_export
     result["warm_compiled"] = cache.misses - before
     result["warm_reused"] = cache.hits
+    result["warm_decomposition_reused"] = cache.decompositions_reused - decompositions
     _, result["jobs2_first"] = run(ep, cache=None, jobs=2)
     parallel, result["jobs2"] = run(ep, cache=None, jobs=2)
     result["jobs2_same_bytes"] = parallel == data
@@ -161,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  texir cold      e2e {tx_e2e:7.2f} s  (lower+emit      {tx['lower']:6.2f} s)  "
               f"extra peak {tx['extra_peak'] / 2**20:7.1f} MiB  runtime {tx['latency'] * 1e3:7.2f} ms")
         print(f"  texir warm      e2e {warm_e2e:7.2f} s  (lower+emit      {tx['warm_lower']:6.2f} s)  "
-              f"one layer changed: {tx['warm_compiled']} partition(s) compiled, {tx['warm_reused']} reused")
+              f"one layer changed: {tx['warm_compiled']} partition(s) compiled, {tx['warm_reused']} reused, "
+              f"decomposition {'reused' if tx['warm_decomposition_reused'] else 'redone'}")
         print(f"  texir jobs=2    lower+emit {tx['jobs2']:6.2f} s (first call, starting workers: "
               f"{tx['jobs2_first']:.2f} s); same bytes as serial: {tx['jobs2_same_bytes']}")
         print(f"  second lowering in the same process (one-time costs paid): ExecuTorch {et['steady']:6.2f} s, "
