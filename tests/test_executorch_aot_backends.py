@@ -20,9 +20,10 @@ from texir.adapters.executorch import executorch_partitioner
 from texir.ir import GetAttr, Program
 from texir.lowering import lower
 
-VULKAN_MODELS = ("mlp", "conv_bn", "attention", "resnet_tiny", "cond_simple", "embedding", "scalars")
+VULKAN_MODELS = ("mlp", "conv_bn", "attention", "resnet_tiny", "cond_simple", "embedding", "scalars", "cat_stack")
 """A spread of the zoo (linear, conv + batch norm, attention, residual convs, cond, embedding,
-scalar operands); Vulkan's partitioner exports its fusion patterns on every call (~3 s), so not all."""
+scalar operands, two partitions fused out of program order); Vulkan's partitioner exports its fusion
+patterns on every call (~3 s), so not all."""
 
 
 def _blobs_executorch(ep: torch.export.ExportedProgram, partitioner: Any) -> list[tuple[str, bytes, dict[str, bytes]]]:
