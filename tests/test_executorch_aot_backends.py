@@ -20,10 +20,30 @@ from texir.adapters.executorch import executorch_partitioner
 from texir.ir import GetAttr, Program
 from texir.lowering import lower
 
-VULKAN_MODELS = ("mlp", "conv_bn", "attention", "resnet_tiny", "cond_simple", "embedding", "scalars", "cat_stack")
+VULKAN_MODELS = ("mlp", "conv_bn", "attention", "resnet_tiny", "cond_simple", "embedding", "scalars", "cat_stack",
+                 "where_mask", "dynamic_seq")
 """A spread of the zoo (linear, conv + batch norm, attention, residual convs, cond, embedding,
-scalar operands, two partitions fused out of program order); Vulkan's partitioner exports its fusion
-patterns on every call (~3 s), so not all."""
+scalar operands, two partitions fused out of program order, a where with a scalar operand, symbolic
+sizes that Vulkan takes as ATen `sym_size` ops); Vulkan's partitioner exports its fusion patterns on
+every call (~3 s), so not all."""
+
+
+def test_ops_executorch_keeps_as_aten_are_the_ones_texir_names_bare() -> None:
+    from executorch.exir.passes.executorch_prim_ops_registry import _EXECUTORCH_SYM_OPS
+    from executorch.exir.passes.replace_aten_with_edge_pass import DISALLOW_LIST, should_lower_to_edge
+
+    from texir.adapters.targets import canonical_target, resolve_target
+    from texir.edge.names import NON_EDGE_OPS, edge_name_base
+
+    kept = {canonical_target(op) for op in (*_EXECUTORCH_SYM_OPS, *DISALLOW_LIST)
+            if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"}
+    assert kept == NON_EDGE_OPS
+    for name in NON_EDGE_OPS:
+        op = resolve_target(name)
+        assert isinstance(op, torch._ops.OpOverload) and not should_lower_to_edge(op)
+    assert edge_name_base("aten::sym_size.int") == "sym_size"
+    assert edge_name_base("aten::scalar_tensor.default") == "scalar_tensor"
+    assert edge_name_base("aten::add.Tensor") == "aten_add_tensor"
 
 
 def _blobs_executorch(ep: torch.export.ExportedProgram, partitioner: Any) -> list[tuple[str, bytes, dict[str, bytes]]]:

@@ -10,19 +10,30 @@ from texir.ir.builder import GraphBuilder
 from texir.ir.names import NameAllocator, rename_node, rename_output_spec
 from texir.ir.types import CallFunction, Graph, Program, Subgraph
 
-__all__ = ["edge_name_base", "edge_node_names"]
+__all__ = ["NON_EDGE_OPS", "edge_name_base", "edge_node_names"]
 
 _UPPER_AFTER_LOWER = re.compile(r"(?<=[a-z])([A-Z])")
 _ILLEGAL = re.compile(r"[^0-9a-zA-Z_]+")
 _BARE_NAMESPACES = frozenset({"_operator", "higher_order", "builtins", "math"})
 """Namespaces whose callables FX names by their bare name (getitem, cond, ...)."""
 
+NON_EDGE_OPS: frozenset[str] = frozenset({
+    "aten::sym_size.int", "aten::sym_stride.int", "aten::sym_numel.default", "aten::_local_scalar_dense.default",
+    "aten::sym_constrain_range.default", "aten::sym_constrain_range_for_size.default",
+    "aten::scalar_tensor.default", "aten::_assert_scalar.default", "aten::_assert_async.msg",
+})
+"""ATen operators ExecuTorch's to_edge leaves as ATen operators (its symbolic-size operators and the
+ones it refuses to make edge operators; ExecuTorch 1.5.1's `should_lower_to_edge`): FX names them by
+their bare name ('sym_size'), and partitioners see them as `torch.ops.aten.*`."""
+
 
 def edge_name_base(target: str) -> str:
     """The name FX derives from an edge operator: 'aten::add.Tensor' -> 'aten_add_tensor',
-    '_operator::getitem' -> 'getitem' (snake case, illegal characters to '_')."""
+    '_operator::getitem' -> 'getitem', 'aten::sym_size.int' -> 'sym_size' (`NON_EDGE_OPS`; snake
+    case, illegal characters to '_')."""
     namespace, sep, rest = target.partition("::")
-    text = rest.partition(".")[0] if sep and namespace in _BARE_NAMESPACES else f"{namespace}.{rest}" if sep else target
+    bare = sep and (namespace in _BARE_NAMESPACES or target in NON_EDGE_OPS)
+    text = rest.partition(".")[0] if bare else f"{namespace}.{rest}" if sep else target
     text = _ILLEGAL.sub("_", _UPPER_AFTER_LOWER.sub(r"_\1", text).lower())
     return text if text and not text[0].isdigit() else f"_{text}"
 

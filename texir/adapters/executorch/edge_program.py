@@ -14,7 +14,7 @@ from texir.adapters.targets import canonical_target
 from texir.errors import UnsupportedError
 from texir.ir import Program
 
-__all__ = ["edge_target", "graph_modules", "to_edge_exported_program"]
+__all__ = ["edge_target", "executorch_edge_target", "graph_modules", "to_edge_exported_program"]
 
 
 def edge_target(op: torch._ops.OpOverload) -> Any:
@@ -27,6 +27,15 @@ def edge_target(op: torch._ops.OpOverload) -> Any:
     namespace, _, rest = canonical.partition("::")
     name, _, overload = rest.partition(".")
     return getattr(getattr(getattr(exir_ops.edge, namespace), name), overload or "default")
+
+
+def executorch_edge_target(op: torch._ops.OpOverload) -> Any:
+    """The target ExecuTorch's edge programs hold for `op`: its edge operator, or `op` itself for
+    the operators to_edge leaves as ATen ones (symbolic sizes, scalar_tensor, asserts: ExecuTorch's
+    own `should_lower_to_edge`; partitioners such as Vulkan's match them as ATen operators)."""
+    from executorch.exir.passes.replace_aten_with_edge_pass import should_lower_to_edge
+
+    return edge_target(op) if should_lower_to_edge(op) else op
 
 
 def graph_modules(gm: torch.fx.GraphModule, prefix: str = "") -> list[tuple[str, torch.fx.GraphModule]]:
@@ -53,7 +62,7 @@ def to_edge_exported_program(program: Program) -> ExportedProgram:
     for _, gm in graph_modules(ep.graph_module):
         for node in gm.graph.nodes:
             if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-                node.target = edge_target(node.target)
+                node.target = executorch_edge_target(node.target)
         gm.recompile()
     for node in ep.graph_module.graph.nodes:
         found = notes.get(node.name)

@@ -85,7 +85,7 @@ def _exported(name: str, program: Program) -> Any:
     import torch
 
     from texir.adapters.delegate_op import LoweredBackendModule as TexirLowered
-    from texir.adapters.executorch.edge_program import edge_target, to_edge_exported_program
+    from texir.adapters.executorch.edge_program import executorch_edge_target, to_edge_exported_program
     from texir.adapters.delegate_op import texir_call_delegate
     from texir.adapters.fx_export import to_exported_program
 
@@ -96,7 +96,7 @@ def _exported(name: str, program: Program) -> Any:
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             try:
-                node.target = edge_target(node.target)  # the Inspector names ops as the edge dialect does
+                node.target = executorch_edge_target(node.target)  # the Inspector names ops as the edge dialect does
             except UnsupportedError:
                 pass
         if node.op != "call_function" or node.target is not texir_call_delegate:
