@@ -12,9 +12,11 @@ subprocess:
 Reported: seconds (export included, and lowering alone), the rise of peak RSS over the exported
 model, ratios ExecuTorch / texir, a second lowering in the same process (after the one-time costs
 both sides share: imports, and XNNPACK's preprocess exporting its pattern graphs on first use),
-and the runtime latency of both .pte files (median of 20 runs).
+and the runtime latency of both .pte files (one process, interleaved, median of 300 runs). Each
+number is the median over --repeat fresh processes per side (3; --quick: 1): single fresh-process
+timings vary by 30-40% on this 2-core VM.
 
-Run: .venv/bin/python benchmarks/bench_backends.py [--quick]
+Run: .venv/bin/python benchmarks/bench_backends.py [--quick] [--repeat N]
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 from _child import ROOT, spawn  # benchmarks/ is on sys.path when a bench runs
@@ -64,25 +68,24 @@ def _export(name: str, blocks: int, changed: bool = False) -> tuple[Any, tuple[A
     return ep, args, time.perf_counter() - start
 
 
-def _latency(data: bytes, args: tuple[Any, ...], runs: int = 20) -> float:
+def _latencies(a: bytes, b: bytes, args: tuple[Any, ...], runs: int = 300) -> tuple[float, float]:
+    """Median time of one `forward` of two .pte files, measured in this process, interleaved (so
+    both see the same machine state)."""
+    from executorch.runtime import Runtime
     from torch.utils import _pytree as pytree
 
-    from texir.adapters.executorch import run_pte
-
     flat = pytree.tree_leaves(args)
-    run_pte(data, flat)
-    from executorch.runtime import Runtime
-
-    method = Runtime.get().load_program(data).load_method("forward")
-    times = []
+    methods = [Runtime.get().load_program(data).load_method("forward") for data in (a, b)]
+    times: list[list[float]] = [[], []]
     for _ in range(runs):
-        start = time.perf_counter()
-        method.execute(flat)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for i, method in enumerate(methods):
+            start = time.perf_counter()
+            method.execute(flat)
+            times[i].append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
-def _child(side: str, name: str, blocks: int) -> dict[str, Any]:
+def _child(side: str, name: str, blocks: int, out: str) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     sys.path.insert(0, ROOT)
     from tests.real_models import ensure_torchvision_ops
@@ -101,7 +104,7 @@ def _child(side: str, name: str, blocks: int) -> dict[str, Any]:
         data = bytes(to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
         result["lower"] = time.perf_counter() - start
         result["extra_peak"] = status("VmHWM") - base
-        result["latency"] = _latency(data, args)
+        Path(out).write_bytes(data)
         again, _, _ = _export(name, blocks)  # ExecuTorch changes the program it lowers: a new export
         start = time.perf_counter()
         to_edge_transform_and_lower(again, partitioner=[XnnpackPartitioner()]).to_executorch()
@@ -119,7 +122,7 @@ def _child(side: str, name: str, blocks: int) -> dict[str, Any]:
 
     data, result["lower"] = run(ep, cache=None)
     result["extra_peak"] = status("VmHWM") - base
-    result["latency"] = _latency(data, args)
+    Path(out).write_bytes(data)
     _, result["steady"] = run(ep, cache=None)
     cache = PreprocessCache()
     run(ep, cache=cache)
@@ -136,25 +139,45 @@ def _child(side: str, name: str, blocks: int) -> dict[str, Any]:
     return result
 
 
-def _spawn(side: str, name: str, blocks: int) -> dict[str, Any]:
-    return spawn(__file__, ["--child", side, name, str(blocks)], f"{side} {name}")
+def _spawn(side: str, name: str, blocks: int, out: Path) -> dict[str, Any]:
+    return spawn(__file__, ["--child", side, name, str(blocks), str(out)], f"{side} {name}")
+
+
+def _median_runs(side: str, name: str, blocks: int, out: Path, repeat: int) -> dict[str, Any]:
+    """Each number the median over `repeat` fresh processes (flags and counts from the first)."""
+    runs = [_spawn(side, name, blocks, out) for _ in range(repeat)]
+    merged = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, float):
+            merged[key] = statistics.median(r[key] for r in runs)
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--child", nargs=3, metavar=("SIDE", "MODEL", "BLOCKS"), help=argparse.SUPPRESS)
+    parser.add_argument("--repeat", type=int, default=None, help="fresh processes per side (default 3, --quick 1)")
+    parser.add_argument("--child", nargs=4, metavar=("SIDE", "MODEL", "BLOCKS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        side, name, blocks = args.child
-        print(json.dumps(_child(side, name, int(blocks))))
+        side, name, blocks, out = args.child
+        print(json.dumps(_child(side, name, int(blocks), out)))
         return 0
+    repeat = args.repeat or (1 if args.quick else 3)
     models = [("mlp", 20), ("gpt2", 0)] if args.quick else [("mobilenet_v2", 0), ("gpt2", 0), ("mlp", 100)]
-    print("XNNPACK end to end (export + lower + .pte), each side in a fresh process; ratio = ExecuTorch / texir")
+    print(f"XNNPACK end to end (export + lower + .pte), each side in a fresh process, median of {repeat}; "
+          "ratio = ExecuTorch / texir")
+    sys.path.insert(0, ROOT)
+    from tests.real_models import ensure_torchvision_ops
+
+    ensure_torchvision_ops()
     for name, blocks in models:
         label = f"mlp x{blocks}" if name == "mlp" else name
-        et = _spawn("executorch", name, blocks)
-        tx = _spawn("texir", name, blocks)
+        with tempfile.TemporaryDirectory(prefix="bench_backends_") as tmp:
+            et = _median_runs("executorch", name, blocks, Path(tmp) / "executorch.pte", repeat)
+            tx = _median_runs("texir", name, blocks, Path(tmp) / "texir.pte", repeat)
+            et_pte, tx_pte = (Path(tmp) / "executorch.pte").read_bytes(), (Path(tmp) / "texir.pte").read_bytes()
+        et["latency"], tx["latency"] = _latencies(et_pte, tx_pte, _model(name, blocks)[1])
         et_e2e, tx_e2e = et["export"] + et["lower"], tx["export"] + tx["lower"]
         warm_e2e = tx["warm_export"] + tx["warm_lower"]
         print(f"\n{label}")
@@ -172,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ratio cold e2e {et_e2e / tx_e2e:5.1f}x (goal >= 2x)   lowering alone {et['lower'] / tx['lower']:5.1f}x")
         print(f"  ratio warm e2e {et_e2e / warm_e2e:5.1f}x (goal >= 10x)  lowering alone "
               f"{et['lower'] / tx['warm_lower']:5.1f}x")
-        print(f"  runtime latency texir/ExecuTorch {tx['latency'] / et['latency']:5.2f}")
+        print(f"  runtime latency texir/ExecuTorch {tx['latency'] / et['latency']:5.2f} (both in one process, "
+              "interleaved, median of 300)")
     return 0
 
 
