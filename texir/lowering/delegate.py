@@ -78,13 +78,28 @@ from texir.lowering.plan import (
     walk_keyed_graphs,
 )
 
-__all__ = ["LoweringReport", "NodeOrder", "PartitionSummary", "PreprocessOptions", "lower_plan", "lower_plan_explained"]
+__all__ = [
+    "LoweringReport",
+    "NodeOrder",
+    "PartitionSummary",
+    "PreprocessOptions",
+    "check_node_order",
+    "lower_plan",
+    "lower_plan_explained",
+]
 
 NodeOrder = Literal["program", "executorch"]
 """Where the lowered parent's nodes and each sub-program's nodes go. "program": the program's own
 order, each delegate call at its partition's place. "executorch": the order ExecuTorch's
 to_backend leaves (it re-sorts the graph after fusing each partition; see `texir.lowering.fx_order`),
 so XNNPACK blobs and debug maps come out byte-equal to ExecuTorch's; one graph sort per partition."""
+
+
+def check_node_order(order: object) -> None:
+    """A typed error unless `order` is a `NodeOrder`."""
+    if order not in ("program", "executorch"):
+        raise PartitionerError(f"order={order!r} is not a node order; use 'program' or 'executorch'")
+
 
 _Cache = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 
@@ -141,8 +156,7 @@ def lower_plan_explained(
     order: NodeOrder = "program",
 ) -> LoweringReport:
     """`lower_plan`, also summarising each partition in lowering order."""
-    if order not in ("program", "executorch"):
-        raise PartitionerError(f"order={order!r} is not a node order; use 'program' or 'executorch'")
+    check_node_order(order)
     # The pass allocates many small objects that all stay alive; the cyclic collector would only
     # rescan the (large, acyclic) IR again and again, so it is paused for the duration.
     enabled = gc.isenabled()

@@ -11,7 +11,7 @@ import msgspec
 from texir.errors import TexirError
 from texir.ir import CallFunction, Graph, Program
 from texir.lowering.api import call_partitioner
-from texir.lowering.delegate import NodeOrder, PreprocessOptions, lower_plan
+from texir.lowering.delegate import NodeOrder, PreprocessOptions, check_node_order, lower_plan
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
 from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
@@ -71,12 +71,15 @@ def lower(
 
     Backends' results come from `cache` when it has them ("default": `default_cache()`, in memory
     and under `$TEXIR_CACHE_DIR`; None: no cache); the partitions left to compile run in up to
-    `jobs` worker processes, with the same results as `jobs=1`.
+    `jobs` worker processes, with the same results as `jobs=1`. The cache also keeps the last few
+    decompositions: re-lowering a program whose weights alone changed skips torch's decomposition
+    retrace (`texir.lowering.decompose_memo`).
 
     `order` (default "executorch") places nodes as ExecuTorch's to_backend does, so that
     delegate blobs and debug maps are byte-equal to ExecuTorch's; "program" keeps the program's
     order (each delegate call at its partition's place), one graph sort per partition cheaper.
     Pure: the input is not modified."""
+    check_node_order(order)
     options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
     if isinstance(program, Mapping):
         if isinstance(partitioners, Mapping):
@@ -103,6 +106,7 @@ def lower_with_edge(
     """`lower` for one program, also returning the edge program it partitioned (decomposed, with
     the to_edge rewrites, before any delegation): what ExecuTorch records in an ETRecord as the
     edge dialect program, so that profiling tools can name the nodes inside delegates."""
+    check_node_order(order)
     options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
     return _lower_one("forward", program, tuple(partitioners), options, order)
 
