@@ -100,3 +100,17 @@ def test_torch_round_trip() -> None:
     back: torch.export.ExportedProgram = to_exported_program(program)
     out: torch.Tensor = back.module()(x)
     assert torch.equal(out, ep.module()(x))
+
+
+def test_lower_with_a_cache_and_a_node_order() -> None:
+    from texir.lowering import NodeOrder, OpSupportPartitioner, PreprocessCache, lower
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    ep: torch.export.ExportedProgram = torch.export.export(Scale(), (x,))
+    cache = PreprocessCache(decompositions_kept=2)
+    order: NodeOrder = "program"
+    lowered: Program = lower(ep, [OpSupportPartitioner("texir-reference", {"aten::relu.default"})], cache=cache, order=order)
+    again: Program = lower(torch.export.export(Scale(), (x,)), [OpSupportPartitioner("texir-reference", {"aten::relu.default"})],
+                           cache=cache)
+    reused: int = cache.decompositions_reused
+    assert reused == 1 and len(lowered.lowered_modules) == len(again.lowered_modules) == 1

@@ -16,6 +16,7 @@ from texir.lowering.capability import maximal_partitions
 from texir.lowering.lower import lower, lower_with_edge
 from texir.lowering.delegate import (
     LoweringReport,
+    NodeOrder,
     PartitionSummary,
     PreprocessOptions,
     lower_plan,
@@ -67,6 +68,7 @@ __all__ = [
     "KeptOpNotDelegatedError",
     "DelegationSpec",
     "LoweringReport",
+    "NodeOrder",
     "MissingDelegationSpecError",
     "MutationOutsidePartitionError",
     "NodeContext",
