@@ -5,17 +5,26 @@ _default_decomposition_table in ExecuTorch 1.5.1)."""
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch._decomp import get_decompositions
 from torch._ops import OpOverload, OpOverloadPacket
 
-from texir.adapters.targets import resolve_target
+from texir.adapters.targets import canonical_target, resolve_target
 from texir.errors import UnsupportedError
 
-__all__ = ["EXTRA_EDGE_DECOMPOSITIONS", "KEPT_NAMESPACES", "edge_decomposition_table", "functional_names", "functionalize"]
+__all__ = [
+    "EXTRA_EDGE_DECOMPOSITIONS",
+    "KEPT_NAMESPACES",
+    "decompose_nodes",
+    "edge_decomposition_table",
+    "functional_names",
+    "functionalize",
+    "graph_modules",
+]
 
 EXTRA_EDGE_DECOMPOSITIONS: tuple[str, ...] = ("aten::linalg_vector_norm.default",)
 """Ops torch's core-ATen table keeps but ExecuTorch's runtime has no kernel for, which to_edge
@@ -104,3 +113,92 @@ def functionalize(ep: torch.export.ExportedProgram) -> torch.export.ExportedProg
                 functional: torch.export.ExportedProgram = ep.run_decompositions({})
                 return functional
     return ep
+
+
+def graph_modules(gm: torch.fx.GraphModule, prefix: str = "") -> list[tuple[str, torch.fx.GraphModule]]:
+    """`gm` and the graphs nested under it (cond/map branches), keyed like texir node keys
+    ('' for the top graph, 'true_graph_0', 'a/b')."""
+    found = [(prefix, gm)]
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            sub = getattr(gm, str(node.target), None)
+            if isinstance(sub, torch.fx.GraphModule):
+                found += graph_modules(sub, f"{prefix}/{node.target}" if prefix else str(node.target))
+    return found
+
+
+_SHIELD_NAMESPACE = "texir_keep"
+_shields: dict[OpOverload, OpOverload | None] = {}
+_shield_library: list[torch.library.Library] = []
+
+
+def _shield(op: OpOverload) -> OpOverload | None:
+    """A twin of `op` in the ``texir_keep`` namespace, with `op`'s schema and `op` as its kernel
+    (CompositeExplicitAutograd), which no decomposition table names: a node retargeted to it
+    survives a decomposition retrace unchanged. None for ops whose outputs alias or mutate their
+    inputs (a twin could not say so truthfully) and for non-ATen schemas it cannot copy."""
+    if op in _shields:
+        return _shields[op]
+    schema = op._schema
+    twin: OpOverload | None = None
+    if not schema.is_mutable and all(r.alias_info is None for r in schema.returns) and "::" in schema.name:
+        namespace, base = schema.name.split("::", 1)
+        name = base if namespace == "aten" else f"{namespace}_{base}"
+        if not _shield_library:
+            library = torch.library.Library(_SHIELD_NAMESPACE, "DEF")  # type: ignore[no-untyped-call]  # torch.library is unannotated
+            _shield_library.append(library)
+        library = _shield_library[0]
+        signature = str(schema).split("::", 1)[1]
+        library.define(name + signature[len(base):])  # type: ignore[no-untyped-call]  # unannotated in torch
+        overload = f"{name}.{schema.overload_name}" if schema.overload_name else name
+        library.impl(overload, op, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]  # unannotated in torch
+        packet = getattr(getattr(torch.ops, _SHIELD_NAMESPACE), name)
+        twin = getattr(packet, schema.overload_name or "default")
+    _shields[op] = twin
+    return twin
+
+
+def decompose_nodes(
+    ep: torch.export.ExportedProgram, nodes: Iterable[str], keep: Iterable[str]
+) -> torch.export.ExportedProgram:
+    """`ep`, already decomposed keeping the ops named in `keep`, with the nodes named in `nodes`
+    (node keys, 'sub/name' inside nested graphs) decomposed too, as ExecuTorch does with the nodes a
+    partitioner's node filter turns down: every other node of a kept op is shielded (retargeted to
+    its `_shield` twin) for one more decomposition retrace and given its op back after it. Kept
+    ops that cannot be shielded stay kept as a whole. `ep` is changed while this runs and restored."""
+    wanted = set(nodes)
+    kept = {_op(name) for name in keep}
+    unshielded: set[str] = set()
+    shielded: list[tuple[torch.fx.Node, OpOverload]] = []
+    for path, gm in graph_modules(ep.graph_module):
+        for node in gm.graph.nodes:
+            target = node.target
+            if node.op != "call_function" or target not in kept:
+                continue
+            if ("/".join((path, node.name)) if path else node.name) in wanted:
+                continue
+            twin = _shield(cast(OpOverload, target))  # members of `kept` are overloads
+            if twin is None:
+                unshielded.add(str(canonical_target(target)))
+                continue
+            node.target = twin
+            shielded.append((node, target))
+    try:
+        with warnings.catch_warnings():
+            # torch's own LeafSpec deprecation inside run_decompositions: noise a caller cannot act on
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                    category=FutureWarning)
+            decomposed: torch.export.ExportedProgram = ep.run_decompositions(edge_decomposition_table(unshielded))
+    finally:
+        for node, target in shielded:
+            node.target = target
+    originals = {twin: op for op, twin in _shields.items() if twin is not None}
+    for _, gm in graph_modules(decomposed.graph_module):
+        changed = False
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and node.target in originals:
+                node.target = originals[node.target]
+                changed = True
+        if changed:
+            gm.recompile()
+    return decomposed

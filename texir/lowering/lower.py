@@ -170,6 +170,7 @@ def _lower_one_memo(
             keep.setdefault(name, repr(partitioner))
     # the key of a reused decomposition is the program itself, not the renamed one shown above
     program = _decomposed(ep, source if isinstance(source, Program) else None, sorted(keep), options.cache)
+    program = _decompose_turned_down(method, program, partitioners, keep)
     for edge_pass in TO_EDGE_PASSES:
         program = edge_pass(program)
     edge = program
@@ -205,6 +206,52 @@ def _decomposed(
         if template is not None:
             cache.store_decomposition(key, template)
     return program
+
+
+def _decompose_turned_down(
+    method: str, program: Program, partitioners: tuple[Partitioner, ...], keep: Mapping[str, str]
+) -> Program:
+    """`program` with the nodes of kept ops that a partitioner turns down (its optional
+    `nodes_to_decompose(program)`, node keys) decomposed after all, as ExecuTorch does with the
+    nodes its partitioners' node filters reject. One more decomposition retrace, only when there
+    are such nodes."""
+    if not keep:
+        return program
+    from texir.adapters.decompositions import decompose_nodes
+    from texir.adapters.fx_export import to_exported_program
+    from texir.adapters.fx_import import from_exported_program
+
+    kept = {
+        node_key(path, node.name): node.target
+        for path, graph in walk_keyed_graphs(program.graph) for node in graph.nodes
+        if isinstance(node, CallFunction) and node.target in keep
+    }
+    if not kept:
+        return program
+    known = {node_key(path, node.name) for path, graph in walk_keyed_graphs(program.graph) for node in graph.nodes}
+    turned_down: set[str] = set()
+    for partitioner in partitioners:
+        ask = getattr(partitioner, "nodes_to_decompose", None)
+        if ask is None:
+            continue
+        try:
+            names = tuple(ask(program))
+        except TexirError:
+            raise
+        except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
+            raise PartitionerError(
+                f"method {method!r}: {partitioner!r}.nodes_to_decompose raised {type(exc).__name__}: {exc}"
+            ) from exc
+        unknown = sorted(str(n) for n in names if n not in known)
+        if unknown:
+            raise PartitionerError(
+                f"method {method!r}: {partitioner!r}.nodes_to_decompose named {unknown[:3]}, which are not nodes "
+                "of the program it was shown; name nodes by key ('name', or 'subgraph/name' in nested graphs)"
+            )
+        turned_down.update(n for n in names if n in kept)
+    if not turned_down:
+        return program
+    return from_exported_program(decompose_nodes(to_exported_program(program), sorted(turned_down), sorted(keep)))
 
 
 def _renamed_targets(program: Program, names: Mapping[str, str]) -> Program:

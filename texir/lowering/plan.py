@@ -152,7 +152,9 @@ class CheckedPlan(msgspec.Struct, frozen=True, kw_only=True):
 @runtime_checkable
 class Partitioner(Protocol):
     """A pure function from a Program to a PartitionPlan. It may also define
-    ``ops_to_not_decompose(program) -> Sequence[str]`` (see `ops_to_not_decompose`)."""
+    ``ops_to_not_decompose(program) -> Sequence[str]`` (see `ops_to_not_decompose`) and
+    ``nodes_to_decompose(program) -> Sequence[str]``: node keys of kept ops it will not take after
+    all, which `lower` decomposes (ExecuTorch's per-node ``check_op_support``)."""
 
     def __call__(self, program: Program, /) -> PartitionPlan: ...
 

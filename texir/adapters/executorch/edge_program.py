@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from texir.adapters.decompositions import graph_modules
 from texir.adapters.executorch.deps import require_executorch
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.targets import canonical_target
@@ -36,18 +37,6 @@ def executorch_edge_target(op: torch._ops.OpOverload) -> Any:
     from executorch.exir.passes.replace_aten_with_edge_pass import should_lower_to_edge
 
     return edge_target(op) if should_lower_to_edge(op) else op
-
-
-def graph_modules(gm: torch.fx.GraphModule, prefix: str = "") -> list[tuple[str, torch.fx.GraphModule]]:
-    """`gm` and the graphs nested under it (cond/map branches), keyed like texir node keys
-    ('' for the top graph, 'true_graph_0', 'a/b')."""
-    found = [(prefix, gm)]
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            sub = getattr(gm, str(node.target), None)
-            if isinstance(sub, torch.fx.GraphModule):
-                found += graph_modules(sub, f"{prefix}/{node.target}" if prefix else str(node.target))
-    return found
 
 
 def to_edge_exported_program(program: Program) -> ExportedProgram:

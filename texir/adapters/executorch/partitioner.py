@@ -45,29 +45,60 @@ class ExecutorchPartitioner:
     def __repr__(self) -> str:
         return f"executorch_partitioner({self.name})"
 
-    def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
-        """The ops the partitioner asks to keep whole, as canonical names. The partitioner's node
-        filter is applied to the program's nodes: an op is kept when it accepts one of them."""
+    def _asked(self, ep: torch.export.ExportedProgram) -> tuple[set[Any], Any]:
+        """The partitioner's `ops_to_not_decompose(ep)`: the op overloads it keeps, its node filter."""
         method = getattr(self.partitioner, "ops_to_not_decompose", None)
         if method is None:
-            return ()
-        ep = to_exported_program(program)
+            return set(), None
         try:
             ops, node_filter = method(ep)
         except Exception as exc:  # any failure of foreign code becomes one typed error
             raise PartitionerError(
                 f"ExecuTorch partitioner {self.name}.ops_to_not_decompose raised {type(exc).__name__}: {exc}"
             ) from exc
-        wanted = {op for op in ops if isinstance(op, torch._ops.OpOverload)}
+        return {op for op in ops if isinstance(op, torch._ops.OpOverload)}, node_filter
+
+    def _filtered(self, ep: torch.export.ExportedProgram, wanted: set[Any], node_filter: Any) -> list[tuple[str, Any, bool]]:
+        """(node key, op, accepted) for each node of a kept op, by the partitioner's node filter."""
+        verdicts = []
+        for path, gm in graph_modules(ep.graph_module):
+            for node in gm.graph.nodes:
+                if node.op != "call_function" or node.target not in wanted:
+                    continue
+                key = f"{path}/{node.name}" if path else node.name
+                try:
+                    accepted = bool(node_filter(node))
+                except Exception as exc:  # foreign code again
+                    raise PartitionerError(
+                        f"ExecuTorch partitioner {self.name}: its ops_to_not_decompose node filter raised "
+                        f"{type(exc).__name__} on node {key!r}: {exc}"
+                    ) from exc
+                verdicts.append((key, node.target, accepted))
+        return verdicts
+
+    def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
+        """The ops the partitioner asks to keep whole, as canonical names. With a node filter, an op
+        is kept when the filter accepts one of its nodes (`nodes_to_decompose` then names the nodes
+        it turns down)."""
+        if getattr(self.partitioner, "ops_to_not_decompose", None) is None:
+            return ()
+        ep = to_exported_program(program)
+        wanted, node_filter = self._asked(ep)
         if node_filter is not None:
-            accepted = set()
-            for _, gm in graph_modules(ep.graph_module):
-                for node in gm.graph.nodes:
-                    if node.op == "call_function" and node.target in wanted and node.target not in accepted:
-                        if node_filter(node):
-                            accepted.add(node.target)
-            wanted = accepted
+            wanted = {op for _, op, ok in self._filtered(ep, wanted, node_filter) if ok}
         return tuple(sorted(name for op in wanted if (name := canonical_target(op)) is not None))
+
+    def nodes_to_decompose(self, program: Program) -> tuple[str, ...]:
+        """The nodes of kept ops that the partitioner's node filter turns down, by node key: lower
+        decomposes them after all, as ExecuTorch does (its check_op_support), so a linear the
+        partitioner cannot take becomes ops the runtime or another partition can run."""
+        if getattr(self.partitioner, "ops_to_not_decompose", None) is None:
+            return ()
+        ep = to_exported_program(program)
+        wanted, node_filter = self._asked(ep)
+        if node_filter is None:
+            return ()
+        return tuple(key for key, _, ok in self._filtered(ep, wanted, node_filter) if not ok)
 
     def __call__(self, program: Program) -> PartitionPlan:
         require_executorch(f"the ExecuTorch partitioner {self.name}")
