@@ -1,6 +1,7 @@
 """Real models for the XNNPACK oracle: torchvision and transformers architectures built from small
-configs with seeded random weights (nothing is downloaded), and pt2e int8 models quantized with
-ExecuTorch's XNNPACKQuantizer. Each builder returns an eval-mode module and example positional args."""
+configs with seeded random weights (nothing is downloaded), pt2e int8 models quantized with
+ExecuTorch's XNNPACKQuantizer (static and dynamic), and torchao's 8da4w (tensor-subclass weights).
+Each builder returns an eval-mode module and example positional args."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ class RealModel:
     name: str
     build: Callable[[], tuple[nn.Module, tuple[Any, ...]]]
     family: str
-    """"torchvision", "transformers" or "pt2e"."""
+    """"torchvision", "transformers", "pt2e" or "torchao"."""
 
 
 def _seeded(make: Callable[[], nn.Module]) -> nn.Module:
@@ -163,7 +164,9 @@ REAL_MODELS: tuple[RealModel, ...] = (
 # pt2e int8: XNNPACKQuantizer (symmetric, per-channel weights), calibrated on the example input
 
 
-def _quantized(make: Callable[[], tuple[nn.Module, tuple[Any, ...]]]) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
+def _quantized(
+    make: Callable[[], tuple[nn.Module, tuple[Any, ...]]], *, dynamic: bool = False
+) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
     def build() -> tuple[nn.Module, tuple[Any, ...]]:
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
             XNNPACKQuantizer,
@@ -172,13 +175,25 @@ def _quantized(make: Callable[[], tuple[nn.Module, tuple[Any, ...]]]) -> Callabl
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         module, args = make()
-        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic))
         captured = torch.export.export(module, args, strict=False).module()
         prepared = prepare_pt2e(captured, quantizer)  # type: ignore[arg-type]  # a GraphModule from export
         prepared(*args)
         return convert_pt2e(prepared), args
 
     return build
+
+
+def _int8_dynamic_int4_weights() -> tuple[nn.Module, tuple[Any, ...]]:
+    """torchao's 8da4w, the quantization ExecuTorch's LLM recipes use: int4 weights in groups of 32
+    held as tensor-subclass parameters (IntxUnpackedToInt8Tensor), int8 dynamic activations."""
+    from torchao.quantization import quantize_
+    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+    module = _seeded(lambda: nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 32)))
+    quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    return module, (torch.randn(2, 64, generator=torch.Generator().manual_seed(3)),)
 
 
 def _zoo(name: str) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
@@ -195,6 +210,8 @@ QUANTIZED: tuple[RealModel, ...] = (
     RealModel("q_convnet", _quantized(_zoo("convnet")), "pt2e"),
     RealModel("q_resnet_tiny", _quantized(_zoo("resnet_tiny")), "pt2e"),
     RealModel("q_mobilenet_v2", _quantized(_tv("mobilenet_v2")), "pt2e"),
+    RealModel("q_mlp_dynamic", _quantized(_zoo("mlp"), dynamic=True), "pt2e"),
+    RealModel("q_mlp_8da4w", _int8_dynamic_int4_weights, "torchao"),
 )
 
 

@@ -354,3 +354,20 @@ def test_backend_note_on_an_untagged_node_is_refused() -> None:
                                backend_meta=[BackendNodeMeta(node="tanh", key="k", value="1")])
     with pytest.raises(UnknownNodeError, match=r"tanh"):
         validate_plan(program, plan)
+
+
+def test_tensor_subclass_weights_refused_by_plain_conversion_unwrapped_by_lower() -> None:
+    from tests.real_models import QUANTIZED
+    from texir.adapters import from_exported_program
+    from texir.errors import UnsupportedError
+
+    module, args = next(m for m in QUANTIZED if m.name == "q_mlp_8da4w").build()
+    ep = torch.export.export(module, args, strict=False)
+    with pytest.raises(UnsupportedError, match=r"state entry '0.weight' is a tensor subclass \(IntxUnpackedToInt8Tensor.*run_decompositions"):
+        from_exported_program(ep)
+    import tests.lowering_helpers  # noqa: F401  # registers texir-test
+
+    lowered = lower(ep, [OpSupportPartitioner("texir-test", {"aten::relu.default"})], cache=None)
+    verify(lowered)
+    assert {e.value.meta.dtype for e in lowered.state} >= {"int8"}  # the int4 payloads, unwrapped
+    torch.testing.assert_close(to_exported_program(lowered).module()(*args), module(*args))

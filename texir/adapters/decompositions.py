@@ -24,6 +24,7 @@ __all__ = [
     "functional_names",
     "functionalize",
     "graph_modules",
+    "has_subclass_state",
 ]
 
 EXTRA_EDGE_DECOMPOSITIONS: tuple[str, ...] = ("aten::linalg_vector_norm.default",)
@@ -76,6 +77,19 @@ def _functional_overload(op: OpOverload) -> OpOverload | None:
     return twin if mine == theirs else None
 
 
+def has_subclass_state(ep: torch.export.ExportedProgram) -> bool:
+    """Some weight or constant of `ep` is a tensor subclass that wraps other tensors (torchao's
+    quantized weights, e.g. IntxUnpackedToInt8Tensor): a retrace (`functionalize`) unwraps it
+    into the plain tensors ExecuTorch's programs hold."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    return any(
+        is_traceable_wrapper_subclass(value)
+        for table in (ep.state_dict, ep.constants) for value in table.values()
+        if isinstance(value, torch.Tensor)
+    )
+
+
 def functional_names(ep: torch.export.ExportedProgram) -> dict[str, str] | None:
     """The in-place ops of `ep` mapped to their functional twins, by canonical name (empty when
     `ep` mutates nothing); None when some mutating op has no plain twin (an out= variant, a
@@ -84,6 +98,8 @@ def functional_names(ep: torch.export.ExportedProgram) -> dict[str, str] | None:
     What a partitioner's `ops_to_not_decompose` sees is a question of op names: a program with
     `hardswish_` renamed to `hardswish` answers it as the functionalized program would, without
     the retrace ExecuTorch pays for it."""
+    if has_subclass_state(ep):
+        return None
     names: dict[str, str] = {}
     for module in ep.graph_module.modules():
         graph = getattr(module, "graph", None)
@@ -103,7 +119,11 @@ def functional_names(ep: torch.export.ExportedProgram) -> dict[str, str] | None:
 def functionalize(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """`ep` with in-place and out= ops replaced by their functional forms (as ExecuTorch does before
     it asks partitioners which ops to keep: a partitioner that keeps `hardswish` must see
-    `hardswish`, not `hardswish_`). `ep` itself when it has none."""
+    `hardswish`, not `hardswish_`), and tensor-subclass weights (torchao's quantized tensors)
+    unwrapped into the plain tensors they hold. `ep` itself when it has neither."""
+    if has_subclass_state(ep):
+        unwrapped: torch.export.ExportedProgram = ep.run_decompositions({})
+        return unwrapped
     for module in ep.graph_module.modules():
         graph = getattr(module, "graph", None)
         if not isinstance(graph, torch.fx.Graph):

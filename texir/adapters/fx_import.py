@@ -9,6 +9,7 @@ from typing import Any, Union
 
 import sympy  # type: ignore[import-untyped]  # sympy ships no type information
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 import torch.fx
 from torch._ops import HigherOrderOperator, OpOverload
 from torch.export import ExportedProgram
@@ -521,6 +522,12 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
                 raise UnsupportedError(
                     f"state entry {target!r}: {type(value).__name__} constants (custom objects) "
                     "are not supported"
+                )
+            if is_traceable_wrapper_subclass(value):
+                raise UnsupportedError(
+                    f"state entry {target!r} is a tensor subclass ({type(value).__name__}, e.g. torchao's "
+                    "quantized weights): unwrap it into plain tensors first with ep.run_decompositions({}) "
+                    "(texir.lowering.lower does this itself)"
                 )
             tensors.append((target, value))
     # Hashed before the buffers are copied: the source tensor is what a digest_memo recognises.

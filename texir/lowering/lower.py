@@ -128,7 +128,7 @@ def _lower_one_memo(
 ) -> tuple[Program, Program]:
     from torch.export import ExportedProgram
 
-    from texir.adapters.decompositions import functional_names, functionalize
+    from texir.adapters.decompositions import functional_names, functionalize, has_subclass_state
     from texir.adapters.fx_export import to_exported_program
     from texir.adapters.fx_import import from_exported_program
     from texir.edge import TO_EDGE_PASSES
@@ -143,6 +143,8 @@ def _lower_one_memo(
             f"method {method!r}: lower takes a torch.export.ExportedProgram or a texir.ir.Program, "
             f"not {type(source).__name__}"
         )
+    if ep is not None and has_subclass_state(ep):
+        ep = functionalize(ep)  # torchao's quantized weights unwrapped, as ExecuTorch's first retrace does
     keep: dict[str, str] = {}
     for partitioner in partitioners:
         if getattr(partitioner, "ops_to_not_decompose", None) is None:
