@@ -141,3 +141,36 @@ def test_debug_maps_cover_every_delegate_call(files: dict[str, Any]) -> None:
     assert delegates and all(d["name"] == "XnnpackBackend" for d in delegates.values())
     assert all(isinstance(handles[i], list) and handles[i] for i in delegates)
     assert set(emitted.instruction_id_to_num_outs_map()["forward"]) == set(delegates)
+
+
+def test_8da4w_quantized_llama_equals_executorch_step_by_step() -> None:
+    """torchao's 8da4w (int4 grouped weights as tensor subclasses, int8 dynamic activations), the
+    quantization ExecuTorch's LLM recipes use: same delegates, blobs and named data as ExecuTorch's
+    program, and the same logits at every step."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+    from torchao.quantization import quantize_
+    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+    from tests.xnnpack_oracle import pte_view
+    from texir.adapters.executorch import executorch_partitioner
+    from texir.emit import emit
+    from texir.lowering import lower
+    from texir.serialize.pte.codec import dumps
+
+    exportable = _exportable()
+    quantize_(exportable.model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    ours = dumps(emit(lower(_export(exportable), [executorch_partitioner(XnnpackPartitioner())], cache=None)))
+    theirs = bytes(to_edge_transform_and_lower(_export(exportable), partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
+    mine, reference = pte_view(ours), pte_view(theirs)
+    assert len(mine.delegates) == len(reference.delegates) > 0
+    assert mine.delegates == reference.delegates and mine.named == reference.named
+    assert mine.kernels == reference.kernels
+    runtime = Runtime.get()
+    a, b = (runtime.load_program(data).load_method("forward") for data in (ours, theirs))
+    for step, (args, expected) in enumerate(_steps(exportable)):
+        (got,), (their,) = a.execute(list(args)), b.execute(list(args))
+        torch.testing.assert_close(got, their, rtol=1e-5, atol=1e-6, msg=f"step {step} vs ExecuTorch")
+        torch.testing.assert_close(got, expected, rtol=0.05, atol=0.02, msg=f"step {step} vs eager (quantized)")
