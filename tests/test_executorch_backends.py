@@ -1,13 +1,14 @@
 """ExecuTorch's XNNPACK partitioner and backend through texir, against ExecuTorch 1.5.1 itself.
 
 For every model of the zoo, nine torchvision and five transformers architectures (random weights
-from small configs) and four pt2e int8 models: texir's `lower(ep, [executorch_partitioner(
+from small configs), five pt2e int8 models (static and dynamic) and torchao's 8da4w: texir's `lower(ep, [executorch_partitioner(
 XnnpackPartitioner())])` + `emit` against ExecuTorch's `to_edge_transform_and_lower(ep,
 [XnnpackPartitioner()]).to_executorch()`. Both `.pte` files run in the ExecuTorch runtime; outputs
 must equal each other and eager; delegate count, named data, kernels and the XNNPACK blobs must be
 byte-equal (texir's `lower` places nodes as ExecuTorch's to_backend leaves them, re-sorts included:
 `texir.lowering.fx_order`). Where ExecuTorch fails, `EXECUTORCH_FAILS` pins its failure and what
-texir does instead."""
+texir does instead. XnnpackPartitioner's options and a sequence of two partitioners are compared the
+same way on one model."""
 
 from __future__ import annotations
 
@@ -159,3 +160,38 @@ def test_real_model_zoo_is_wide_enough() -> None:
     assert families.count("torchvision") >= 8 and families.count("transformers") >= 5 and len(QUANTIZED) >= 3
     delegated = [name for name in REAL_NAMES if len(pte_view(_lowered(name)[2].pte or b"").delegates) > 0]
     assert delegated == REAL_NAMES
+
+
+def _xnnpack_variants() -> dict[str, Any]:
+    from executorch.backends.xnnpack.partition.config.xnnpack_config import ConfigPrecisionType
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return {
+        "per_op_mode": lambda: [XnnpackPartitioner(per_op_mode=True)],
+        "fp32_configs_only": lambda: [XnnpackPartitioner(config_precisions=ConfigPrecisionType.FP32)],
+        "dynamic_quant_then_default": lambda: [
+            XnnpackPartitioner(config_precisions=ConfigPrecisionType.DYNAMIC_QUANT), XnnpackPartitioner()
+        ],
+    }
+
+
+@pytest.mark.parametrize("variant", ["per_op_mode", "fp32_configs_only", "dynamic_quant_then_default"])
+def test_partitioner_options_and_two_partitioners_match_executorch(variant: str) -> None:
+    """XnnpackPartitioner's options (one partition per op, one precision's configs) and a sequence of
+    two partitioners: the same delegates, blobs, named data, kernels and outputs as ExecuTorch's."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    from texir.adapters.executorch import executorch_partitioner
+    from texir.emit import emit
+    from texir.lowering import lower
+    from texir.serialize.pte.codec import dumps
+
+    make = _xnnpack_variants()[variant]
+    ep = cached_export("transformer_block", decompose=False)
+    ours = dumps(emit(lower(ep, [executorch_partitioner(p) for p in make()], cache=None)))
+    theirs = bytes(to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=make()).to_executorch().buffer)
+    a, b = pte_view(ours), pte_view(theirs)
+    assert len(a.delegates) == len(b.delegates) > 1
+    assert a.delegates == b.delegates and a.named == b.named and a.kernels == b.kernels
+    (args,) = example_argsets(zoo_model("transformer_block"))[:1]
+    _close(run_pte(ours, args), run_pte(theirs, args), f"{variant}: texir vs ExecuTorch .pte", rtol=0, atol=0)
