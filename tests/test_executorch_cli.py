@@ -117,3 +117,40 @@ def test_external_data_writes_a_ptd_the_runtime_loads_and_inspect_checks(
     assert main(["inspect", str(plain), "--data", str(bad)]) == 2
     err = capsys.readouterr().err
     assert repr(dropped) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_etrecord_flag_writes_a_record_inspector_reads_with_the_ptes_etdump(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from executorch.devtools import Inspector
+    from executorch.runtime import Runtime
+
+    out, record = tmp_path / "model.pte", tmp_path / "model.etrecord"
+    assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "-o", str(out), "--etrecord", str(record)]) == 0
+    assert f"wrote {record}" in capsys.readouterr().err
+    _, args = _eager()
+    program = Runtime.get().load_program(out, enable_etdump=True, debug_buffer_size=1 << 24)
+    program.load_method("forward").execute(list(args))
+    program.write_etdump_result_to_file(str(tmp_path / "run.etdp"), str(tmp_path / "run.debug"))
+    inspector = Inspector(etdump_path=str(tmp_path / "run.etdp"), etrecord=str(record))
+    events = [(e.name, e.debug_handles, e.op_types) for b in inspector.event_blocks for e in b.events]
+    delegate = [e for e in events if e[0] == "DELEGATE_CALL"]
+    assert delegate and all(handles and ops for _, handles, ops in delegate)  # the ops inside, named
+    assert [ops for name, _, ops in events if name == "OPERATOR_CALL"] == [["aten.tan.default"]]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--partitioner", "xnnpack", "--etrecord", "x.etrecord"], "--etrecord needs -o FILE.pte"),
+        (["--etrecord", "x.etrecord", "-o", "x.pte"], "--etrecord works with an ExecuTorch --partitioner"),
+        (["--partitioner", "xnnpack", "--etrecord", "x.pte", "-o", "x.pte"], "x.pte"),
+    ],
+)
+def test_etrecord_misuse_is_one_line(argv: list[str], message: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["lower", MODEL, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing written

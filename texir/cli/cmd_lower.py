@@ -103,6 +103,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--external-data", action="store_true",
                         help="keep weights (constants and delegates' named data) out of the .pte, in "
                         "_default_external_constant.ptd beside it")
+    parser.add_argument("--etrecord", type=Path, default=None, metavar="FILE",
+                        help="with an ExecuTorch --partitioner and -o: also write the ETRecord ExecuTorch's "
+                        "Inspector reads with the .pte's ETDump")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="compile partitions in N worker processes")
     parser.add_argument("--no-cache", action="store_true", help="compile every partition (no preprocess cache)")
@@ -274,9 +277,14 @@ def run(args: argparse.Namespace) -> int:
     from texir.lowering.plan import ops_to_not_decompose
 
     opts = _options(args)
-    refuse_clobbering("texir lower", [opts.model], [("--snapshot", args.snapshot), ("-o", args.output)])
+    refuse_clobbering("texir lower", [opts.model],
+                      [("--snapshot", args.snapshot), ("-o", args.output), ("--etrecord", args.etrecord)])
+    if args.etrecord is not None and args.output is None:
+        raise UsageError("--etrecord needs -o FILE.pte: the record describes that file's instructions")
     if opts.mode == "executorch":
         return _run_executorch(args, opts)
+    if args.etrecord is not None:
+        raise UsageError("--etrecord works with an ExecuTorch --partitioner (xnnpack, vulkan, example or MODULE:NAME)")
     with Progress("texir lower") as progress:
         if opts.backend is not None and opts.mode in ("whole", "ops"):
             _check_backend(opts.backend)  # (a --partitioner module may register its backend on import)
@@ -357,8 +365,9 @@ def _write_table(out: Any, table: Sequence[Sequence[str]]) -> None:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
 
 
-def _write_outputs(args: argparse.Namespace, lowered: Program, progress: Any) -> None:
-    """--snapshot (with tensor data) and -o (.pte), each written atomically."""
+def _write_outputs(args: argparse.Namespace, lowered: Program, progress: Any, edge: Program | None = None) -> None:
+    """--snapshot (with tensor data), -o (.pte, its .ptd first) and --etrecord (from `edge`, the
+    program before partitioning), each written atomically."""
     if args.snapshot is not None:
         from texir.serialize import snapshot
 
@@ -366,21 +375,26 @@ def _write_outputs(args: argparse.Namespace, lowered: Program, progress: Any) ->
         print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size:,} bytes, snapshot with tensor data)",
               file=sys.stderr)
     if args.output is not None:
-        from texir.emit import emit
+        from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit, emit_with_debug
         from texir.serialize import pte
-
-        from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions
 
         options = EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG) \
             if args.external_data else EmitOptions()
         with progress.phase(f"writing {args.output}"):
-            program = emit(lowered, options)
+            emitted = emit_with_debug(lowered, options) if args.etrecord is not None else None
+            program = emitted.program if emitted is not None else emit(lowered, options)
             for data in program.external:  # the data first: a .pte never refers to a missing file
                 path = args.output.with_name(f"{data.tag}.ptd")
                 pte.dump_ptd(data, path)
                 print(f"wrote {path} ({path.stat().st_size:,} bytes, .ptd: {len(data.entries)} entries)", file=sys.stderr)
             pte.dump(program, args.output)
         print(f"wrote {args.output} ({args.output.stat().st_size:,} bytes, .pte)", file=sys.stderr)
+        if emitted is not None and edge is not None:
+            from texir.adapters.executorch import write_etrecord
+
+            with progress.phase(f"writing {args.etrecord}"):
+                write_etrecord(args.etrecord, edge, emitted)
+            print(f"wrote {args.etrecord} ({args.etrecord.stat().st_size:,} bytes, ETRecord)", file=sys.stderr)
 
 
 def executorch_partitioner_for(spec: str) -> Any:
@@ -437,7 +451,7 @@ def _rows_of(program: Program) -> list[dict[str, Any]]:
 def _run_executorch(args: argparse.Namespace, opts: LowerOptions) -> int:
     from texir.cli.model_spec import is_snapshot_path, load_model, load_program
     from texir.cli.progress import Progress
-    from texir.lowering import lower
+    from texir.lowering import lower, lower_with_edge
 
     if args.explain:
         raise UsageError("--explain works with texir partitioners; an ExecuTorch partitioner does not say why")
@@ -447,9 +461,14 @@ def _run_executorch(args: argparse.Namespace, opts: LowerOptions) -> int:
         partitioner = executorch_partitioner_for(opts.partitioner)
         with progress.phase(f"loading {opts.model}"):
             source: Any = load_program(opts.model) if is_snapshot_path(opts.model) else load_model(opts.model)
+        cache: Literal["default"] | None = "default" if opts.cache else None
+        edge: Program | None = None
         with progress.phase(f"lowering with {partitioner!r}"):
-            lowered = lower(source, [partitioner], cache="default" if opts.cache else None, jobs=opts.jobs)
-        _write_outputs(args, lowered, progress)
+            if args.etrecord is not None:
+                lowered, edge = lower_with_edge(source, [partitioner], cache=cache, jobs=opts.jobs)
+            else:
+                lowered = lower(source, [partitioner], cache=cache, jobs=opts.jobs)
+        _write_outputs(args, lowered, progress, edge)
     rows = _rows_of(lowered)
     if args.json:
         payload: dict[str, Any] = {"partitions": rows}
