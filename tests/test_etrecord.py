@@ -13,6 +13,7 @@ import torch
 
 from tests.zoo import zoo_model
 from texir.emit import emit_with_debug
+from texir.ir import CallFunction
 from texir.serialize.pte import dumps
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
@@ -88,3 +89,30 @@ def test_the_wrong_program_for_the_maps_is_a_typed_error_and_writes_nothing(tmp_
     with pytest.raises(EtrecordError, match=r"emitter output has methods \['forward', 'other'\] but the program has \['forward'\]"):
         write_etrecord(tmp_path / "x.etrecord", program, emitted)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_two_methods_lowered_with_their_edge_programs_give_one_record(tmp_path: Path) -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.devtools.etrecord import parse_etrecord
+
+    from texir.adapters.executorch import executorch_partitioner, write_etrecord
+    from texir.lowering import lower_with_edge
+
+    module, args = zoo_model("conv_relu_tan").build()
+    other, other_args = zoo_model("mlp").build()
+    programs, edges = lower_with_edge(
+        {"forward": torch.export.export(module, args), "mlp": torch.export.export(other, other_args)},
+        {"forward": [executorch_partitioner(XnnpackPartitioner())]},
+    )
+    assert sorted(programs) == sorted(edges) == ["forward", "mlp"]
+    assert programs["forward"].lowered_modules and not programs["mlp"].lowered_modules  # partitioners per method
+    emitted = emit_with_debug(programs)
+    write_etrecord(tmp_path / "two.etrecord", edges, emitted)
+    record = parse_etrecord(str(tmp_path / "two.etrecord"))
+    assert sorted(record.edge_dialect_program) == ["forward", "mlp"]
+    stored = {m: {int(k): v for k, v in handles.items()} for m, handles in record._debug_handle_map.items()}
+    assert stored == emitted.debug_handle_map()  # (the record keeps JSON's string keys)
+    # each method's edge program, as ExecuTorch's own multi-method records hold them
+    for name, program in edges.items():
+        names = {n.name for n in record.edge_dialect_program[name].graph.nodes if n.op == "call_function"}
+        assert names == {n.name for n in program.graph.nodes if isinstance(n, CallFunction)}

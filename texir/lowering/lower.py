@@ -82,19 +82,13 @@ def lower(
     check_node_order(order)
     options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
     if isinstance(program, Mapping):
-        if isinstance(partitioners, Mapping):
-            unknown = sorted(set(partitioners) - set(program))
-            if unknown:
-                raise PartitionerError(
-                    f"partitioners given for methods {unknown} that are not among {sorted(program)}"
-                )
-            return {name: _lower_one(name, p, tuple(partitioners.get(name, ())), options, order)[0] for name, p in program.items()}
-        return {name: _lower_one(name, p, tuple(partitioners), options, order)[0] for name, p in program.items()}
+        return {name: both[0] for name, both in _lower_methods(program, partitioners, options, order).items()}
     if isinstance(partitioners, Mapping):
         raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
     return _lower_one("forward", program, tuple(partitioners), options, order)[0]
 
 
+@overload
 def lower_with_edge(
     program: Source,
     partitioners: Sequence[Partitioner],
@@ -102,13 +96,54 @@ def lower_with_edge(
     cache: CacheChoice = "default",
     jobs: int = 1,
     order: NodeOrder = "executorch",
-) -> tuple[Program, Program]:
-    """`lower` for one program, also returning the edge program it partitioned (decomposed, with
-    the to_edge rewrites, before any delegation): what ExecuTorch records in an ETRecord as the
-    edge dialect program, so that profiling tools can name the nodes inside delegates."""
+) -> tuple[Program, Program]: ...
+
+
+@overload
+def lower_with_edge(
+    program: Mapping[str, Source],
+    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
+    order: NodeOrder = "executorch",
+) -> tuple[dict[str, Program], dict[str, Program]]: ...
+
+
+def lower_with_edge(
+    program: Source | Mapping[str, Source],
+    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
+    order: NodeOrder = "executorch",
+) -> tuple[Program, Program] | tuple[dict[str, Program], dict[str, Program]]:
+    """`lower`, also returning the edge program it partitioned (decomposed, with the to_edge
+    rewrites, before any delegation; per method for a mapping): what ExecuTorch records in an
+    ETRecord as the edge dialect program, so that profiling tools can name the nodes inside
+    delegates (`texir.adapters.executorch.write_etrecord` takes either form)."""
     check_node_order(order)
     options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
+    if isinstance(program, Mapping):
+        both = _lower_methods(program, partitioners, options, order)
+        return {name: b[0] for name, b in both.items()}, {name: b[1] for name, b in both.items()}
+    if isinstance(partitioners, Mapping):
+        raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
     return _lower_one("forward", program, tuple(partitioners), options, order)
+
+
+def _lower_methods(
+    program: Mapping[str, Source],
+    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+    options: PreprocessOptions,
+    order: NodeOrder,
+) -> dict[str, tuple[Program, Program]]:
+    if isinstance(partitioners, Mapping):
+        unknown = sorted(set(partitioners) - set(program))
+        if unknown:
+            raise PartitionerError(f"partitioners given for methods {unknown} that are not among {sorted(program)}")
+        return {name: _lower_one(name, p, tuple(partitioners.get(name, ())), options, order) for name, p in program.items()}
+    return {name: _lower_one(name, p, tuple(partitioners), options, order) for name, p in program.items()}
 
 
 def _lower_one(
