@@ -169,11 +169,14 @@ def _shield(op: OpOverload) -> OpOverload | None:
             _shield_library.append(library)
         library = _shield_library[0]
         signature = str(schema).split("::", 1)[1]
-        library.define(name + signature[len(base):])  # type: ignore[no-untyped-call]  # unannotated in torch
         overload = f"{name}.{schema.overload_name}" if schema.overload_name else name
-        library.impl(overload, op, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]  # unannotated in torch
-        packet = getattr(getattr(torch.ops, _SHIELD_NAMESPACE), name)
-        twin = getattr(packet, schema.overload_name or "default")
+        try:
+            library.define(name + signature[len(base):])  # type: ignore[no-untyped-call]  # unannotated in torch
+            library.impl(overload, op, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]  # unannotated in torch
+            packet = getattr(getattr(torch.ops, _SHIELD_NAMESPACE), name)
+            twin = getattr(packet, schema.overload_name or "default")
+        except (RuntimeError, AttributeError):  # a schema torch.library will not copy: keep the op whole
+            twin = None
     _shields[op] = twin
     return twin
 
