@@ -258,14 +258,16 @@ def _decompose_turned_down(
     from texir.adapters.fx_export import to_exported_program
     from texir.adapters.fx_import import from_exported_program
 
-    kept = {
-        node_key(path, node.name): node.target
-        for path, graph in walk_keyed_graphs(program.graph) for node in graph.nodes
-        if isinstance(node, CallFunction) and node.target in keep
-    }
+    known: set[str] = set()
+    kept: set[str] = set()
+    for path, graph in walk_keyed_graphs(program.graph):
+        for node in graph.nodes:
+            key = node_key(path, node.name)
+            known.add(key)
+            if isinstance(node, CallFunction) and node.target in keep:
+                kept.add(key)
     if not kept:
         return program
-    known = {node_key(path, node.name) for path, graph in walk_keyed_graphs(program.graph) for node in graph.nodes}
     turned_down: set[str] = set()
     for partitioner in partitioners:
         ask = getattr(partitioner, "nodes_to_decompose", None)

@@ -45,18 +45,20 @@ class ExecutorchPartitioner:
     def __repr__(self) -> str:
         return f"executorch_partitioner({self.name})"
 
-    def _asked(self, ep: torch.export.ExportedProgram) -> tuple[set[Any], Any]:
-        """The partitioner's `ops_to_not_decompose(ep)`: the op overloads it keeps, its node filter."""
+    def _asked(self, program: Program) -> tuple[torch.export.ExportedProgram, set[Any], Any] | None:
+        """`program` as an ExportedProgram and the partitioner's `ops_to_not_decompose` of it: the op
+        overloads it keeps and its node filter. None when the partitioner has no such method."""
         method = getattr(self.partitioner, "ops_to_not_decompose", None)
         if method is None:
-            return set(), None
+            return None
+        ep = to_exported_program(program)
         try:
             ops, node_filter = method(ep)
         except Exception as exc:  # any failure of foreign code becomes one typed error
             raise PartitionerError(
                 f"ExecuTorch partitioner {self.name}.ops_to_not_decompose raised {type(exc).__name__}: {exc}"
             ) from exc
-        return {op for op in ops if isinstance(op, torch._ops.OpOverload)}, node_filter
+        return ep, {op for op in ops if isinstance(op, torch._ops.OpOverload)}, node_filter
 
     def _filtered(self, ep: torch.export.ExportedProgram, wanted: set[Any], node_filter: Any) -> list[tuple[str, Any, bool]]:
         """(node key, op, accepted) for each node of a kept op, by the partitioner's node filter."""
@@ -80,10 +82,10 @@ class ExecutorchPartitioner:
         """The ops the partitioner asks to keep whole, as canonical names. With a node filter, an op
         is kept when the filter accepts one of its nodes (`nodes_to_decompose` then names the nodes
         it turns down)."""
-        if getattr(self.partitioner, "ops_to_not_decompose", None) is None:
+        asked = self._asked(program)
+        if asked is None:
             return ()
-        ep = to_exported_program(program)
-        wanted, node_filter = self._asked(ep)
+        ep, wanted, node_filter = asked
         if node_filter is not None:
             wanted = {op for _, op, ok in self._filtered(ep, wanted, node_filter) if ok}
         return tuple(sorted(name for op in wanted if (name := canonical_target(op)) is not None))
@@ -92,12 +94,10 @@ class ExecutorchPartitioner:
         """The nodes of kept ops that the partitioner's node filter turns down, by node key: lower
         decomposes them after all, as ExecuTorch does (its check_op_support), so a linear the
         partitioner cannot take becomes ops the runtime or another partition can run."""
-        if getattr(self.partitioner, "ops_to_not_decompose", None) is None:
+        asked = self._asked(program)
+        if asked is None or asked[2] is None:
             return ()
-        ep = to_exported_program(program)
-        wanted, node_filter = self._asked(ep)
-        if node_filter is None:
-            return ()
+        ep, wanted, node_filter = asked
         return tuple(key for key, _, ok in self._filtered(ep, wanted, node_filter) if not ok)
 
     def __call__(self, program: Program) -> PartitionPlan:
