@@ -22,6 +22,7 @@ __all__ = [
     "decompose_nodes",
     "edge_decomposition_table",
     "functional_names",
+    "functional_overload",
     "functionalize",
     "graph_modules",
     "has_subclass_state",
@@ -61,7 +62,7 @@ def edge_decomposition_table(keep: Iterable[str] = ()) -> dict[OpOverload | OpOv
     return table
 
 
-def _functional_overload(op: OpOverload) -> OpOverload | None:
+def functional_overload(op: OpOverload) -> OpOverload | None:
     """The functional twin of an in-place op (`aten::hardtanh_.default` -> `aten::hardtanh.default`):
     same overload, same arguments but for the alias annotations, no mutation. None when there is none."""
     schema = op._schema
@@ -109,7 +110,7 @@ def functional_names(ep: torch.export.ExportedProgram) -> dict[str, str] | None:
             target = node.target
             if node.op != "call_function" or not isinstance(target, OpOverload) or not target._schema.is_mutable:
                 continue
-            twin = _functional_overload(target)
+            twin = functional_overload(target)
             if twin is None:
                 return None
             names[f"{target._schema.name}.{target._overloadname}"] = f"{twin._schema.name}.{twin._overloadname}"

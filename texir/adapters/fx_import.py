@@ -20,6 +20,7 @@ from torch.utils._sympy.numbers import int_oo
 from texir._io import gc_paused
 from texir.adapters import delegate_op
 from texir.adapters.decompositions import edge_decomposition_table
+from texir.adapters.local_decompose import decompose_locally
 from texir.adapters.specs import NEG_INF_MIN, dump_spec
 from texir.adapters.targets import canonical_target
 from texir.adapters.tensors import (
@@ -490,6 +491,11 @@ def from_exported_program(
     if not isinstance(ep, ExportedProgram):
         raise ConversionError(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if decompose:
+        # Without torch's retrace where a direct rewrite gives the same program (most models).
+        local = decompose_locally(ep, keep)
+    if decompose and local is not None:
+        ep = local
+    elif decompose:
         with warnings.catch_warnings():
             # torch deep-copies pytree specs inside run_decompositions and trips its own LeafSpec
             # deprecation warning: noise a caller cannot act on.

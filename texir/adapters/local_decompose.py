@@ -1,0 +1,293 @@
+"""Decomposing an ExportedProgram without torch's retrace, where nothing needs functionalizing.
+
+torch's `run_decompositions` retraces the whole program (functionalization, and fake-tensor
+propagation twice over, into a new graph): 2-7 ms a node, the largest share of texir's own time
+when lowering a small model. Most programs a partitioner is shown mutate nothing but in-place
+activations on values nothing else reads. For those, this module runs each node's decomposition
+itself: the same table entries (or the op's C++ composite kernel) on the program's fake tensors,
+under a dispatch mode that records every op reaching it as a new node, named and annotated as the
+retrace names them (the op's name, numbered in one namespace; every result of a multi-result op
+given a `getitem`, used or not; the decomposed node's stack, module path and origin copied on).
+The program converted to texir's IR equals the retraced one: tests/test_local_decompose.py checks
+it on every zoo model where this applies, against torch's own result.
+
+Anything it cannot do that way answers None (saying why) and the caller retraces: a mutated input
+or buffer, an in-place op on a value something else reads or on a view, nested graphs, dynamic
+shapes, tensor-subclass weights, tensor constants made inside a decomposition, ops whose result
+functionalization rewrites (`alias` from factory decompositions, `lift_fresh_copy`), ops returning
+neither tensors nor nothing."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+import torch
+from torch._dispatch.python import enable_python_dispatcher
+from torch._guards import detect_fake_mode
+from torch._ops import OpOverload
+from torch.export import ExportedProgram
+from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
+from torch.fx.traceback import NodeSource, NodeSourceAction
+from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_decomposed
+
+from texir.adapters.decompositions import edge_decomposition_table, functional_overload, has_subclass_state
+from texir.adapters.targets import canonical_target
+
+__all__ = ["decompose_locally"]
+
+_COPIED_META = ("stack_trace", "nn_module_stack", "torch_fn", "source_fn_stack")
+"""What texir's IR reads of a node's metadata besides its value and origin (`from_node`); the
+retrace copies these from the node it decomposes onto every node it creates for it."""
+
+_METADATA_OPS = frozenset({torch.ops.aten.size.default, torch.ops.aten.stride.default, torch.ops.aten.storage_offset.default})
+
+_FUNCTIONALIZED = frozenset({
+    torch.ops.aten.alias.default, torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default,
+})
+"""Ops the retrace's functionalization drops or rewrites depending on what reads them."""
+
+_INPUT_KINDS = frozenset({"PARAMETER", "BUFFER", "CONSTANT_TENSOR", "USER_INPUT"})
+
+
+class _Retrace(Exception):
+    """This node needs torch's retrace."""
+
+
+class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
+    """Records the ATen ops a decomposition calls as nodes of `graph`, values as fake tensors."""
+
+    def __init__(self, table: Mapping[Any, Callable[..., Any]], kept: set[str], fake_mode: Any) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
+        self.table = table
+        self.kept = kept
+        self.kept_cache: dict[OpOverload, bool] = {}
+        self.fake_mode = fake_mode
+        self.graph = torch.fx.Graph()
+        self.nodes: dict[int, torch.fx.Node] = {}  # id(fake tensor) -> the node it is the value of
+        self.alive: list[Any] = []  # keeps those tensors alive, so their ids stay theirs
+        self.source: torch.fx.Node | None = None
+        self.inputs: dict[torch.fx.Node, Any] = {}  # weights' values without autograd state
+
+    def bind(self, value: Any, node: torch.fx.Node) -> None:
+        self.nodes[id(value)] = node
+        self.alive.append(value)
+
+    def node_of(self, value: Any) -> torch.fx.Node:
+        node = self.nodes.get(id(value))
+        if node is None:
+            raise _Retrace("a tensor made inside a decomposition (a constant)")
+        return node
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        # What torch's tracer (proxy_call) does with an op reaching it, minus functionalization.
+        kwargs = kwargs or {}
+        if func is torch.ops.prim.device.default:
+            return func(*args, **kwargs)
+        if not self.keeps(func):
+            decomposition = self.table.get(func)
+            if decomposition is not None:
+                with self:
+                    return decomposition(*args, **kwargs)
+            if func not in _METADATA_OPS and autograd_would_have_decomposed(func, torch.utils._pytree.tree_leaves((args, kwargs))):
+                with self:
+                    out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+        return self.record(func, args, kwargs)
+
+    def keeps(self, func: OpOverload) -> bool:
+        found = self.kept_cache.get(func)
+        if found is None:
+            found = self.kept_cache[func] = canonical_target(func) in self.kept
+        return found
+
+    def record(self, func: OpOverload, args: Any, kwargs: Any) -> Any:
+        if func._schema.is_mutable or func in _FUNCTIONALIZED:
+            raise _Retrace(f"{func} mutates, or is one functionalization rewrites")
+        node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, self.node_of, (args, kwargs))
+        node = self.graph.create_node(
+            "call_function", func, tuple(node_args), dict(node_kwargs),
+            name=self.graph._target_to_str(func.overloadpacket.__name__),
+        )
+        with self.fake_mode, torch.no_grad():  # values of the retrace carry no autograd state
+            val = func(*args, **kwargs)
+        self.annotate(node, val)
+        if isinstance(val, torch.Tensor):
+            self.bind(val, node)
+        elif isinstance(val, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in val):
+            for i, item in enumerate(val):  # tracing gives every result its getitem
+                got = self.graph.create_node("call_function", operator.getitem, (node, i), {}, name="getitem")
+                self.annotate(got, item)
+                self.bind(item, got)
+        elif val is not None or func._schema.returns:
+            raise _Retrace(f"{func} returns {type(val).__name__}")
+        return val
+
+    def annotate(self, node: torch.fx.Node, val: Any) -> None:
+        source = self.source
+        if source is None:  # pragma: no cover - decompose_locally sets it before each node
+            raise _Retrace("no source node")
+        meta = source.meta
+        for key in _COPIED_META:
+            if key in meta:
+                node.meta[key] = meta[key]
+        node.meta["from_node"] = [NodeSource(source, "texir.local_decompose", NodeSourceAction.CREATE)]
+        if val is not None:  # an assertion has no value, and no entry
+            node.meta["val"] = val
+
+
+def _functional(node: torch.fx.Node) -> OpOverload | None:
+    """The functional twin of an in-place node whose mutation nothing can see (it writes an
+    intermediate value that only it reads, not a view of another): what functionalization gives.
+    None otherwise."""
+    target = node.target
+    written = node.args[0] if node.args else None
+    if not isinstance(target, OpOverload) or not isinstance(written, torch.fx.Node):
+        return None
+    if written.op != "call_function" or len(written.users) != 1:
+        return None
+    schema = getattr(written.target, "_schema", None)
+    if schema is None:
+        return None
+    if schema.is_mutable:  # a chain of in-place ops (relu_ on add_): each must be invisible
+        if _functional(written) is None:
+            return None
+    elif any(r.alias_info is not None for r in schema.returns):
+        return None
+    return functional_overload(target)
+
+
+def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+    target = node.target
+    if target is operator.getitem:
+        parts, index = env[cast(torch.fx.Node, node.args[0])], node.args[1]
+        if not isinstance(parts, tuple) or not isinstance(index, int):
+            raise _Retrace("getitem of a non-tuple")
+        return parts[index]
+    if not isinstance(target, OpOverload):
+        raise _Retrace(f"{target} is not an ATen op")
+    if target._schema.is_mutable and not torch._C._dispatch_has_kernel_for_dispatch_key(
+        target.name(), "CompositeImplicitAutograd"  # type: ignore[no-untyped-call]  # OpOverload.name is untyped
+    ):
+        # (A composite in-place op, like dropout_, is decomposed as it is: in eval mode it is the
+        # identity, and anything it mutates reaches the recorder, which refuses it.)
+        twin = _functional(node)
+        if twin is None:
+            raise _Retrace(f"{target} mutates a value something else can see")
+        target = twin
+
+    def fake(v: Any) -> Any:
+        got = env[v]
+        if isinstance(got, tuple):
+            raise _Retrace("a multi-result value used whole")
+        return rec.inputs.get(got, got.meta["val"])
+
+    args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
+    if rec.keeps(target):
+        val = rec.record(target, args, kwargs)  # what the partitioner keeps, recorded whole
+    else:
+        decomposition = rec.table.get(target)
+        with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
+            val = decomposition(*args, **kwargs) if decomposition is not None else target(*args, **kwargs)
+    if isinstance(val, torch.Tensor):
+        return rec.node_of(val)
+    if isinstance(val, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in val):
+        return tuple(rec.node_of(v) for v in val)
+    if val is None and not target._schema.returns:
+        return None  # an assertion: recorded, no value
+    raise _Retrace(f"{target} returns {type(val).__name__}")
+
+
+def decompose_locally(
+    ep: ExportedProgram, keep: Sequence[str] = (), *, why: list[str] | None = None
+) -> ExportedProgram | None:
+    """`ep` decomposed for the edge (`edge_decomposition_table`, keeping the ops named in `keep`)
+    without torch's retrace, or None when it needs one (see the module docstring); then `why`, if
+    given, receives the reason."""
+    try:
+        return _rewrite(ep, set(keep))
+    except _Retrace as exc:
+        if why is not None:
+            why.append(str(exc))
+        return None
+
+
+def _rewrite(ep: ExportedProgram, kept: set[str]) -> ExportedProgram:
+    sig = ep.graph_signature
+    if ep.range_constraints:
+        raise _Retrace("dynamic shapes")
+    if any(s.kind is not OutputKind.USER_OUTPUT for s in sig.output_specs):
+        raise _Retrace("the program mutates an input or buffer")
+    if any(spec.kind.name not in _INPUT_KINDS for spec in sig.input_specs):
+        raise _Retrace("inputs other than tensors (tokens, custom objects)")
+    if has_subclass_state(ep):
+        raise _Retrace("tensor-subclass weights")
+    graph = ep.graph_module.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if any(n.op not in ("placeholder", "output", "call_function") for n in graph.nodes):
+        raise _Retrace("nested graphs or modules (get_attr, call_module)")
+    fake_mode = detect_fake_mode([n.meta.get("val") for n in placeholders])
+    if fake_mode is None:
+        raise _Retrace("no fake values on the inputs")
+    rec = _Recorder(edge_decomposition_table(kept), kept, fake_mode)
+    env: dict[torch.fx.Node, Any] = {}
+    # Inputs take their final names after the calls are named, as export renames the retrace's
+    # placeholders at the end.
+    weights = {s.arg.name for s in sig.input_specs if s.kind.name in ("PARAMETER", "BUFFER")}
+    renames: list[tuple[torch.fx.Node, str]] = []
+    for i, node in enumerate(placeholders):
+        p = rec.graph.placeholder(f"arg{i}_1")
+        p.meta = {k: node.meta[k] for k in ("val", "tensor_meta") if k in node.meta}
+        if node.name in weights and node.users:
+            # The retrace notes on a weight the torch function of its first reader.
+            first = next(iter(node.users)).meta.get("torch_fn")
+            if first is not None:
+                p.meta["torch_fn"] = first
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.requires_grad:
+            with fake_mode:
+                val = val.detach()  # computed without autograd state, as the retrace computes
+            rec.inputs[p] = val
+        rec.bind(val, p)
+        env[node] = p
+        renames.append((p, node.name))
+    try:
+        for node in graph.nodes:
+            if node.op == "call_function":
+                rec.source = node
+                env[node] = _decompose_node(rec, node, env)
+    except Exception as exc:  # noqa: BLE001 - anything unforeseen goes to the retrace, which answers for it
+        where = rec.source.name if rec.source is not None else "?"
+        detail = str(exc) if isinstance(exc, _Retrace) else f"{type(exc).__name__}: {exc}"
+        raise _Retrace(f"node {where!r}: {detail}") from exc
+    (outputs,) = (n for n in graph.nodes if n.op == "output")
+    flat = torch.utils._pytree.tree_leaves(outputs.args[0])
+    if any(isinstance(n, torch.fx.Node) and not isinstance(env.get(n), torch.fx.Node) for n in flat):
+        raise _Retrace("an output is a multi-result value or has no value")
+    rec.graph.output(torch.fx.node.map_arg(outputs.args[0], lambda n: env[n]))
+    taken = {n.name for n in rec.graph.nodes if n.op != "placeholder"}
+    for p, name in renames:
+        if name in taken:
+            raise _Retrace(f"input {name!r} is named like a node the decomposition creates")
+        p.name = p.target = name  # export's naming: inputs keep the user's names, builtins included
+    rec.graph.eliminate_dead_code()
+    by_name = {n.name: n for n in graph.nodes}
+    output_specs = []
+    for spec in sig.output_specs:
+        arg = spec.arg
+        if isinstance(arg, TensorArgument):
+            mapped = env[by_name[arg.name]]
+            arg = TensorArgument(name=mapped.name)
+        output_specs.append(OutputSpec(kind=spec.kind, arg=arg, target=spec.target))
+    return ExportedProgram(
+        root=torch.fx.GraphModule(ep.graph_module, rec.graph),
+        graph=rec.graph,
+        graph_signature=ExportGraphSignature(input_specs=list(sig.input_specs), output_specs=output_specs),
+        state_dict=ep.state_dict,
+        range_constraints=ep.range_constraints,
+        module_call_graph=ep.module_call_graph,
+        example_inputs=ep.example_inputs,
+        constants=ep.constants,
+    )
