@@ -43,12 +43,14 @@ retrace copies these from the node it decomposes onto every node it creates for 
 
 _METADATA_OPS = frozenset({torch.ops.aten.size.default, torch.ops.aten.stride.default, torch.ops.aten.storage_offset.default})
 
-_FUNCTIONALIZED = frozenset({
-    torch.ops.aten.alias.default, torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default,
-})
-"""Ops the retrace's functionalization drops or rewrites depending on what reads them."""
+_ALIAS = torch.ops.aten.alias.default
+_LIFT_FRESH_COPY = torch.ops.aten.lift_fresh_copy.default
 
-_INPUT_KINDS = frozenset({"PARAMETER", "BUFFER", "CONSTANT_TENSOR", "USER_INPUT"})
+_FUNCTIONALIZED = frozenset({_ALIAS, torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default})
+"""Ops the retrace's functionalization drops or rewrites depending on where they come from."""
+
+_INPUT_ORDER = {"PARAMETER": 0, "CONSTANT_TENSOR": 1, "BUFFER": 2, "USER_INPUT": 3}
+"""The inputs this handles, in the order the retrace lifts them."""
 
 
 class _Retrace(Exception):
@@ -103,8 +105,19 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             found = self.kept_cache[func] = canonical_target(func) in self.kept
         return found
 
-    def record(self, func: OpOverload, args: Any, kwargs: Any) -> Any:
-        if func._schema.is_mutable or func in _FUNCTIONALIZED:
+    def record(self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False) -> Any:
+        """A node for `func`; `whole` when it is the program's own node, not one of a decomposition."""
+        if func is _ALIAS and not whole:
+            # A decomposition's alias (factories' new_ones and zeros_like, detach) leaves no node
+            # after the retrace's functionalization: the value is the aliased tensor's. (Nothing
+            # here mutates, so sharing the node is exact.)
+            with self.fake_mode, torch.no_grad():
+                val = func(*args)
+            self.bind(val, self.node_of(args[0]))
+            return val
+        if func is _LIFT_FRESH_COPY and whole:  # a tensor constant's copy: the retrace gives clone
+            func = torch.ops.aten.clone.default
+        if func._schema.is_mutable or (func in _FUNCTIONALIZED and not whole):
             raise _Retrace(f"{func} mutates, or is one functionalization rewrites")
         node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, self.node_of, (args, kwargs))
         node = self.graph.create_node(
@@ -185,8 +198,8 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         return rec.inputs.get(got, got.meta["val"])
 
     args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
-    if rec.keeps(target):
-        val = rec.record(target, args, kwargs)  # what the partitioner keeps, recorded whole
+    if rec.keeps(target) or target in (_ALIAS, _LIFT_FRESH_COPY):
+        val = rec.record(target, args, kwargs, whole=True)  # kept whole (an alias or constant copy: the program's own)
     else:
         decomposition = rec.table.get(target)
         with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
@@ -220,7 +233,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str]) -> ExportedProgram:
         raise _Retrace("dynamic shapes")
     if any(s.kind is not OutputKind.USER_OUTPUT for s in sig.output_specs):
         raise _Retrace("the program mutates an input or buffer")
-    if any(spec.kind.name not in _INPUT_KINDS for spec in sig.input_specs):
+    if any(spec.kind.name not in _INPUT_ORDER for spec in sig.input_specs):
         raise _Retrace("inputs other than tensors (tokens, custom objects)")
     if has_subclass_state(ep):
         raise _Retrace("tensor-subclass weights")
@@ -235,16 +248,20 @@ def _rewrite(ep: ExportedProgram, kept: set[str]) -> ExportedProgram:
     env: dict[torch.fx.Node, Any] = {}
     # Inputs take their final names after the calls are named, as export renames the retrace's
     # placeholders at the end.
+    # The retrace lifts tensor constants right after the parameters, before the buffers.
+    input_specs = sorted(sig.input_specs, key=lambda spec: _INPUT_ORDER[spec.kind.name])
+    by_input = {n.name: n for n in placeholders}
     weights = {s.arg.name for s in sig.input_specs if s.kind.name in ("PARAMETER", "BUFFER")}
     renames: list[tuple[torch.fx.Node, str]] = []
-    for i, node in enumerate(placeholders):
+    for i, spec in enumerate(input_specs):
+        node = by_input[spec.arg.name]
         p = rec.graph.placeholder(f"arg{i}_1")
         p.meta = {k: node.meta[k] for k in ("val", "tensor_meta") if k in node.meta}
         if node.name in weights and node.users:
-            # The retrace notes on a weight the torch function of its first reader.
-            first = next(iter(node.users)).meta.get("torch_fn")
-            if first is not None:
-                p.meta["torch_fn"] = first
+            # The retrace notes on a weight the torch function of its last reader.
+            last = list(node.users)[-1].meta.get("torch_fn")
+            if last is not None:
+                p.meta["torch_fn"] = last
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and val.requires_grad:
             with fake_mode:
@@ -284,7 +301,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str]) -> ExportedProgram:
     return ExportedProgram(
         root=torch.fx.GraphModule(ep.graph_module, rec.graph),
         graph=rec.graph,
-        graph_signature=ExportGraphSignature(input_specs=list(sig.input_specs), output_specs=output_specs),
+        graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
         state_dict=ep.state_dict,
         range_constraints=ep.range_constraints,
         module_call_graph=ep.module_call_graph,
