@@ -28,7 +28,7 @@ NEEDS_RETRACE = {
     "cond_closure_nested": "nested graphs",
     "cond_multi_output": "nested graphs",
     "convnext_tiny_config": "aten.as_strided_.default mutates",  # adaptive pooling's decomposition writes in place
-    "llama": "nested graphs",  # transformers wraps rotary embeddings in an autocast region
+    "llama": "nested graphs",  # transformers runs its rotary embedding in a no-grad region (a nested graph)
     "q_mlp_8da4w": "tensor-subclass weights",
 }
 """The models that still need torch's retrace, and the reason given; every other model of the zoo
