@@ -493,15 +493,15 @@ def from_exported_program(
     if decompose:
         # Without torch's retrace where a direct rewrite gives the same program (most models).
         local = decompose_locally(ep, keep)
-    if decompose and local is not None:
-        ep = local
-    elif decompose:
-        with warnings.catch_warnings():
-            # torch deep-copies pytree specs inside run_decompositions and trips its own LeafSpec
-            # deprecation warning: noise a caller cannot act on.
-            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                                    category=FutureWarning)
-            ep = ep.run_decompositions(edge_decomposition_table(keep))
+        if local is not None:
+            ep = local
+        else:
+            with warnings.catch_warnings():
+                # torch deep-copies pytree specs inside run_decompositions and trips its own LeafSpec
+                # deprecation warning: noise a caller cannot act on.
+                warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                        category=FutureWarning)
+                ep = ep.run_decompositions(edge_decomposition_table(keep))
     with gc_paused(), torch._C.DisableTorchFunctionSubclass():
         # (Reading a FakeTensor's attributes goes through __torch_function__ otherwise: 2x slower.)
         return _convert_from(ep)
