@@ -22,11 +22,12 @@ from texir.adapters.executorch.deps import ExecutorchUnavailableError, require_e
 from texir.adapters.executorch.edge_program import edge_target, to_edge_exported_program
 from texir.adapters.executorch.etrecord import EtrecordError, write_etrecord
 from texir.adapters.executorch.names import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
-from texir.adapters.executorch.runtime import RuntimeRunError, run_pte
+from texir.adapters.executorch.runtime import CaseResult, RuntimeRunError, run_pte, verify_bpte
 from texir.adapters.executorch.partitioner import ExecutorchPartitioner, executorch_partitioner
 
 __all__ = [
     "PARTITIONERS",
+    "CaseResult",
     "RuntimeRunError",
     "as_executorch_partitioner",
     "ExecutorchBackend",
@@ -41,5 +42,6 @@ __all__ = [
     "run_pte",
     "require_executorch",
     "to_edge_exported_program",
+    "verify_bpte",
     "write_etrecord",
 ]
