@@ -11,6 +11,7 @@ the same cases. Cases that do not fit their method are refused with a typed erro
 from __future__ import annotations
 
 import copy
+import json
 import functools
 from pathlib import Path
 from typing import Any
@@ -278,3 +279,133 @@ def test_truncated_and_corrupt_files_raise_typed_errors() -> None:
     wrong_version[at : at + 4] = (3).to_bytes(4, "little")
     with pytest.raises(bpte.BpteDecodeError, match="version is 3"):
         bpte.loads(bytes(wrong_version))
+
+
+def test_user_cases_with_and_without_expected_outputs() -> None:
+    module, args = zoo_model("multi_output").build()
+    with torch.no_grad():
+        given = module(*args)
+    cases = [user_case(args, given), user_case(args)]
+    data = bpte.dumps(bpte.make_bundle(_pte("multi_output", "portable"), {"forward": cases}))
+    assert bpte.loads(data).method_test_suites[0].test_cases[1].expected_outputs == ()
+    results = verify_bpte(data)  # a case with nothing to compare is not run
+    assert [(r.case, r.ok, r.outputs) for r in results] == [(0, True, 4)]
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+TINY = """\
+import torch
+
+def build():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval(), (torch.randn(2, 4),)
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("bundle") / "tiny.py"
+    path.write_text(TINY)
+    return path
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], *parts: str) -> None:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for part in parts:
+        assert part in err, err
+
+
+def test_cli_bundle_inspect_diff(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from texir.cli.main import main
+
+    out = tmp_path / "m.bpte"
+    assert main(["bundle", f"{tiny}:build", "-o", str(out), "--cases", "2", "--verify"]) == 0
+    text = capsys.readouterr().out
+    assert f"wrote {out}" in text and "3 cases" in text
+    assert "forward[0] example: inputs float32[2, 4] -> expected float32[2, 3]  ok" in text
+    assert "forward[2] random seed 0" in text and "3 of 3 cases pass" in text
+    bundle = bpte.load(out)
+    assert [len(s.test_cases) for s in bundle.method_test_suites] == [3]
+
+    assert main(["inspect", str(out), "--brief", "--case", "forward:2"]) == 0
+    text = capsys.readouterr().out
+    assert "BP08, version 2" in text and "method 'forward'" in text and "cases (3):" in text
+    assert "forward[1]  inputs: float32[2, 4]  expected: float32[2, 3]" in text
+    assert "    input [0] float32[2, 4] 32 bytes sha256:" in text  # case 2 in full
+    assert main(["inspect", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["program"]["methods"][0]["name"] == "forward"
+    assert [c["expected_outputs"][0]["shape"] for c in report["cases"][0]["cases"]] == [[2, 3]] * 3
+
+    other = tmp_path / "other.bpte"
+    assert main(["bundle", f"{tiny}:build", "-o", str(other), "--cases", "2", "--seed", "1"]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(out), str(out)]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(out), str(other)]) == 1
+    assert "cases forward" in capsys.readouterr().out
+    program = tmp_path / "m.pte"
+    program.write_bytes(bundle.program.tobytes())
+    assert main(["diff", str(out), str(program)]) == 0  # a .bpte against a .pte: its program
+
+
+def test_cli_bundle_xnnpack(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from texir.cli.main import main
+
+    out = tmp_path / "x.bpte"
+    argv = ["bundle", f"{tiny}:build", "-o", str(out), "--partitioner", "xnnpack", "--cases", "1", "--verify",
+            "--rtol", "1e-4", "--atol", "1e-5", "--json"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)["cases"]
+    assert [(r["source"], r["verified"]) for r in rows] == [("example", True), ("random seed 0", True)]
+    plan = pte.loads(bpte.load(out).program.view()).program.execution_plan[0]
+    assert [d.id for d in plan.delegates] == ["XnnpackBackend"]
+
+
+def _case_entry(data: bytes) -> tuple[int, int]:
+    """(position of the first suite's test_cases vector, of its first entry) in a .bpte."""
+    def u32(at: int) -> int:
+        return int.from_bytes(data[at : at + 4], "little")
+
+    def field(table: int, slot: int) -> int:
+        vtable = table - int.from_bytes(data[table : table + 4], "little", signed=True)
+        at = table + int.from_bytes(data[vtable + 4 + 2 * slot : vtable + 6 + 2 * slot], "little")
+        return at + u32(at)
+
+    suites = field(u32(0), 1)
+    cases = field(suites + 4 + u32(suites + 4), 1)
+    return cases, cases + 4
+
+
+def test_cli_bad_files_are_one_line_errors(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from texir.cli.main import main
+
+    good = tmp_path / "good.bpte"
+    assert main(["bundle", f"{tiny}:build", "-o", str(good)]) == 0
+    capsys.readouterr()
+    data = good.read_bytes()
+    vector, entry = _case_entry(data)
+    assert int.from_bytes(data[vector : vector + 4], "little") == 1  # one case
+    bad = {
+        "truncated": data[: len(data) // 2],
+        "case offset out of range": data[:entry] + (1 << 30).to_bytes(4, "little") + data[entry + 4 :],
+        "case count out of range": data[:vector] + (1 << 20).to_bytes(4, "little") + data[vector + 4 :],
+    }
+    for what, content in bad.items():
+        path = tmp_path / f"{what.replace(' ', '_')}.bpte"
+        path.write_bytes(content)
+        assert main(["inspect", str(path)]) == 2, what
+        _one_line_error(capsys, "texir inspect: error: malformed .bpte flatbuffer")
+        assert main(["diff", str(path), str(good)]) == 2, what
+        _one_line_error(capsys, "texir diff: error: malformed .bpte flatbuffer")
+    assert main(["inspect", str(good), "--case", "forward:1"]) == 2
+    _one_line_error(capsys, "method 'forward' has 1 cases (0..0); case 1 is out of range")
+    assert main(["inspect", str(good), "--case", "other:0"]) == 2
+    _one_line_error(capsys, "no cases for method 'other'")
+    assert main(["bundle", f"{tiny}:build", "--cases", "-1", "-o", str(tmp_path / "n.bpte")]) == 2
+    _one_line_error(capsys, "--cases -1")
+    assert main(["bundle", f"{tiny}:build", "-o", str(tmp_path / "n.pte")]) == 2
+    _one_line_error(capsys, "a bundled program is a .bpte")
+    assert not (tmp_path / "n.bpte").exists() and not (tmp_path / "n.pte").exists()

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -21,7 +21,7 @@ from texir.errors import ConversionError
 from texir.serialize import bpte
 from texir.serialize.pte.dtypes import DTYPE_TO_SCALAR_TYPE
 
-__all__ = ["bundled_value", "eager_cases", "random_inputs", "user_case"]
+__all__ = ["bundled_value", "eager_case", "eager_cases", "random_inputs", "user_case"]
 
 
 def bundled_value(x: Any, *, where: str = "value") -> bpte.Value:
@@ -66,21 +66,33 @@ def user_case(inputs: Sequence[Any], expected_outputs: Any = None) -> bpte.Bundl
     )
 
 
-def eager_cases(run: Callable[..., Any], input_sets: Sequence[Sequence[Any]]) -> tuple[bpte.BundledMethodTestCase, ...]:
-    """One case per input set, expected outputs computed by `run(*inputs)` in eager PyTorch.
+def eager_case(run: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any] | None = None) -> bpte.BundledMethodTestCase:
+    """A case of `args` (and `kwargs`, flattened after them, as torch.export orders a method's
+    inputs) whose expected outputs are what `run(*args, **kwargs)` returns in eager PyTorch.
 
-    A `torch.nn.Module` is deep-copied for every set, so that each case starts from the module's
-    state as given (a method that updates buffers is checked call by call from a fresh load)."""
+    A `torch.nn.Module` is deep-copied first, so that the case starts from the module's state as
+    given (a method that updates buffers is checked from a fresh load) and `run` is left untouched."""
+    fn = copy.deepcopy(run) if isinstance(run, torch.nn.Module) else run
+    call_args, call_kwargs = copy.deepcopy((tuple(args), dict(kwargs or {})))
+    try:
+        with torch.no_grad():
+            outputs = fn(*call_args, **call_kwargs)
+    except Exception as exc:  # the user's model failing on its own inputs
+        raise ConversionError(f"the eager run failed: {type(exc).__name__}: {exc}") from exc
+    inputs = (tuple(args), dict(kwargs)) if kwargs else tuple(args)
+    return bpte.BundledMethodTestCase(
+        inputs=tuple(_leaves(inputs, "inputs")), expected_outputs=tuple(_leaves(outputs, "expected_outputs"))
+    )
+
+
+def eager_cases(run: Callable[..., Any], input_sets: Sequence[Sequence[Any]]) -> tuple[bpte.BundledMethodTestCase, ...]:
+    """One `eager_case` per set of positional inputs."""
     cases = []
     for k, inputs in enumerate(input_sets):
-        fn = copy.deepcopy(run) if isinstance(run, torch.nn.Module) else run
-        args = copy.deepcopy(tuple(inputs))
         try:
-            with torch.no_grad():
-                outputs = fn(*args)
-        except Exception as exc:  # the user's model failing on its own inputs
-            raise ConversionError(f"case {k}: the eager run failed: {type(exc).__name__}: {exc}") from exc
-        cases.append(user_case(tuple(inputs), outputs))
+            cases.append(eager_case(run, inputs))
+        except ConversionError as exc:
+            raise ConversionError(f"case {k}: {exc}") from exc
     return tuple(cases)
 
 

@@ -20,12 +20,13 @@ EPILOG = """\
 examples:
   texir diff before.json after.json            # two snapshots (texir snapshot MODEL -o before.json)
   texir diff model_a.pte model_b.pte --json    # two .pte files, machine-readable
+  texir diff a.bpte b.bpte                     # two bundled programs: their .pte, then their cases
   texir diff texir.models:conv_relu_tan lowered.msgpack
 
 A and B are each a snapshot (.json/.msgpack, written by `texir snapshot` or `texir lower --snapshot`),
-a .pte file, or a MODEL spec (file.py:callable, package.module:callable, file.pt2). Programs are
-compared in canonical form: node names do not matter, content does. A program compared with a .pte
-file is emitted to .pte first. Exit status: 0 equal, 1 different, 2 error.
+a .pte or .bpte file, or a MODEL spec (file.py:callable, package.module:callable, file.pt2). Programs
+are compared in canonical form: node names do not matter, content does. A program compared with a .pte
+file is emitted to .pte first; a .bpte compared with anything but a .bpte stands for its .pte. Exit status: 0 equal, 1 different, 2 error.
 """
 
 def _as_pte(value: Any) -> Any:
@@ -35,8 +36,19 @@ def _as_pte(value: Any) -> Any:
     return value
 
 
+def _unbundle(value: Any) -> Any:
+    """A bundled program's `.pte` (compared with anything but another bundle)."""
+    from texir.serialize.bpte import BundledProgram
+    from texir.serialize.pte import loads
+
+    return loads(value.program.view()) if isinstance(value, BundledProgram) else value
+
+
 def compare(a: Any, b: Any, *, a_label: str, b_label: str) -> ProgramDiff:
     kinds = (type(a).__name__, type(b).__name__)
+    if "BundledProgram" in kinds and kinds[0] != kinds[1]:
+        a, b = _unbundle(a), _unbundle(b)
+        kinds = (type(a).__name__, type(b).__name__)
     if "PteProgram" in kinds and kinds[0] != kinds[1]:
         a, b = _as_pte(a), _as_pte(b)
     elif isinstance(a, LoweredBackendModule) != isinstance(b, LoweredBackendModule):
@@ -59,8 +71,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("a", metavar="A", help="snapshot, .pte file or MODEL spec")
-    parser.add_argument("b", metavar="B", help="snapshot, .pte file or MODEL spec")
+    parser.add_argument("a", metavar="A", help="snapshot, .pte or .bpte file or MODEL spec")
+    parser.add_argument("b", metavar="B", help="snapshot, .pte or .bpte file or MODEL spec")
     parser.add_argument("--json", action="store_true", help="print the diff as JSON")
     parser.add_argument("--decompose", action="store_true",
                         help="decompose MODEL specs as ExecuTorch's to_edge does (what `texir lower` always does) before comparing")

@@ -13,6 +13,7 @@ from texir.cli.progress import Progress
 from texir.ir.types import LoweredBackendModule, Program
 
 if TYPE_CHECKING:
+    from texir.serialize.bpte.schema import BundledProgram
     from texir.serialize.pte.schema import PteProgram
 
 EPILOG = """\
@@ -30,9 +31,14 @@ dynamic_shapes]) or an ExportedProgram), a FILE.pt2 written by torch.export.save
 """
 
 
-def render(value: Program | LoweredBackendModule | PteProgram, *, canonical: bool = False) -> str:
+def render(value: Program | LoweredBackendModule | PteProgram | BundledProgram, *, canonical: bool = False) -> str:
     from texir.ir import canonicalize, format_lowered_module, format_program
+    from texir.serialize.bpte.schema import BundledProgram
 
+    if isinstance(value, BundledProgram):
+        from texir.viz.pte_view import bundle_text
+
+        return bundle_text(value)
     if not isinstance(value, (Program, LoweredBackendModule)):
         from texir.viz.pte_view import pte_text
 

@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "texir.cli.cmd_snapshot",
     "texir.cli.cmd_show",
     "texir.cli.cmd_lower",
+    "texir.cli.cmd_bundle",
     "texir.cli.cmd_inspect",
     "texir.cli.cmd_diff",
     "texir.cli.cmd_demo",

@@ -42,6 +42,7 @@ from texir.ir.types import LoweredBackendModule, Program
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
+    from texir.serialize.bpte.schema import BundledProgram
     from texir.serialize.pte.schema import PteProgram
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "is_snapshot_path",
     "load_input",
     "load_model",
+    "load_model_eager",
     "load_program",
     "load_value",
     "split_spec",
@@ -239,11 +241,27 @@ def _load_pt2(path: Path) -> ExportedProgram:
 
 def load_model(spec: str) -> ExportedProgram:
     """The ExportedProgram a MODEL spec names (see the module docstring). Raises `ModelSpecError`."""
+    return _load_model(spec)[0]
+
+
+def load_model_eager(spec: str) -> tuple[ExportedProgram, Any, tuple[Any, ...], dict[str, Any]]:
+    """The ExportedProgram a MODEL spec names, what runs it eagerly (the module it was exported
+    from, or else the program's own `module()`) and its example args and kwargs."""
+    ep, recipe = _load_model(spec)
+    if recipe is not None:
+        return ep, recipe.module, recipe.args, dict(recipe.kwargs)
+    if ep.example_inputs is None:
+        raise ModelSpecError(f"{spec} holds no example inputs; export it with example args (torch.export.export does)")
+    args, kwargs = ep.example_inputs
+    return ep, ep.module(), tuple(args), dict(kwargs)
+
+
+def _load_model(spec: str) -> tuple[ExportedProgram, ExportRecipe | None]:
     if not isinstance(spec, str) or not spec.strip():
         raise ModelSpecError("MODEL is empty; give FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE or FILE.pt2")
     spec = spec.strip()
     if spec.endswith(".pt2"):
-        return _load_pt2(Path(spec))
+        return _load_pt2(Path(spec)), None
     if is_snapshot_path(spec):
         raise ModelSpecError(
             f"{spec!r} is a snapshot, not a model; commands that read snapshots accept it directly"
@@ -258,7 +276,7 @@ def load_model(spec: str) -> ExportedProgram:
     import torch
 
     if isinstance(target, torch.export.ExportedProgram):
-        return target
+        return target, None
     if not callable(target):
         raise ModelSpecError(
             f"{spec} is {_a(type(target).__name__)}, not a callable; point MODEL at a function returning {_FORMS}"
@@ -273,8 +291,9 @@ def load_model(spec: str) -> ExportedProgram:
     except (Exception, SystemExit) as exc:
         raise ModelSpecError(f"calling {spec}() failed: {_one_line(exc)}") from exc
     if isinstance(value, torch.export.ExportedProgram):
-        return value
-    return _export(_recipe(value, spec), spec)
+        return value, None
+    recipe = _recipe(value, spec)
+    return _export(recipe, spec), recipe
 
 
 def is_snapshot_path(spec: str) -> bool:
@@ -295,17 +314,21 @@ def load_value(spec: str, *, decompose: bool = False) -> Program | LoweredBacken
     return from_exported_program(ep, decompose=decompose)
 
 
-def load_input(spec: str, *, decompose: bool = False) -> Program | LoweredBackendModule | PteProgram:
-    """What `texir show` and `texir diff` accept: a ``.pte`` file (decoded, without torch), a
-    snapshot file, or a MODEL spec converted to a Program."""
-    if Path(spec).suffix.lower() == ".pte":
+def load_input(
+    spec: str, *, decompose: bool = False
+) -> Program | LoweredBackendModule | PteProgram | BundledProgram:
+    """What `texir show` and `texir diff` accept: a ``.pte`` or ``.bpte`` file (decoded, without
+    torch), a snapshot file, or a MODEL spec converted to a Program."""
+    suffix = Path(spec).suffix.lower()
+    if suffix in (".pte", ".bpte"):
+        from texir.serialize.bpte.codec import loads as loads_bpte
         from texir.serialize.pte.codec import loads as loads_pte
 
         try:
             data = Path(spec).read_bytes()
         except OSError as exc:
             raise ModelSpecError(f"cannot read {spec!r}: {exc.strerror or exc}") from None
-        return loads_pte(data)
+        return loads_pte(data) if suffix == ".pte" else loads_bpte(data)
     return load_value(spec, decompose=decompose)
 
 

@@ -1,13 +1,17 @@
-"""A stable outline text of a `.pte` program (methods, operators, delegates, values, instructions),
-in the indentation style `texir.viz.diff` compares, for snapshots and `texir diff`."""
+"""A stable outline text of a `.pte` program (methods, operators, delegates, values, instructions)
+and of a `.bpte` (its program, then its cases), in the indentation style `texir.viz.diff`
+compares, for snapshots and `texir diff`."""
 
 from __future__ import annotations
 
 import hashlib
 
+from texir.serialize import bpte
+from texir.serialize.bpte.check import dtype_name
 from texir.serialize.pte import schema as s
+from texir.serialize.pte.codec import loads as loads_pte
 
-__all__ = ["pte_text"]
+__all__ = ["bundle_text", "pte_text"]
 
 
 def _sha(data: bytes | memoryview) -> str:
@@ -119,4 +123,31 @@ def pte_text(pte: s.PteProgram) -> str:
     if pte.named_data:
         out.append("named_data:")
         out.extend(f"  {nd.key}={nd.data.nbytes}B sha256={_sha(nd.data.view())}" for nd in pte.named_data)
+    return "\n".join(out) + "\n"
+
+
+def _bundled_value(v: bpte.Value) -> str:
+    val = v.val
+    if isinstance(val, bpte.Tensor):
+        text = f"tensor {dtype_name(val.scalar_type)}{list(val.sizes)}"
+        if tuple(val.dim_order) != tuple(range(len(val.sizes))):
+            text += f" dim_order={list(val.dim_order)}"
+        return f"{text} {val.data.nbytes}B sha256={_sha(val.data.view())}"
+    if isinstance(val, bpte.Int):
+        return f"int {val.int_val}"
+    if isinstance(val, bpte.Bool):
+        return f"bool {val.bool_val}"
+    return f"double {val.double_val!r}"
+
+
+def bundle_text(bundle: bpte.BundledProgram) -> str:
+    """The outline of a bundled program: its `.pte`'s (as `pte_text`), then each method's cases
+    (inputs and expected outputs by dtype, shape and content hash)."""
+    out = [f"bpte version={bundle.version}", pte_text(loads_pte(bundle.program.view())).rstrip("\n")]
+    for suite in bundle.method_test_suites:
+        out.append(f"cases {suite.method_name}:")
+        for k, case in enumerate(suite.test_cases):
+            out.append(f"  case {k}:")
+            out.extend(f"    input [{i}] {_bundled_value(v)}" for i, v in enumerate(case.inputs))
+            out.extend(f"    expected [{i}] {_bundled_value(v)}" for i, v in enumerate(case.expected_outputs))
     return "\n".join(out) + "\n"

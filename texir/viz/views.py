@@ -29,8 +29,8 @@ class TextView:
 
 
 def text_view(obj: Any) -> TextView:
-    """The canonical text view of a Program, a LoweredBackendModule or a PteProgram (an
-    ExportedProgram is converted first)."""
+    """The canonical text view of a Program, a LoweredBackendModule, a PteProgram or a
+    BundledProgram (an ExportedProgram is converted first)."""
     if isinstance(obj, Program):
         text = canonical_text(obj)
         return TextView(text, original_names(obj, text), "program")
@@ -45,6 +45,10 @@ def text_view(obj: Any) -> TextView:
         from texir.viz.pte_view import pte_text
 
         return TextView(pte_text(obj), {}, "pte")
+    if type(obj).__name__ == "BundledProgram":
+        from texir.viz.pte_view import bundle_text
+
+        return TextView(bundle_text(obj), {}, "bpte")
     raise TexirError(
         f"cannot snapshot or diff a {type(obj).__name__}: pass a texir Program, a "
         "LoweredBackendModule or a PteProgram (texir.adapters.from_exported_program converts "
