@@ -29,7 +29,7 @@ from texir.emit import emit
 from texir.ir.blob import Blob
 from texir.serialize import bpte, pte
 
-PORTABLE = ["mlp", "conv_bn", "multi_output", "dtypes", "index_gather", "dynamic_mlp"]
+PORTABLE = ["mlp", "conv_bn", "multi_output", "dtypes", "index_gather", "dynamic_mlp", "running_stats"]
 XNNPACK = ["mlp", "convnet"]
 TOLERANCE = {"portable": (1e-5, 1e-6), "xnnpack": (1e-4, 1e-5)}
 """(rtol, atol) of the runtime's check; XNNPACK's kernels sum in another order than eager's."""
@@ -279,6 +279,27 @@ def test_truncated_and_corrupt_files_raise_typed_errors() -> None:
     wrong_version[at : at + 4] = (3).to_bytes(4, "little")
     with pytest.raises(bpte.BpteDecodeError, match="version is 3"):
         bpte.loads(bytes(wrong_version))
+
+
+def test_flipped_bytes_load_or_raise_typed_errors() -> None:
+    import random
+
+    from texir.errors import TexirError
+
+    data = _bundle("mlp", "portable")
+    rng = random.Random(31)
+    outcomes = {"loaded": 0, "refused": 0}
+    for _ in range(400):
+        corrupt = bytearray(data)
+        at = rng.randrange(len(corrupt))
+        corrupt[at] ^= 1 << rng.randrange(8)
+        try:
+            bpte.loads(bytes(corrupt))
+        except TexirError:
+            outcomes["refused"] += 1
+        else:
+            outcomes["loaded"] += 1  # e.g. a flipped bit in a tensor's data: still a valid file
+    assert outcomes["refused"] > 0 and outcomes["loaded"] > 0
 
 
 def test_user_cases_with_and_without_expected_outputs() -> None:

@@ -1,8 +1,9 @@
-"""Running a .pte, and checking a .bpte's cases, in ExecuTorch's runtime (the pip `executorch` package's Python bindings)."""
+"""Running a `.pte`, and checking a `.bpte`'s cases, in ExecuTorch's runtime (the pip package's bindings)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 import torch
@@ -51,22 +52,32 @@ class CaseResult(msgspec.Struct, frozen=True, kw_only=True):
 def verify_bpte(data: bytes, *, rtol: float = 1e-5, atol: float = 1e-8) -> tuple[CaseResult, ...]:
     """Load the bundled program `data` in ExecuTorch's runtime and check every case: the runtime
     loads the case's inputs, runs its method and compares the outputs with the expected ones
-    (|out - expected| <= atol + rtol * |expected|). Cases without expected outputs are skipped."""
+    (|out - expected| <= atol + rtol * |expected|). Each case runs on a fresh load, from the
+    program's initial state, as `texir.adapters.bundle.eager_case` computes its outputs (a method
+    that updates buffers would otherwise see the state the previous case left). Cases without
+    expected outputs are skipped."""
     require_executorch("verifying a .bpte")
     from executorch.extension.pybindings import portable_lib
 
     bundle = bpte.read_bundle(data)
-    try:
-        loaded = portable_lib._load_bundled_program_from_buffer(bytes(data))
-    except Exception as exc:  # the runtime reports load failures as RuntimeError with an error code
-        raise RuntimeRunError(f"ExecuTorch's runtime could not load the bundled program: {exc}") from exc
+    raw = bytes(data)
+
+    def load() -> Any:
+        try:
+            return portable_lib._load_bundled_program_from_buffer(raw)
+        except Exception as exc:  # the runtime reports load failures as RuntimeError with an error code
+            raise RuntimeRunError(f"ExecuTorch's runtime could not load the bundled program: {exc}") from exc
+
+    load()
     results = []
     for suite in bundle.method_test_suites:
         for k, case in enumerate(suite.test_cases):
             if not case.expected_outputs:
                 continue
             try:
-                outputs = loaded.verify_result_with_bundled_expected_output(suite.method_name, k, rtol, atol)
+                outputs = load().verify_result_with_bundled_expected_output(suite.method_name, k, rtol, atol)
+            except RuntimeRunError:
+                raise
             except Exception as exc:  # a mismatch or a failed run: RuntimeError with the status
                 results.append(CaseResult(method=suite.method_name, case=k, ok=False, error=str(exc)))
                 continue
