@@ -186,6 +186,29 @@ def test_reads_executorch_program_and_cases(tmp_path: Path) -> None:
 # --- codec ----------------------------------------------------------------------------------------
 
 
+def test_schema_mirrors_executorch_fbs() -> None:
+    """Every table of ExecuTorch's bundled_program_schema.fbs is a struct here with the same fields
+    in the same order (field order is the slot id), the union's members in the same order."""
+    import re
+    from importlib import resources
+
+    fbs = resources.files("executorch.devtools.bundled_program.serialize").joinpath(
+        "bundled_program_schema.fbs").read_text()
+    text = re.sub(r"//[^\n]*", "", fbs)
+    tables = {name: [f.split(":")[0].strip() for f in body.split(";") if ":" in f]
+              for name, body in re.findall(r"table\s+(\w+)\s*\{([^}]*)\}", text)}
+    assert list(tables) == ["Int", "Bool", "Double", "Tensor", "Value", "BundledMethodTestCase",
+                            "BundledMethodTestSuite", "BundledProgram"]
+    for name, fields in tables.items():
+        assert list(getattr(bpte, name).__struct_fields__) == fields, name
+    (members,) = re.findall(r"union\s+ValueUnion\s*\{([^}]*)\}", text)
+    assert [m.strip() for m in members.split(",") if m.strip()] == [c.__name__ for c in bpte.VALUE_TYPES]
+    assert f'file_identifier "{bpte.BUNDLED_FILE_IDENTIFIER.decode()}"' in text
+    from executorch.devtools.bundled_program.version import BUNDLED_PROGRAM_SCHEMA_VERSION
+
+    assert bpte.BUNDLED_SCHEMA_VERSION == BUNDLED_PROGRAM_SCHEMA_VERSION
+
+
 def test_round_trip_and_values() -> None:
     data, bundle = _two_methods()
     assert bpte.loads(data) == bundle

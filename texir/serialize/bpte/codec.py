@@ -34,6 +34,9 @@ _PROGRAM_ALIGN = 32
 _TENSOR_DATA_ALIGN = 16
 """force_align of `Tensor.data`."""
 _U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+_BOOL = struct.Struct("<?")
+_F64 = struct.Struct("<d")
 
 
 class BpteEncodeError(PteEncodeError):
@@ -212,11 +215,11 @@ class _BundleReader(_Reader):
                 dim_order=self.ints(m, 3, "B", 1, where + ".dim_order"),
             )
         elif cls is b.Int:
-            val = b.Int(int_val=int(self.scalar(m, 0, struct.Struct("<q"), 0, where)))  # type: ignore[call-overload]  # i64
+            val = b.Int(int_val=int(self.scalar(m, 0, _I64, 0, where)))  # type: ignore[call-overload]  # i64
         elif cls is b.Bool:
-            val = b.Bool(bool_val=bool(self.scalar(m, 0, struct.Struct("<?"), False, where)))
+            val = b.Bool(bool_val=bool(self.scalar(m, 0, _BOOL, False, where)))
         else:
-            val = b.Double(double_val=float(self.scalar(m, 0, struct.Struct("<d"), 0.0, where)))  # type: ignore[arg-type]  # f64
+            val = b.Double(double_val=float(self.scalar(m, 0, _F64, 0.0, where)))  # type: ignore[arg-type]  # f64
         return b.Value(val=val)
 
     def scalar_u8(self, t: _Tab, slot: int, where: str) -> int:
