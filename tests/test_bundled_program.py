@@ -65,10 +65,19 @@ def _bundle(name: str, variant: str) -> bytes:
 
 
 @functools.cache
-def _two_methods() -> tuple[bytes, bpte.BundledProgram]:
+def _two_methods(variant: str = "portable") -> tuple[bytes, bpte.BundledProgram]:
     programs = {"forward": "deep_mlp", "mlp": "mlp"}
-    methods = {m: from_exported_program(cached_export(n), decompose=False) for m, n in programs.items()}
-    program = pte.dumps(emit(methods))
+    if variant == "xnnpack":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        from texir.adapters.executorch import executorch_partitioner
+        from texir.lowering import lower
+
+        eps = {m: cached_export(n, decompose=False) for m, n in programs.items()}
+        program = pte.dumps(emit(lower(eps, [executorch_partitioner(XnnpackPartitioner())])))
+    else:
+        methods = {m: from_exported_program(cached_export(n), decompose=False) for m, n in programs.items()}
+        program = pte.dumps(emit(methods))
     bundle = bpte.make_bundle(program, {m: _cases(n) for m, n in programs.items()})
     return bpte.dumps(bundle), bundle
 
@@ -88,12 +97,17 @@ def test_runtime_verifies_every_case(name: str, variant: str) -> None:
         assert [d.id for d in plan.delegates] == ["XnnpackBackend"]
 
 
-def test_runtime_verifies_two_methods() -> None:
-    data, bundle = _two_methods()
+@pytest.mark.parametrize("variant", ["portable", "xnnpack"])
+def test_runtime_verifies_two_methods(variant: str) -> None:
+    data, bundle = _two_methods(variant)
     assert [s.method_name for s in bundle.method_test_suites] == ["forward", "mlp"]
-    results = verify_bpte(data)
+    rtol, atol = TOLERANCE[variant]
+    results = verify_bpte(data, rtol=rtol, atol=atol)
     assert sorted({r.method for r in results}) == ["forward", "mlp"]
     assert len(results) == 2 * 3 and all(r.ok for r in results), [r.error for r in results if not r.ok]
+    plans = pte.loads(bundle.program.view()).program.execution_plan
+    delegates = [[d.id for d in plan.delegates] for plan in plans]
+    assert delegates == ([["XnnpackBackend"]] * 2 if variant == "xnnpack" else [[], []])
 
 
 def _perturbed(case: bpte.BundledMethodTestCase, delta: float) -> bpte.BundledMethodTestCase:
