@@ -383,7 +383,7 @@ def test_cli_bundle_inspect_diff(tiny: Path, tmp_path: Path, capsys: pytest.Capt
     text = capsys.readouterr().out
     assert f"wrote {out}" in text and "3 cases" in text
     assert "forward[0] example: inputs float32[2, 4] -> expected float32[2, 3]  ok" in text
-    assert "forward[2] random seed 0" in text and "3 of 3 cases pass" in text
+    assert "forward[2] random #1 (seed 0)" in text and "3 of 3 cases pass" in text
     bundle = bpte.load(out)
     assert [len(s.test_cases) for s in bundle.method_test_suites] == [3]
 
@@ -417,7 +417,7 @@ def test_cli_bundle_xnnpack(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFi
             "--rtol", "1e-4", "--atol", "1e-5", "--json"]
     assert main(argv) == 0
     rows = json.loads(capsys.readouterr().out)["cases"]
-    assert [(r["source"], r["verified"]) for r in rows] == [("example", True), ("random seed 0", True)]
+    assert [(r["source"], r["verified"]) for r in rows] == [("example", True), ("random #0 (seed 0)", True)]
     plan = pte.loads(bpte.load(out).program.view()).program.execution_plan[0]
     assert [d.id for d in plan.delegates] == ["XnnpackBackend"]
 

@@ -104,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
         with progress.phase("emitting"):
             program = pte.dumps(emit(lowered))
         sets: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [("example", example_args, example_kwargs)]
-        for a, k in random_inputs((example_args, example_kwargs), args.cases, seed=args.seed):
-            sets.append((f"random seed {args.seed}", a, k))
+        for i, (a, k) in enumerate(random_inputs((example_args, example_kwargs), args.cases, seed=args.seed)):
+            sets.append((f"random #{i} (seed {args.seed})", a, k))
         cases = []
         with progress.phase("running eagerly"):
             for n, (_, a, k) in enumerate(sets):
