@@ -296,7 +296,7 @@ def test_bytes_do_not_depend_on_hash_seed() -> None:
 
 def test_unsupported_control_flow_names_node() -> None:
     meta = TensorMeta(dtype=DType.float32, shape=(2,), strides=(1,))
-    with pytest.raises(EmitError, match=r"node 'y'.*higher_order::while_loop.*not supported.*torch.cond or torch.map"):
+    with pytest.raises(EmitError, match=r"node 'y'.*higher_order::while_loop.*not supported.*torch.cond, torch.map or torch.scan"):
         emit(_one_op_program("higher_order::while_loop", meta))
     with pytest.raises(EmitError, match=r"node 'y'.*higher_order::map_impl.*map_impl needs \(body_graph, \[mapped\], \[operands\]\)"):
         emit(_one_op_program("higher_order::map_impl", meta))

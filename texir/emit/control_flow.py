@@ -1,5 +1,5 @@
-"""Control flow in the `.pte`: torch.cond and torch.map inlined with jumps, as ExecuTorch's emitter
-writes them (a mixin of `MethodEmitter`)."""
+"""Control flow in the `.pte`: torch.cond, torch.map and torch.scan inlined with jumps, as
+ExecuTorch's emitter writes them (a mixin of `MethodEmitter`)."""
 
 from __future__ import annotations
 
@@ -23,14 +23,26 @@ from texir.ir.types import (
 )
 from texir.serialize.pte.schema import Bool, Instruction, Int, JumpFalseCall, MoveCall, TensorShapeDynamism
 
-__all__ = ["ControlFlow"]
+__all__ = ["CONTROL_FLOW", "ControlFlow"]
+
+CONTROL_FLOW = frozenset({"higher_order::cond", "higher_order::map_impl", "higher_order::scan"})
+"""The higher-order ops the runtime runs, inlined as jumps by `ControlFlow.emit_control_flow`."""
 
 
 class ControlFlow(ValueTable):
-    """torch.cond and torch.map; the body's nodes go through the method's own `emit_call`."""
+    """torch.cond, torch.map and torch.scan; the body's nodes go through the method's own `emit_call`."""
 
     def emit_call(self, node: CallFunction, *, where: str) -> None:
         raise NotImplementedError  # MethodEmitter's
+
+    def emit_control_flow(self, node: CallFunction, *, where: str) -> None:
+        """The node's control flow op (one of `CONTROL_FLOW`)."""
+        emitters = {
+            "higher_order::cond": self.emit_cond,
+            "higher_order::map_impl": self.emit_map,
+            "higher_order::scan": self.emit_scan,
+        }
+        emitters[node.target](node, where=where)
 
     def subgraph(self, arg: Argument, *, where: str) -> Graph:
         meta = self.metas.get(arg.name) if isinstance(arg, Ref) else None
@@ -132,13 +144,77 @@ class ControlFlow(ValueTable):
         self.kernel("executorch_prim::sub.Scalar", (index, count, index))
         # The body runs many times: its tensors, the row, the result and the operands stay live
         # (unshared) to the end of the method.
+        self.keep_live(first_storage, (x, *operands))
+        self.by_name[node.name] = (out,)
+
+    def emit_scan(self, node: CallFunction, *, where: str) -> None:
+        """torch.scan as a loop, as ExecuTorch's emitter writes it: n = sym_size(xs[0], 0); each
+        carry result copy_'d from its init; then per iteration select_copy(x, 0, i) of every xs
+        into the body's slice inputs, the body (its carry inputs are the carry results), copy_ of
+        the body's new carries into the carry results, et_copy_index(ys, y, i) of every stacked
+        result, i += 1 and JumpFalse(i == n -> back to the selects); finally i -= n."""
+        args = node.args
+        if len(args) != 4 or not all(isinstance(a, (ListArg, TupleArg)) for a in args[1:]):
+            raise EmitError(f"{where}: scan needs (combine_graph, [init], [xs], [additional_inputs])")
+        body = self.subgraph(args[0], where=where)
+        init, xs, extra = (cast(ListArg | TupleArg, a).items for a in args[1:])
+        if not xs:
+            raise EmitError(f"{where}: torch.scan over no tensors; the ExecuTorch runtime's loop counts the "
+                            "iterations from the first of xs (pass at least one tensor to scan over)")
+        meta = self.graph.meta(node)
+        items = list(meta.items) if isinstance(meta, TupleMeta) else [meta]
+        if len(items) < len(init):
+            raise EmitError(f"{where}: scan has {len(items)} results for {len(init)} carries")
+        for i, item in enumerate(items):
+            if not isinstance(item, TensorMeta):
+                raise EmitError(f"{where}: scan result {i} is {type(item).__name__}; the ExecuTorch runtime's "
+                                "loop carries and stacks tensors only (return tensors from combine_fn)")
+        placeholders = [n for n in body.nodes if isinstance(n, Placeholder)]
+        slice_metas = [body.meta(p) for p in placeholders[len(init):len(init) + len(xs)]]
+        if len(slice_metas) != len(xs) or not all(isinstance(m, TensorMeta) for m in slice_metas):
+            raise EmitError(f"{where}: the scan body's inputs after the {len(init)} carries are not "
+                            f"{len(xs)} tensor slices of xs")
+        inits = [self.scalar(item, where=where) for item in init]
+        sources = [self.scalar(item, where=where) for item in xs]
+        operands = [self.scalar(item, where=where) for item in extra]
+        first_storage = len(self.storages)
+        outs = [self.tensor_value(cast(TensorMeta, m), where=where, planned=True, start=self.step) for m in items]
+        carries, stacked = outs[:len(init)], outs[len(init):]
+        for y in stacked:  # et_copy_index grows each stacked result row by row
+            cast(PendingTensor, self.values[y]).dynamism = TensorShapeDynamism.DYNAMIC_BOUND
+        index = self.add(Int(int_val=0))
+        count = self.add(Int(int_val=0))
+        self.kernel("aten::sym_size.int", (sources[0], self.add(Int(int_val=0)), count))
+        for carry, start in zip(carries, inits):
+            self.kernel("aten::copy_.default", (carry, start, self.add(Bool(bool_val=False)), carry))
+        slices = [self.tensor_value(cast(TensorMeta, m), where=where, planned=True, start=self.step)
+                  for m in slice_metas]
+        loop_start = len(self.instructions)
+        for source, row in zip(sources, slices):
+            self.kernel("aten::select_copy.int_out", (source, self.add(Int(int_val=0)), index, row, row))
+        results = self.emit_branch(body, [*carries, *slices, *operands], outs, where=where)
+        for carry, new in zip(carries, results):
+            self.kernel("aten::copy_.default", (carry, new, self.add(Bool(bool_val=False)), carry))
+        for y, row_result in zip(stacked, results[len(carries):]):
+            self.kernel("executorch_prim::et_copy_index.tensor", (y, row_result, index))
+        self.kernel("executorch_prim::add.Scalar", (index, self.add(Int(int_val=1)), index))
+        done = self.add(Bool(bool_val=False))
+        self.kernel("executorch_prim::eq.Scalar", (index, count, done))
+        self.instructions.append(Instruction(instr_args=JumpFalseCall(
+            cond_value_index=done, destination_instruction=loop_start)))
+        self.kernel("executorch_prim::sub.Scalar", (index, count, index))
+        self.keep_live(first_storage, (*inits, *sources, *operands))
+        self.by_name[node.name] = tuple(outs)
+
+    def keep_live(self, first_storage: int, operands: tuple[int, ...]) -> None:
+        """A loop's body runs many times: the tensors planned since `first_storage` and the
+        operands it reads stay live (unshared) to the end of the method."""
         for storage in self.storages[first_storage:]:
             storage.end = self.last_step
-        for value_index in (x, *operands):
+        for value_index in operands:
             value = self.values[value_index]
             if isinstance(value, PendingTensor) and value.storage is not None:
                 self.storages[value.storage].end = self.last_step
-        self.by_name[node.name] = (out,)
 
     def emit_branch(self, graph: Graph, operands: list[int], outs: list[int], *, where: str) -> list[int]:
         placeholders = [n for n in graph.nodes if isinstance(n, Placeholder)]

@@ -75,7 +75,7 @@ from texir.emit.common import (
     literal_of,
 )
 from texir.emit.debug import DelegateDebug
-from texir.emit.control_flow import ControlFlow
+from texir.emit.control_flow import CONTROL_FLOW, ControlFlow
 
 
 class MethodEmitter(ControlFlow):
@@ -127,9 +127,7 @@ class MethodEmitter(ControlFlow):
                 except PteError as exc:
                     raise EmitError(f"{where} ({node.target}): {exc}") from exc
                 handle = handles[step]
-                if handle is not None and node.target not in (
-                    CALL_DELEGATE_TARGET, "higher_order::cond", "higher_order::map_impl"
-                ):
+                if handle is not None and node.target != CALL_DELEGATE_TARGET and node.target not in CONTROL_FLOW:
                     # Each instruction of the node (casts the emitter adds run for it, as the cast
                     # nodes ExecuTorch inserts carry their consumer's handle).
                     self.debug_handles.extend((i, handle) for i in range(before, len(self.instructions)))
@@ -198,16 +196,13 @@ class MethodEmitter(ControlFlow):
             self.kernel(SYM_ARITH[target], (*args, result))
             self.by_name[node.name] = result
             return
-        if target == "higher_order::cond":
-            self.emit_cond(node, where=where)
-            return
-        if target == "higher_order::map_impl":
-            self.emit_map(node, where=where)
+        if target in CONTROL_FLOW:
+            self.emit_control_flow(node, where=where)
             return
         if target.startswith("higher_order::"):
             raise EmitError(
                 f"{where}: control flow ({target}) is not supported by the .pte emitter; "
-                "export with torch.cond or torch.map instead, or delegate the region"
+                "export with torch.cond, torch.map or torch.scan instead, or delegate the region"
             )
         if target in ops.SYM_OPS:
             schema = ops.op_schema(target)
