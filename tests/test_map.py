@@ -112,3 +112,16 @@ def test_a_map_with_two_results_is_refused_naming_the_node() -> None:
     program = from_exported_program(torch.export.export(_MapTwoResults(), args), decompose=True)
     with pytest.raises(EmitError, match=r"node 'map_impl'.*torch.map with 2 results.*concatenate the results"):
         emit(program)
+
+
+def test_a_map_result_with_another_dynamic_dim_is_refused_naming_the_node() -> None:
+    # et_copy_index keeps the other dims at their bound: ExecuTorch's `.pte` fails below it
+    class Double(torch.nn.Module):
+        def forward(self, xs: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = torch_map(lambda x: x * 2, xs)  # type: ignore[arg-type]  # torch's map stub is too narrow
+            return out
+
+    shapes = ({0: torch.export.Dim("steps", min=2, max=6), 1: torch.export.Dim("rows", min=2, max=7)},)
+    ep = torch.export.export(Double(), (torch.ones(4, 5, 3),), dynamic_shapes=shapes)
+    with pytest.raises(EmitError, match=r"node 'map_impl'.*the map's result has dynamic dims .* besides the loop's"):
+        emit(from_exported_program(ep, decompose=True))

@@ -243,6 +243,31 @@ def _cumsum_program() -> Program:
     return from_exported_program(torch.export.export(cls(), args), decompose=True)
 
 
+class _RaggedRows(torch.nn.Module):
+    def forward(self, xs: torch.Tensor) -> Carry:
+        def step(c: torch.Tensor, x: torch.Tensor) -> Carry:
+            c = c + x.sum(0)
+            return c, (x * c.sum()).clone()
+
+        return scan(step, torch.zeros(3), xs)
+
+
+def test_a_stacked_result_with_another_dynamic_dim_is_refused_as_executorchs_runtime_fails_it() -> None:
+    from executorch.exir import to_edge
+
+    args = (torch.linspace(-1.0, 1.0, 60).reshape(4, 5, 3),)
+    shapes = ({0: Dim("steps", min=2, max=6), 1: Dim("rows", min=2, max=7)},)
+    ep = torch.export.export(_RaggedRows(), args, dynamic_shapes=shapes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = bytes(to_edge(copy.deepcopy(ep)).to_executorch().buffer)
+    _run(theirs, (torch.ones(2, 7, 3),), calls=1)  # rows at their bound: it runs
+    with pytest.raises(RuntimeError):  # below it, et_copy_index's shape check fails the call
+        _run(theirs, (torch.ones(2, 5, 3),), calls=1)
+    with pytest.raises(EmitError, match=r"node 'scan'.*stacked result 0 has dynamic dims \['s\w+'\] besides the loop's.*static"):
+        emit(from_exported_program(ep, decompose=True))
+
+
 def _with_scan_args(program: Program, edit: Any) -> Program:
     graph = program.graph
     nodes = tuple(

@@ -122,6 +122,7 @@ class ControlFlow(ValueTable):
         slice_meta = body.meta(placeholders[0]) if placeholders else None
         if not isinstance(slice_meta, TensorMeta):
             raise EmitError(f"{where}: the map body's first input is not a tensor")
+        self.check_stackable(items[0], "the map's result", where=where)
         x = self.scalar(mapped[0], where=where)
         operands = [self.scalar(item, where=where) for item in extra]
         first_storage = len(self.storages)
@@ -169,6 +170,8 @@ class ControlFlow(ValueTable):
             if not isinstance(item, TensorMeta):
                 raise EmitError(f"{where}: scan result {i} is {type(item).__name__}; the ExecuTorch runtime's "
                                 "loop carries and stacks tensors only (return tensors from combine_fn)")
+        for i, item in enumerate(items[len(init):]):
+            self.check_stackable(cast(TensorMeta, item), f"stacked result {i}", where=where)
         placeholders = [n for n in body.nodes if isinstance(n, Placeholder)]
         slice_metas = [body.meta(p) for p in placeholders[len(init):len(init) + len(xs)]]
         if len(slice_metas) != len(xs) or not all(isinstance(m, TensorMeta) for m in slice_metas):
@@ -205,6 +208,19 @@ class ControlFlow(ValueTable):
         self.kernel("executorch_prim::sub.Scalar", (index, count, index))
         self.keep_live(first_storage, (*inits, *sources, *operands))
         self.by_name[node.name] = tuple(outs)
+
+    @staticmethod
+    def check_stackable(meta: TensorMeta, what: str, *, where: str) -> None:
+        """et_copy_index grows a loop's stacked result along dim 0 only and checks that its other
+        dims, which a dynamic tensor starts at their upper bounds, equal each step's: a symbolic
+        dim there fails the run (0x12) whenever it is below its bound, in ExecuTorch's `.pte` too."""
+        symbolic = [str(d) for d in meta.shape[1:] if isinstance(d, str)]
+        if symbolic:
+            raise EmitError(
+                f"{where}: {what} has dynamic dims {symbolic} besides the loop's; the ExecuTorch runtime's "
+                "et_copy_index stacks rows of a fixed shape and fails whenever they are below their bound "
+                "(export those dims static, e.g. pad the input to the maximum)"
+            )
 
     def keep_live(self, first_storage: int, operands: tuple[int, ...]) -> None:
         """A loop's body runs many times: the tensors planned since `first_storage` and the
