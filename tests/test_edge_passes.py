@@ -40,6 +40,7 @@ from texir.ir import (
     verify,
 )
 from texir.ir.analysis import call_nodes
+from texir.adapters.executorch.runtime import load_method
 
 
 class Casts(torch.nn.Module):
@@ -206,7 +207,7 @@ def test_a_symint_in_a_tensor_position_runs_in_the_runtime() -> None:
     from texir.emit import emit
     from texir.serialize.pte import dumps
 
-    method = Runtime.get().load_program(dumps(emit(program("sym_operand")))).load_method("forward")
+    method = load_method(dumps(emit(program("sym_operand"))))
     for rows in (4, 6):
         x = torch.randn(rows, 3)
         (got,) = method.execute([x])

@@ -13,6 +13,7 @@ import torch
 from tests.xnnpack_oracle import run_pte
 from texir.cli.main import main
 from texir.models import conv_relu_tan
+from texir.adapters.executorch.runtime import load_method
 
 MODEL = "texir.models:conv_relu_tan"
 XNNPACK_CLASS = "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"
@@ -83,7 +84,7 @@ def test_external_data_writes_a_ptd_the_runtime_loads_and_inspect_checks(
     capsys.readouterr()
     assert out.stat().st_size < inline.stat().st_size  # the weights moved out of the .pte
     expected, args = _eager()
-    method = Runtime.get().load_program(out, data_path=str(ptd)).load_method("forward")
+    method = load_method(out, data_path=str(ptd))
     (got,) = method.execute(list(args))
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
@@ -106,7 +107,7 @@ def test_external_data_writes_a_ptd_the_runtime_loads_and_inspect_checks(
     assert main(["lower", MODEL, "--external-data", "-o", str(plain)]) == 0
     capsys.readouterr()
     plain_ptd = plain.with_name("_default_external_constant.ptd")
-    (got,) = Runtime.get().load_program(plain, data_path=str(plain_ptd)).load_method("forward").execute(list(args))
+    (got,) = load_method(plain, data_path=str(plain_ptd)).execute(list(args))
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     full = loads_ptd(plain_ptd.read_bytes())
     assert len(full.entries) >= 2

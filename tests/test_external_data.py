@@ -27,6 +27,7 @@ from texir.serialize.pte import (
     loads_ptd,
 )
 from texir.serialize.pte.schema import PtdEntry, PtdFile, TensorDataLocation, TensorLayout
+from texir.adapters.executorch.runtime import load_method
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
 
@@ -97,7 +98,7 @@ def _run(tmp: Path, name: str, pte: bytes, ptd: bytes | None, args: tuple[torch.
     if ptd is not None:
         data_path = tmp / f"{name}.ptd"
         data_path.write_bytes(ptd)
-    method = Runtime.get().load_program(tmp / f"{name}.pte", data_path=data_path).load_method("forward")
+    method = load_method(tmp / f"{name}.pte", data_path=data_path)
     return [method.execute(list(args))[0].clone() for _ in range(calls)]
 
 

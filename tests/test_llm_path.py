@@ -16,6 +16,7 @@ from tests.real_models import export_static_cache_llama, static_cache_llama
 from texir.adapters import constant_methods
 from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit_with_debug
 from texir.serialize import pte
+from texir.adapters.executorch.runtime import load_method
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
 
@@ -83,8 +84,8 @@ def test_prefill_and_decode_equal_eager_and_executorch_step_by_step(files: dict[
     from executorch.runtime import Runtime
 
     runtime = Runtime.get()
-    ours = runtime.load_program(files["pte"], data_path=str(files["ptd"])).load_method("forward")
-    theirs = runtime.load_program(files["theirs"]).load_method("forward")
+    ours = load_method(files["pte"], data_path=str(files["ptd"]))
+    theirs = load_method(files["theirs"])
     calls = _steps(_exportable())
     assert len(calls) == 1 + DECODE_STEPS
     for step, (args, expected) in enumerate(calls):
@@ -100,7 +101,7 @@ def test_the_cache_is_state_that_survives_between_calls(files: dict[str, Any]) -
 
     calls = _steps(_exportable())
     (decode_args, expected) = calls[1]
-    fresh = Runtime.get().load_program(files["pte"], data_path=str(files["ptd"])).load_method("forward")
+    fresh = load_method(files["pte"], data_path=str(files["ptd"]))
     (cold,) = fresh.execute(list(decode_args))  # the first decode step without the prefill before it
     assert not torch.allclose(cold, expected, rtol=1e-3, atol=1e-4)
     (prefill_args, _) = calls[0]
@@ -169,7 +170,7 @@ def test_8da4w_quantized_llama_equals_executorch_step_by_step() -> None:
     assert mine.delegates == reference.delegates and mine.named == reference.named
     assert mine.kernels == reference.kernels
     runtime = Runtime.get()
-    a, b = (runtime.load_program(data).load_method("forward") for data in (ours, theirs))
+    a, b = (load_method(data) for data in (ours, theirs))
     for step, (args, expected) in enumerate(_steps(exportable)):
         (got,), (their,) = a.execute(list(args)), b.execute(list(args))
         torch.testing.assert_close(got, their, rtol=1e-5, atol=1e-6, msg=f"step {step} vs ExecuTorch")

@@ -15,6 +15,7 @@ from torch._higher_order_ops.map import map as torch_map
 from texir.adapters import from_exported_program
 from texir.emit import EmitError, EmitOptions, emit
 from texir.serialize.pte import dumps
+from texir.adapters.executorch.runtime import load_method
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
 
@@ -90,8 +91,8 @@ def test_map_is_the_same_loop_as_executorchs_and_runs_like_eager(case: str) -> N
     assert steps == _program(theirs)
     assert "executorch_prim::et_copy_index.tensor" in steps and any(s.startswith("JumpFalseCall") for s in steps)
     runtime = Runtime.get()
-    mine = runtime.load_program(ours).load_method("forward")
-    reference = runtime.load_program(theirs).load_method("forward")
+    mine = load_method(ours)
+    reference = load_method(theirs)
     with torch.no_grad():
         expected = module(*args)
     for _ in range(3):  # the loop counter is reset at the end of every call

@@ -64,6 +64,7 @@ from texir.serialize.pte import (
     TensorList,
     TensorShapeDynamism,
 )
+from texir.adapters.executorch.runtime import load_method
 
 # --- ExecuTorch-written files -----------------------------------------------------------------
 
@@ -251,8 +252,8 @@ def test_runtime_executes_texir_reencoding(et_cases: dict[str, EtCase], name: st
     runtime = Runtime.get()
     # The runtime reads constants from the caller's buffer without copying: keep `data` alive.
     data = pte.dumps(pte.loads(case.data))
-    ours = runtime.load_program(data).load_method("forward")
-    theirs = runtime.load_program(case.data).load_method("forward")
+    ours = load_method(data)
+    theirs = load_method(case.data)
     for call in case.make_inputs():
         got = ours.execute(list(call))
         want = theirs.execute(list(call))
@@ -270,7 +271,7 @@ def test_stateful_model_keeps_state_across_calls(et_cases: dict[str, EtCase]) ->
     from executorch.runtime import Runtime
 
     data = pte.dumps(pte.loads(et_cases["mutbuf"].data))
-    method = Runtime.get().load_program(data).load_method("forward")
+    method = load_method(data)
     x = torch.ones(2, 2)
     first = method.execute([x])[0]
     second = method.execute([x])[0]
@@ -317,9 +318,9 @@ def test_delegate_segments_and_inline_option(et_cases: dict[str, EtCase]) -> Non
     assert inline_bytes[8 + 32 : 8 + 64] == bytes(32)  # header padded to the largest force_align
     assert pte.dumps(pte.loads(inline_bytes), options) == inline_bytes
     assert pte.loads(inline_bytes) == x
-    method = Runtime.get().load_program(inline_bytes).load_method("forward")
+    method = load_method(inline_bytes)
     a, b = torch.randn(2, 4), torch.randn(2, 3)
-    want = Runtime.get().load_program(et_cases["linear_xnnpack"].data).load_method("forward").execute([a, b])
+    want = load_method(et_cases["linear_xnnpack"].data).execute([a, b])
     for g, w in zip(method.execute([a, b]), want, strict=True):
         assert torch.equal(g, w)
 
@@ -358,8 +359,8 @@ def test_alignment_options(et_cases: dict[str, EtCase], options: PteOptions, hea
     assert pte.loads(data) == x
     assert pte.dumps(pte.loads(data), options) == data
     inp = torch.randn(1, 3, 8, 8)
-    got = Runtime.get().load_program(data).load_method("forward").execute([inp])
-    want = Runtime.get().load_program(et_cases["conv_bn"].data).load_method("forward").execute([inp])
+    got = load_method(data).execute([inp])
+    want = load_method(et_cases["conv_bn"].data).execute([inp])
     assert torch.equal(got[0], want[0])
 
 

@@ -17,6 +17,7 @@ from texir.ir import CallFunction, CompileSpec, Program
 from texir.lowering import DelegationSpec, PartitionPlan, get_lowered_submodules, lower_whole, to_backend
 from texir.emit import EmitOptions, emit
 from texir.serialize.pte import dumps, loads
+from texir.adapters.executorch.runtime import RuntimeRunError, load_method
 
 # Kernels the ExecuTorch 1.5.1 pip runtime does not register: a .pte using them fails to load, and
 # ExecuTorch's own .pte of the same model fails the same way (checked below).
@@ -73,7 +74,7 @@ def _kernel_ops(program: Any) -> list[str]:
 def test_runtime_matches_eager(name: str) -> None:
     m = zoo_model(name)
     module, _ = m.build()
-    method = _runtime().load_program(texir_pte(name)).load_method("forward")
+    method = load_method(texir_pte(name))
     calls = 0
     for args in example_argsets(m):
         for _ in range(3 if m.stateful else 1):
@@ -103,8 +104,8 @@ def test_missing_runtime_kernel_fails_like_executorch(name: str) -> None:
     assert kernel in _kernel_ops(deserialize_pte_binary(ours).program)
     assert kernel in _kernel_ops(deserialize_pte_binary(theirs).program)
     for data in (ours, theirs):
-        with pytest.raises(RuntimeError):
-            _runtime().load_program(data).load_method("forward")
+        with pytest.raises(RuntimeRunError):
+            load_method(data)
 
 
 @pytest.mark.parametrize("name", COND_MODELS)
@@ -362,7 +363,7 @@ def test_random_programs_run_like_eager(ops: list[tuple[str, int]], planner: str
     ep = torch.export.export(module, args, strict=False).run_decompositions()
     program = from_exported_program(ep, decompose=False)
     data = dumps(emit(program, EmitOptions(planner=planner, check_plan=True)))  # type: ignore[arg-type]
-    got = _runtime().load_program(data).load_method("forward").execute(list(args))
+    got = load_method(data).execute(list(args))
     expected = module(*args)
     assert len(got) == 2
     for g_, e in zip(got, expected):

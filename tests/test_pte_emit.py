@@ -41,6 +41,7 @@ from texir.serialize.pte import (
     TensorList,
     dumps,
 )
+from texir.adapters.executorch.runtime import load_method
 
 
 def _program(name: str) -> Program:
@@ -172,7 +173,7 @@ def test_naive_plan_runs_in_the_runtime() -> None:
     m = zoo_model("deep_mlp")
     module, args = m.build()
     data = dumps(emit(_program("deep_mlp"), EmitOptions(planner="naive")))
-    (got,) = Runtime.get().load_program(data).load_method("forward").execute(list(args))
+    (got,) = load_method(data).execute(list(args))
     torch.testing.assert_close(got, module(*args), rtol=1e-5, atol=1e-6)
 
 
@@ -314,5 +315,5 @@ def test_unplanned_inputs_and_outputs_run_in_the_runtime() -> None:
         value = plan.values[index].val
         assert isinstance(value, Tensor) and value.allocation_info is None
     module, args = zoo_model("mlp").build()
-    (got,) = Runtime.get().load_program(dumps(pte)).load_method("forward").execute(list(args))
+    (got,) = load_method(dumps(pte)).execute(list(args))
     torch.testing.assert_close(got, module(*args), rtol=1e-5, atol=1e-6)

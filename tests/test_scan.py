@@ -25,6 +25,7 @@ from texir.ir import CallFunction, ListArg, Program, Ref, verify
 from texir.lowering import to_backend
 from texir.lowering.partitioners import OpSupportPartitioner, WholeProgramPartitioner
 from texir.serialize.pte import dumps
+from texir.adapters.executorch.runtime import load_method
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
 
@@ -165,7 +166,7 @@ def _operators(data: bytes) -> list[tuple[str, str]]:
 def _run(data: bytes, args: tuple[torch.Tensor, ...], calls: int = 3) -> list[list[torch.Tensor]]:
     from executorch.runtime import Runtime
 
-    method = Runtime.get().load_program(data).load_method("forward")
+    method = load_method(data)
     return [list(method.execute(list(args))) for _ in range(calls)]  # the loop counter resets each call
 
 

@@ -12,6 +12,7 @@ import torch
 from texir.adapters import from_exported_program
 from texir.emit import emit
 from texir.serialize.pte import dumps
+from texir.adapters.executorch.runtime import load_method
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
 
@@ -66,8 +67,8 @@ def test_mutated_user_inputs_are_written_back_and_returned_like_executorch(modul
     assert [mine.inputs.index(o) if o in mine.inputs else None for o in mine.outputs] == \
         [their.inputs.index(o) if o in their.inputs else None for o in their.outputs]
     runtime = Runtime.get()
-    got = runtime.load_program(ours).load_method("forward").execute([a.clone() for a in args])
-    want = runtime.load_program(theirs).load_method("forward").execute([a.clone() for a in args])
+    got = load_method(ours).execute([a.clone() for a in args])
+    want = load_method(theirs).execute([a.clone() for a in args])
     eager_args = tuple(a.clone() for a in args)
     eager = module()(*eager_args)
     assert len(got) == len(want)

@@ -22,7 +22,14 @@ from texir.adapters.executorch.deps import ExecutorchUnavailableError, require_e
 from texir.adapters.executorch.edge_program import edge_target, to_edge_exported_program
 from texir.adapters.executorch.etrecord import EtrecordError, write_etrecord
 from texir.adapters.executorch.names import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
-from texir.adapters.executorch.runtime import CaseResult, RuntimeRunError, run_pte, verify_bpte
+from texir.adapters.executorch.runtime import (
+    CaseResult,
+    LoadedMethod,
+    RuntimeRunError,
+    load_method,
+    run_pte,
+    verify_bpte,
+)
 from texir.adapters.executorch.partitioner import ExecutorchPartitioner, executorch_partitioner
 
 __all__ = [
@@ -33,10 +40,12 @@ __all__ = [
     "ExecutorchBackend",
     "ExecutorchPartitioner",
     "ExecutorchUnavailableError",
+    "LoadedMethod",
     "EtrecordError",
     "edge_target",
     "executorch_backend_class",
     "executorch_partitioner",
+    "load_method",
     "partitioner_by_name",
     "register_executorch_backend",
     "run_pte",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -12,24 +13,50 @@ from texir.adapters.executorch.deps import require_executorch
 from texir.errors import TexirError
 from texir.serialize import bpte
 
-__all__ = ["CaseResult", "RuntimeRunError", "run_pte", "verify_bpte"]
+__all__ = ["CaseResult", "LoadedMethod", "RuntimeRunError", "load_method", "run_pte", "verify_bpte"]
 
 
 class RuntimeRunError(TexirError):
     """ExecuTorch's runtime could not load or run a .pte."""
 
 
-def run_pte(data: bytes, inputs: Sequence[torch.Tensor], *, method: str = "forward") -> list[torch.Tensor]:
-    """Load `data` in ExecuTorch's runtime and run `method` once on `inputs` (flat tensors)."""
+class LoadedMethod:
+    """A method loaded in ExecuTorch's runtime together with the program it came from.
+
+    The runtime's method does not keep its program alive, and the program owns the memory arenas
+    the method runs in: a method whose program was garbage-collected reads freed memory (wrong
+    input counts, error 0x12, or a crash). Holding both here makes that impossible."""
+
+    def __init__(self, program: Any, method: Any) -> None:
+        self.program = program
+        self._method = method
+
+    def execute(self, inputs: Sequence[Any]) -> Any:
+        """Run the method once on `inputs`; the runtime's outputs as it returns them."""
+        return self._method.execute(inputs)
+
+
+def load_method(
+    source: bytes | str | Path, method: str = "forward", *, data_path: str | Path | None = None
+) -> LoadedMethod:
+    """Load `method` of the `.pte` `source` (bytes or a path; `data_path`: its `.ptd`) in
+    ExecuTorch's runtime, kept alive with its program."""
     require_executorch("running a .pte")
     from executorch.runtime import Runtime
 
     try:
-        loaded = Runtime.get().load_program(data).load_method(method)
+        program = Runtime.get().load_program(source, data_path=data_path)
+        loaded = program.load_method(method)
     except Exception as exc:  # the runtime reports load failures as RuntimeError with an error code
         raise RuntimeRunError(f"ExecuTorch's runtime could not load method {method!r}: {exc}") from exc
     if loaded is None:
         raise RuntimeRunError(f"the program has no method {method!r}")
+    return LoadedMethod(program, loaded)
+
+
+def run_pte(data: bytes, inputs: Sequence[torch.Tensor], *, method: str = "forward") -> list[torch.Tensor]:
+    """Load `data` in ExecuTorch's runtime and run `method` once on `inputs` (flat tensors)."""
+    loaded = load_method(data, method)
     try:
         return [t for t in loaded.execute(list(inputs)) if isinstance(t, torch.Tensor)]
     except Exception as exc:
