@@ -39,3 +39,14 @@ class ModelSpecError(TexirError):
 class UsageError(TexirError):
     """A command-line mistake texir can tell before doing any work (e.g. an output that would
     overwrite an input)."""
+
+
+class ParseError(TexirError):
+    """IR text (`texir.ir.parse_program`) does not follow the printer's grammar. `line` and
+    `column` are 1-based; `expected` says what the parser wanted there."""
+
+    def __init__(self, message: str, *, line: int, column: int, expected: str) -> None:
+        super().__init__(f"line {line}, column {column}: {message}")
+        self.line = line
+        self.column = column
+        self.expected = expected

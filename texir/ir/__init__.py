@@ -1,4 +1,4 @@
-"""texir's frozen IR: types, verifier, printer and canonical form. Imports neither torch nor flatbuffers."""
+"""texir's frozen IR: types, verifier, printer, parser and canonical form. Imports neither torch nor flatbuffers."""
 
 from texir.ir.analysis import (
     call_nodes,
@@ -24,6 +24,7 @@ from texir.ir.names import (
     rename_node,
     rename_output_spec,
 )
+from texir.ir.parser import parse_program, payloads_of
 from texir.ir.printer import format_lowered_module, format_program
 from texir.ir.types import *  # noqa: F403  (the IR's public names are exactly types.__all__)
 from texir.ir.types import __all__ as _types_all
@@ -46,6 +47,8 @@ __all__ = [
     "literal_arg",
     "format_lowered_module",
     "format_program",
+    "parse_program",
+    "payloads_of",
     "iter_refs",
     "node_inputs",
     "node_map",

@@ -1,11 +1,20 @@
 """`format_program(program) -> str`: the one stable, readable text form of the IR.
 
 Every line depends only on the IR's content (no ids, addresses or hash order), so goldens are stable.
+The text is complete: `texir.ir.parser.parse_program` reads it back, and
+``parse_program(format_program(p), payloads=payloads(p)) == canonicalize(p)``. Two things are not
+spelled out: stack traces (machine paths; `canonicalize` drops them too) and payload bytes (tensor
+data, named data, delegate blobs), which appear as their size and full SHA-256 and come back from
+the `payloads` map. Node lines stay short: provenance beyond the debug handle goes in a
+``provenance:`` block after each graph's nodes, its shared parts as a numbered location table.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 from texir.ir.types import (
+    DTYPE_ITEMSIZE,
     Argument,
     BoolArg,
     BufferInput,
@@ -28,8 +37,10 @@ from texir.ir.types import (
     LayoutArg,
     ListArg,
     LossOutput,
+    Location,
     LoweredBackendModule,
     MemoryFormatArg,
+    ModuleCallEntry,
     NoneArg,
     NoneMeta,
     Node,
@@ -65,24 +76,37 @@ _DTYPE_SHORT: dict[DType, str] = {
     DType.float16: "f16", DType.bfloat16: "bf16", DType.float32: "f32", DType.float64: "f64",
     DType.complex64: "c64", DType.complex128: "c128",
 }
+SHORT_DTYPES: dict[str, DType] = {v: k for k, v in _DTYPE_SHORT.items()}
 
 
 def format_dtype(dtype: DType) -> str:
     return _DTYPE_SHORT.get(dtype, dtype.value)
 
 
-def _is_contiguous(meta: TensorMeta) -> bool:
-    expected: int | str = 1
-    for size, stride in zip(reversed(meta.shape), reversed(meta.strides)):
-        if size != 1 and stride != expected:
-            return False
-        if isinstance(expected, int) and isinstance(size, int):
-            expected = expected * size
-        elif expected == 1:
-            expected = str(size)
-        else:
-            expected = f"{expected}*{size}"
-    return True
+def contiguous_strides(shape: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """The strides a contiguous tensor of `shape` has (torch's rule: a size below 1 counts as 1);
+    a symbolic factor is spelled ``a*b``. The printer shows strides only when they differ."""
+    strides: list[int | str] = []
+    acc: int | str = 1
+    for size in reversed(shape):
+        strides.append(acc)
+        if isinstance(size, int) and isinstance(acc, int):
+            acc = acc * max(size, 1)
+        elif acc == 1:
+            acc = str(size)
+        elif size != 1:
+            acc = f"{acc}*{size}"
+    return tuple(reversed(strides))
+
+
+def tensor_nbytes(meta: TensorMeta) -> int | None:
+    """numel * itemsize for a concrete shape, else None."""
+    numel = 1
+    for size in meta.shape:
+        if not isinstance(size, int):
+            return None
+        numel *= size
+    return numel * DTYPE_ITEMSIZE[meta.dtype]
 
 
 def format_meta(meta: ValueMeta | None) -> str:
@@ -91,7 +115,7 @@ def format_meta(meta: ValueMeta | None) -> str:
     if isinstance(meta, TensorMeta):
         text = f"{format_dtype(meta.dtype)}[{', '.join(str(d) for d in meta.shape)}]"
         extras = []
-        if not _is_contiguous(meta):
+        if meta.strides != contiguous_strides(meta.shape):
             extras.append(f"strides=({', '.join(str(s) for s in meta.strides)})")
         if meta.storage_offset != 0:
             extras.append(f"offset={meta.storage_offset}")
@@ -151,7 +175,7 @@ def format_arg(arg: Argument) -> str:
     if isinstance(arg, MemoryFormatArg):
         return f"torch.{arg.value.value}"
     if isinstance(arg, SymExprArg):
-        return f"sym({arg.expr})"
+        return f"sym({arg.expr})" if arg.type == "int" else f"sym<{arg.type}>({arg.expr})"
     raise TypeError(f"unknown argument {arg!r}")
 
 
@@ -177,8 +201,41 @@ def format_node(node: Node, meta: ValueMeta | None = None, prov: Provenance | No
     raise TypeError(f"unknown node {node!r}")
 
 
+def _format_location(loc: Location) -> str:
+    parts = []
+    if loc.nn_module_stack:
+        parts.append(f"nn_module_stack={[(f.key, f.path, f.type) for f in loc.nn_module_stack]!r}")
+    if loc.source_fn_stack:
+        parts.append(f"source_fn_stack={[(f.name, f.target) for f in loc.source_fn_stack]!r}")
+    if loc.torch_fn_type is not None:
+        parts.append(f"torch_fn_type={loc.torch_fn_type!r}")
+    return " ".join(parts)  # stack traces are not spelled out (see the module docstring)
+
+
+def _format_provenance(graph: Graph, indent: str) -> list[str]:
+    table = graph.provenance
+    if table is None:
+        return []
+    lines = [f"{indent}    loc {i}: {_format_location(loc)}".rstrip() for i, loc in enumerate(table.locations)]
+    for i, node in enumerate(graph.nodes):
+        parts = []
+        handle = table.debug_handle[i]
+        if handle is not None and not isinstance(node, CallFunction):  # a call shows it on its line
+            parts.append(f"dh={handle}")
+        if table.ancestor[i] is not None:
+            parts.append(f"ancestor={table.ancestor[i]!r}")
+        if table.torch_fn_name[i] is not None:
+            parts.append(f"fn={table.torch_fn_name[i]!r}")
+        if table.location[i] is not None:
+            parts.append(f"loc={table.location[i]}")
+        if parts:
+            lines.append(f"{indent}    %{node.name}: {' '.join(parts)}")
+    return [f"{indent}  provenance:", *lines] if lines else []
+
+
 def format_graph(graph: Graph, *, indent: str = "") -> list[str]:
     lines = [f"{indent}  {format_node(n, meta, prov)}" for n, meta, prov in graph.entries()]
+    lines.extend(_format_provenance(graph, indent))
     for sub in graph.subgraphs:
         lines.append(f"{indent}  subgraph {sub.name}():")
         lines.extend(format_graph(sub.graph, indent=indent + "  "))
@@ -220,9 +277,7 @@ def format_output_spec(spec: OutputSpec) -> str:
 
 
 def _format_lowered(module: LoweredBackendModule, indent: str) -> list[str]:
-    import hashlib
-
-    digest = hashlib.sha256(module.processed_bytes).hexdigest()[:16]
+    digest = hashlib.sha256(module.processed_bytes).hexdigest()
     lines = [
         f"{indent}  backend={module.backend_id} processed={len(module.processed_bytes)}B sha256={digest}"
     ]
@@ -231,8 +286,29 @@ def _format_lowered(module: LoweredBackendModule, indent: str) -> list[str]:
     if module.debug_handle_map is not None:
         for entry in module.debug_handle_map:
             lines.append(f"{indent}  debug {entry.identifier!r} -> {list(entry.debug_handles)}")
+        if not module.debug_handle_map:
+            lines.append(f"{indent}  debug (empty)")
+    for item in module.named_data:
+        data = "" if item.data is not None else " (no data)"
+        lines.append(
+            f"{indent}  named_data {item.key!r}: {item.nbytes}B sha256={item.sha256} alignment={item.alignment}{data}"
+        )
     lines.extend(_format_program_lines(module.original_program, indent + "  "))
     return lines
+
+
+def format_module_call(entry: ModuleCallEntry) -> str:
+    sig = entry.signature
+    if sig is None:
+        return repr(entry.fqn)
+    text = (
+        f"{entry.fqn!r}: inputs=[{', '.join(format_arg(a) for a in sig.inputs)}]"
+        f" outputs=[{', '.join(format_arg(a) for a in sig.outputs)}]"
+        f" in_spec={sig.in_spec!r} out_spec={sig.out_spec!r}"
+    )
+    if sig.forward_arg_names is not None:
+        text += f" forward_arg_names={list(sig.forward_arg_names)!r}"
+    return text
 
 
 def _format_program_lines(program: Program, indent: str) -> list[str]:
@@ -248,8 +324,9 @@ def _format_program_lines(program: Program, indent: str) -> list[str]:
         for entry in program.state:
             v = entry.value
             data = "" if v.data is not None else " (no data)"
+            size = "" if v.nbytes == tensor_nbytes(v.meta) else f" nbytes={v.nbytes}"
             lines.append(
-                f"{indent}  {entry.target} : {format_meta(v.meta)} sha256={v.sha256[:16]}{data}"
+                f"{indent}  {entry.target} : {format_meta(v.meta)} sha256={v.sha256}{size}{data}"
             )
     if program.range_constraints:
         lines.append(f"{indent}range_constraints:")
@@ -257,6 +334,12 @@ def _format_program_lines(program: Program, indent: str) -> list[str]:
             hi = "inf" if rc.max is None else str(rc.max)
             hint = "" if rc.hint is None else f" hint={rc.hint}"
             lines.append(f"{indent}  {rc.symbol}: [{rc.min}, {hi}]{hint}")
+    if program.module_call_graph:
+        lines.append(f"{indent}module_call_graph:")
+        lines.extend(f"{indent}  {format_module_call(entry)}" for entry in program.module_call_graph)
+    if program.backend_meta:
+        lines.append(f"{indent}backend_meta:")
+        lines.extend(f"{indent}  %{m.node} {m.key!r}: {m.value!r}" for m in program.backend_meta)
     for lowered in program.lowered_modules:
         lines.append(f"{indent}lowered_module {lowered.name}:")
         lines.extend(_format_lowered(lowered.module, indent + "  "))
