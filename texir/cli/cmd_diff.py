@@ -13,7 +13,7 @@ from texir.cli.model_spec import load_input
 from texir.cli.progress import Progress
 from texir.errors import TexirError
 from texir.ir.types import LoweredBackendModule, Program
-from texir.viz.diff import ProgramDiff, diff_texts, format_diff, summary_line
+from texir.viz.diff import ProgramDiff, diff_modules, diff_programs, diff_texts, format_diff, summary_line
 from texir.viz.views import text_view
 
 EPILOG = """\
@@ -56,7 +56,11 @@ def compare(a: Any, b: Any, *, a_label: str, b_label: str) -> ProgramDiff:
             f"cannot compare a {kinds[0]} ({a_label}) with a {kinds[1]} ({b_label}): compare two "
             "programs or two lowered modules"
         )
-    va, vb = text_view(a), text_view(b)
+    if isinstance(a, Program) and isinstance(b, Program):
+        return diff_programs(a, b, a_label=a_label, b_label=b_label)
+    if isinstance(a, LoweredBackendModule) and isinstance(b, LoweredBackendModule):
+        return diff_modules(a, b, a_label=a_label, b_label=b_label)
+    va, vb = text_view(a), text_view(b)  # .pte programs: their outline views
     return diff_texts(va.text, vb.text, a_label=a_label, b_label=b_label, a_names=va.names,
                       b_names=vb.names)
 

@@ -1,12 +1,11 @@
-"""Structural diff of programs (or of their canonical text forms): nodes, signature, state, partitions.
+"""Structural diff of programs: nodes, signature, state, partitions, compared as IR structs.
 
-Both sides are compared in canonical text form (`format_program(canonicalize(p))`), parsed back into
-an indentation outline. Working on the text, rather than on the structs, lets one engine compare a
-live Program with a stored snapshot text (the pytest plugin) and with `.pte` views written in the
-same outline style. Graph nodes are aligned by their content with references abstracted away (so an
-inserted node does not turn every later node into a change), then compared with references mapped
-through the alignment; other lines are matched by key (a state target, a compile-spec key, ...).
-Pure: no torch, no I/O.
+Both sides are canonicalized (`canonicalize`: node names become positions), then compared field by
+field: graph nodes are aligned by their content with references abstracted away (so an inserted
+node does not turn every later node into a change), then compared with references mapped through
+the alignment; tables are matched by key (a state target, a compile-spec key, a module name).
+Stored canonical texts (snapshots) are parsed back into Programs (`texir.ir.parse_program`) and
+compared the same way; `.pte` outline texts go to `texir.viz.outline_diff`. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -14,20 +13,30 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal
 
 import msgspec
 
+from texir.ir.analysis import iter_refs
 from texir.ir.canonical import canonicalize, canonicalize_with_names
-from texir.ir.printer import format_lowered_module, format_program
-from texir.ir.types import LoweredBackendModule, Program
+from texir.ir.names import rename_arg, rename_input_spec, rename_node, rename_output_spec
+from texir.ir.parser import parse_lowered_module, parse_program
+from texir.ir.printer import (
+    format_input_spec, format_lowered_module, format_meta, format_module_call, format_node, format_output_spec,
+    format_program, tensor_nbytes,
+)
+from texir.ir.types import (
+    Argument, CallFunction, Graph, LoweredBackendModule, ModuleCallEntry, Node, Output, Program, Provenance, Ref, UserInput,
+)
+from texir.viz.outline_diff import diff_outlines
 
 __all__ = [
     "Change",
     "ProgramDiff",
     "canonical_module_text",
     "canonical_text",
+    "diff_modules",
     "diff_programs",
     "diff_texts",
     "format_diff",
@@ -53,7 +62,7 @@ class Change(msgspec.Struct, frozen=True, kw_only=True):
     b_key: str | None = None
     """The node's canonical name on side b when it differs from `key` (nodes moved)."""
     fields: tuple[str, ...] = ()
-    """For changed nodes: which parts differ ("op", "meta", "args", "debug_handle")."""
+    """For changed nodes: which parts differ ("op", "meta", "args", "debug_handle", "provenance")."""
     is_node: bool = False
 
 
@@ -79,150 +88,129 @@ class ProgramDiff(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # ------------------------------------------------------------------------------------------------
-# Canonical text with original names
-
+# Canonical text and original names
 
 # Tensors compare by content hash: whether a payload is attached (a snapshot written without
 # data) is not part of what a program is, so the printer's "(no data)" marker is dropped.
-_NO_DATA_RE = re.compile(r"( sha256=[0-9a-f]+) \(no data\)$", re.MULTILINE)
+_NO_DATA_RE = re.compile(r"( sha256=[0-9a-f]+(?: nbytes=\d+)?) \(no data\)$", re.MULTILINE)
+_MODULE_HEADER = "lowered_module:\n"
 
 
 def canonical_text(program: Program) -> str:
-    """The canonical text form: what snapshots store and diffs compare."""
+    """The canonical text form: what snapshots store."""
     return _NO_DATA_RE.sub(r"\1", format_program(canonicalize(program)))
 
 
 def canonical_module_text(module: LoweredBackendModule) -> str:
     """The canonical text form of a lowered backend module (its program canonicalized)."""
     canon = msgspec.structs.replace(module, original_program=canonicalize(module.original_program))
-    return _NO_DATA_RE.sub(r"\1", "lowered_module:\n" + format_lowered_module(canon))
+    return _NO_DATA_RE.sub(r"\1", _MODULE_HEADER + format_lowered_module(canon))
 
 
-def _graph_names(lines: list[_Line], maps: dict[str, dict[str, str]], path: str, names: dict[int, str]) -> None:
-    canonical_to_original = {new: old for old, new in maps.get(path, {}).items()}
-    for line in lines:
-        m = _NODE_RE.match(line.text)
-        if m and m.group(1) in canonical_to_original:
-            names[line.lineno] = canonical_to_original[m.group(1)]
-        elif line.text.startswith("subgraph ") and line.text.endswith("():"):
-            sub = line.text[len("subgraph "):-3]
-            _graph_names(line.children, maps, _join_path(path, sub), names)
+Names = dict[tuple[str, str], str]
+"""(graph path, canonical node name) -> original name; paths as in `canonicalize_with_names`."""
 
 
-def _join_path(path: str, name: str) -> str:
-    if not path or path.endswith(":"):
-        return path + name
-    return f"{path}/{name}"
+def _names(program: Program) -> Names:
+    _, maps = canonicalize_with_names(program)
+    return {(path, new): old for path, names in maps.items() for old, new in names.items()}
 
 
-def _program_names(lines: list[_Line], maps: dict[str, dict[str, str]], prefix: str, names: dict[int, str]) -> None:
-    for line in lines:
-        if line.text == "graph():":
-            _graph_names(line.children, maps, prefix, names)
-        elif line.text.startswith("lowered_module ") and line.text.endswith(":"):
-            _program_names(line.children, maps, f"{prefix}{line.text[len('lowered_module '):-1]}:", names)
+def _by_line(text: str, names: Names, module: bool) -> dict[int, str]:
+    lines: dict[tuple[str, str], int] = {}
+    _parse(text, module, lines)
+    return {lines[key] - 1: name for key, name in names.items() if key in lines}
 
 
 def original_names(program: Program, text: str | None = None) -> dict[int, str]:
-    """Line number in `canonical_text(program)` (or `text`, if given) -> original name of the
-    node defined there, from `canonicalize_with_names`' rename maps."""
-    names: dict[int, str] = {}
-    _, maps = canonicalize_with_names(program)
-    _program_names(_outline(text if text is not None else canonical_text(program)), maps, "", names)
-    return names
+    """Line number (0-based) in `canonical_text(program)` (or `text`) -> original name of the node
+    defined there."""
+    return _by_line(text if text is not None else canonical_text(program), _names(program), False)
 
 
 def module_original_names(module: LoweredBackendModule, text: str | None = None) -> dict[int, str]:
     """As `original_names`, for `canonical_module_text(module)`."""
-    names: dict[int, str] = {}
-    _, maps = canonicalize_with_names(module.original_program)
-    for root in _outline(text if text is not None else canonical_module_text(module)):
-        _program_names(root.children, maps, "", names)
-    return names
+    text = text if text is not None else canonical_module_text(module)
+    return _by_line(text, _names(module.original_program), True)
 
 
-_NODE_RE = re.compile(r"^%(\S+) : (.*?) = (.*)$")
-_REF_RE = re.compile(r"%([A-Za-z0-9_.]+)")
-_DH_RE = re.compile(r"  # dh=(\S+)$")
+class _StandIns:
+    """Delegate blobs a stored text names only by hash parse as stand-ins that remember it."""
+
+    def __init__(self) -> None:
+        self.known: dict[bytes, tuple[int, str]] = {}
+
+    def __call__(self, sha: str, nbytes: int) -> bytes:
+        stand_in = f"<blob {nbytes}B sha256={sha}>".encode()
+        self.known[stand_in] = (nbytes, sha)
+        return stand_in
+
+    def identity(self, data: bytes) -> tuple[int, str]:
+        return self.known.get(data) or (len(data), hashlib.sha256(data).hexdigest())
+
+
+def _parse(text: str, module: bool, lines: dict[tuple[str, str], int] | None = None,
+           blobs: _StandIns | None = None) -> Program | LoweredBackendModule:
+    stand_in = blobs or _StandIns()
+    if module:
+        body = text.removeprefix(_MODULE_HEADER)
+        shift = text[: len(text) - len(body)].count("\n")
+        found: dict[tuple[str, str], int] = {}
+        parsed = parse_lowered_module(body, missing_blob=stand_in, node_lines=found)
+        if lines is not None:
+            lines.update({k: v + shift for k, v in found.items()})
+        return parsed
+    return parse_program(text, missing_blob=stand_in, node_lines=lines)
 
 
 # ------------------------------------------------------------------------------------------------
-# Outline: lines nested by indentation
-
-
-class _Line:
-    __slots__ = ("text", "lineno", "children")
-
-    def __init__(self, text: str, lineno: int) -> None:
-        self.text = text
-        self.lineno = lineno
-        self.children: list[_Line] = []
-
-
-def _outline(text: str) -> list[_Line]:
-    root = _Line("", -1)
-    stack: list[tuple[int, _Line]] = [(-1, root)]
-    for lineno, raw in enumerate(text.splitlines()):
-        if not raw.strip():
-            continue
-        indent = len(raw) - len(raw.lstrip(" "))
-        while stack[-1][0] >= indent:
-            stack.pop()
-        line = _Line(raw.strip(), lineno)
-        stack[-1][1].children.append(line)
-        stack.append((indent, line))
-    return root.children
-
-
-def _key(text: str) -> str:
-    if text.endswith(":"):
-        return text
-    m = re.match(r"^(\[[^\]]*\])", text)
-    if m:
-        return m.group(1)
-    best = len(text)
-    for sep in (" : ", ": ", " -> ", "="):
-        pos = text.find(sep)
-        if 0 < pos < best:
-            best = pos
-    return text[:best]
+# Struct diff
 
 
 class _Node:
-    __slots__ = ("name", "meta", "rhs", "refs", "template", "dh", "line")
+    """A node with what alignment and comparison need, derived from its struct."""
 
-    def __init__(self, line: _Line) -> None:
-        self.line = line
-        text = line.text
-        dh_match = _DH_RE.search(text)
-        self.dh = dh_match.group(1) if dh_match else ""
-        if dh_match:
-            text = text[: dh_match.start()]
-        m = _NODE_RE.match(text)
-        if m:
-            self.name, self.meta, self.rhs = m.group(1), m.group(2), m.group(3)
-        else:  # "return (...)"
-            self.name, self.meta, self.rhs = "output", "", text
-        self.refs = tuple(_REF_RE.findall(self.rhs))
-        self.template = _REF_RE.sub("%", self.rhs)
+    __slots__ = ("name", "node", "meta", "prov", "text", "refs", "template", "op", "meta_text")
 
-    @property
-    def op(self) -> str:
-        return self.template.split("(", 1)[0]
+    def __init__(self, node: Node, meta: object, prov: Provenance | None) -> None:
+        self.name, self.node, self.meta, self.prov = node.name, node, meta, prov
+        self.text = format_node(node, meta, prov)  # type: ignore[arg-type]  # a ValueMeta or None
+        self.refs = tuple(r for a in _args(node) for r in iter_refs(a))
+        blank = rename_node(node, {r: "" for r in self.refs}, rename_self=False)
+        self.template = format_node(blank).split(" = ", 1)[-1]
+        self.meta_text = format_meta(meta) if not isinstance(node, Output) else ""  # type: ignore[arg-type]  # as above
+        self.op = self.template.split("(", 1)[0]
 
     def align_key(self) -> str:
-        return f"{self.meta}|{self.template}"
+        return f"{self.meta_text}|{self.template}"
 
 
-def _is_node(line: _Line) -> bool:
-    return bool(_NODE_RE.match(line.text)) or line.text.startswith("return (")
+def _args(node: Node) -> tuple[Argument, ...]:
+    if isinstance(node, CallFunction):
+        return (*node.args, *(v for _, v in node.kwargs))
+    return node.args if isinstance(node, Output) else ()
+
+
+def _nodes(graph: Graph) -> list[_Node]:
+    return [_Node(n, m, p) for n, m, p in graph.entries()]
+
+
+class _Side:
+    def __init__(self, names: Names, blobs: _StandIns) -> None:
+        self.names, self.blobs = names, blobs
 
 
 class _Ctx:
-    def __init__(self, a_names: dict[int, str], b_names: dict[int, str]) -> None:
-        self.a_names = a_names
-        self.b_names = b_names
+    def __init__(self, a: _Side, b: _Side) -> None:
+        self.a, self.b = a, b
         self.changes: list[Change] = []
+
+    def add(self, scope: str, kind: ChangeKind, key: str, a: str | None = None, b: str | None = None) -> None:
+        self.changes.append(Change(scope=scope, kind=kind, key=key, a=a, b=b))
+
+
+def _join(scope: str, key: str) -> str:
+    return f"{scope} > {key}" if scope else key
 
 
 def _struct_keys(nodes: Sequence[_Node], roles: dict[str, str], depth: int = 2) -> list[str]:
@@ -243,27 +231,23 @@ def _struct_keys(nodes: Sequence[_Node], roles: dict[str, str], depth: int = 2) 
     return keys
 
 
-def _pair_nodes(a: Sequence[_Node], b: Sequence[_Node], roles_a: dict[str, str],
-                roles_b: dict[str, str]) -> list[tuple[int | None, int | None]]:
+Pairs = list[tuple[int | None, int | None]]
+
+
+def _pair_nodes(a: Sequence[_Node], b: Sequence[_Node], roles_a: dict[str, str], roles_b: dict[str, str]) -> Pairs:
     """Alignment of a and b: matched pairs, then replaced blocks paired by op, the rest unpaired.
     Placeholders are told apart by their signature role (parameter w, user input, ...)."""
-    pairs: list[tuple[int | None, int | None]] = []
-    # Common prefix and suffix first: the usual small edit then costs O(n).
-    lo = 0
-    while lo < len(a) and lo < len(b) and a[lo].line.text == b[lo].line.text and (
-        roles_a.get(a[lo].name) == roles_b.get(b[lo].name)
-    ):
+    pairs: Pairs = []
+    lo = 0  # common prefix and suffix first: the usual small edit then costs O(n)
+    while lo < min(len(a), len(b)) and a[lo].text == b[lo].text and roles_a.get(a[lo].name) == roles_b.get(b[lo].name):
         lo += 1
     hi = 0
-    while (
-        hi < len(a) - lo and hi < len(b) - lo and a[-1 - hi].line.text == b[-1 - hi].line.text
-    ):
+    while hi < len(a) - lo and hi < len(b) - lo and a[-1 - hi].text == b[-1 - hi].text:
         hi += 1
     pairs.extend((i, i) for i in range(lo))
     ka = _struct_keys(a, roles_a)[lo : len(a) - hi]
     kb = _struct_keys(b, roles_b)[lo : len(b) - hi]
-    matcher = difflib.SequenceMatcher(None, ka, kb, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ka, kb, autojunk=False).get_opcodes():
         if tag == "equal":
             pairs.extend((lo + i1 + k, lo + j1 + k) for k in range(i2 - i1))
             continue
@@ -271,8 +255,7 @@ def _pair_nodes(a: Sequence[_Node], b: Sequence[_Node], roles_a: dict[str, str],
         # have some (a node whose op changed), the rest are added or removed.
         ops_a = [a[lo + i].op + roles_a.get(a[lo + i].name, "") for i in range(i1, i2)]
         ops_b = [b[lo + j].op + roles_b.get(b[lo + j].name, "") for j in range(j1, j2)]
-        sub = difflib.SequenceMatcher(None, ops_a, ops_b, autojunk=False)
-        for t2, p1, p2, q1, q2 in sub.get_opcodes():
+        for t2, p1, p2, q1, q2 in difflib.SequenceMatcher(None, ops_a, ops_b, autojunk=False).get_opcodes():
             n = min(p2 - p1, q2 - q1) if t2 != "equal" else p2 - p1
             for k in range(n):
                 ia, jb = lo + i1 + p1 + k, lo + j1 + q1 + k
@@ -287,203 +270,208 @@ def _pair_nodes(a: Sequence[_Node], b: Sequence[_Node], roles_a: dict[str, str],
 
 
 def _plausible(a: _Node, b: _Node) -> bool:
-    """Whether two nodes at the same place are one node changed (an op swapped for another
-    of the same node kind and type) rather than one removed and another added."""
-    call_a, call_b = "(" in a.template, "(" in b.template
-    return call_a == call_b and (a.meta == b.meta or a.template == b.template)
+    """Whether two nodes at the same place are one node changed (an op swapped for another of the
+    same node kind and type) rather than one removed and another added."""
+    return type(a.node) is type(b.node) and (a.meta == b.meta or a.template == b.template)
 
 
-def _map_refs(text: str, a_to_b: dict[str, str]) -> str:
-    return _REF_RE.sub(lambda m: "%" + a_to_b.get(m.group(1), "?" + m.group(1)), text)
+def _node_fields(na: _Node, nb: _Node, a_to_b: dict[str, str]) -> list[str]:
+    fields = []
+    if na.op != nb.op:
+        fields.append("op")
+    if na.meta != nb.meta:
+        fields.append("meta")
+    if na.op == nb.op and _args(rename_node(na.node, a_to_b, rename_self=False)) != _args(nb.node):
+        fields.append("args")
+    pa, pb = na.prov or Provenance(), nb.prov or Provenance()
+    if pa.debug_handle != pb.debug_handle:
+        fields.append("debug_handle")
+    if msgspec.structs.replace(pa, debug_handle=None) != msgspec.structs.replace(pb, debug_handle=None):
+        fields.append("provenance")
+    return fields
 
 
-def _diff_nodes(scope: str, a: list[_Node], b: list[_Node],
-                pairs: list[tuple[int | None, int | None]], a_to_b: dict[str, str],
-                ctx: _Ctx) -> None:
+def _roles(program: Program) -> dict[str, str]:
+    """Canonical placeholder name -> its signature entry ("parameter w")."""
+    roles = {}
+    for spec in program.signature.inputs:
+        if not isinstance(spec, UserInput):
+            roles[spec.name] = format_input_spec(spec).partition(": ")[2]
+        elif isinstance(spec.arg, Ref):
+            roles[spec.arg.name] = "user_input"
+    return roles
+
+
+def _diff_graph(scope: str, ga: Graph, gb: Graph, paths: tuple[str, str], ctx: _Ctx,
+                roles: tuple[dict[str, str], dict[str, str]] = ({}, {}),
+                aligned: tuple[list[_Node], list[_Node], Pairs] | None = None) -> None:
+    a, b, pairs = aligned or _align(ga, gb, roles)
+    a_to_b = {a[i].name: b[j].name for i, j in pairs if i is not None and j is not None}
     for i, j in pairs:
         na = a[i] if i is not None else None
         nb = b[j] if j is not None else None
+        a_name = ctx.a.names.get((paths[0], na.name)) if na is not None else None
+        b_name = ctx.b.names.get((paths[1], nb.name)) if nb is not None else None
         if na is not None and nb is not None:
-            mapped = _map_refs(na.rhs, a_to_b)
-            fields = []
-            if na.op != nb.op:
-                fields.append("op")
-            if na.meta != nb.meta:
-                fields.append("meta")
-            if na.op == nb.op and mapped != nb.rhs:
-                fields.append("args")
-            if na.dh != nb.dh:
-                fields.append("debug_handle")
-            if not fields:
-                continue
-            ctx.changes.append(
-                Change(
-                    scope=scope, kind="changed", key=f"%{na.name}", a=na.line.text, b=nb.line.text,
-                    a_name=ctx.a_names.get(na.line.lineno), b_name=ctx.b_names.get(nb.line.lineno),
-                    b_key=None if na.name == nb.name else f"%{nb.name}", fields=tuple(fields),
-                    is_node=True,
-                )
-            )
+            fields = _node_fields(na, nb, a_to_b)
+            if fields:
+                ctx.changes.append(Change(
+                    scope=scope, kind="changed", key=f"%{na.name}", a=na.text, b=nb.text, a_name=a_name,
+                    b_name=b_name, b_key=None if na.name == nb.name else f"%{nb.name}", fields=tuple(fields),
+                    is_node=True))
         elif na is not None:
-            ctx.changes.append(
-                Change(scope=scope, kind="removed", key=f"%{na.name}", a=na.line.text,
-                       a_name=ctx.a_names.get(na.line.lineno), is_node=True)
-            )
+            ctx.changes.append(Change(scope=scope, kind="removed", key=f"%{na.name}", a=na.text, a_name=a_name, is_node=True))
         elif nb is not None:
-            ctx.changes.append(
-                Change(scope=scope, kind="added", key=f"%{nb.name}", b=nb.line.text,
-                       b_name=ctx.b_names.get(nb.line.lineno), is_node=True)
-            )
+            ctx.changes.append(Change(scope=scope, kind="added", key=f"%{nb.name}", b=nb.text, b_name=b_name, is_node=True))
+    subs_a = {s.name: s.graph for s in ga.subgraphs}
+    subs_b = {s.name: s.graph for s in gb.subgraphs}
+    for name in [*subs_a, *(n for n in subs_b if n not in subs_a)]:
+        sa, sb = subs_a.get(name), subs_b.get(name)
+        if sa is not None and sb is not None:
+            inner = tuple(f"{p}{name}" if not p or p.endswith(":") else f"{p}/{name}" for p in paths)
+            _diff_graph(_join(scope, f"subgraph {name}"), sa, sb, (inner[0], inner[1]), ctx)
+        else:
+            kind: ChangeKind = "removed" if sb is None else "added"
+            line = f"subgraph {name}(): {len((sa or sb).nodes)} nodes"  # type: ignore[union-attr]  # one is set
+            ctx.add(scope, kind, f"subgraph {name}():", line if kind == "removed" else None, line if kind == "added" else None)
 
 
-def _diff_sequence(scope: str, a: list[_Line], b: list[_Line], a_to_b: dict[str, str],
-                   ctx: _Ctx) -> None:
-    """Ordered entries that name nodes (signature inputs/outputs): aligned with refs mapped."""
-    ta = [_map_refs(x.text, a_to_b) for x in a]
-    tb = [x.text for x in b]
-    matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+def _align(ga: Graph, gb: Graph, roles: tuple[dict[str, str], dict[str, str]]) -> tuple[list[_Node], list[_Node], Pairs]:
+    a, b = _nodes(ga), _nodes(gb)
+    return a, b, _pair_nodes(a, b, *roles)
+
+
+def _diff_lines(scope: str, a: list[str], a_mapped: list[str], b: list[str], ctx: _Ctx) -> None:
+    """Ordered entries (signature inputs/outputs), compared with side a's references mapped."""
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a_mapped, b, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
         n = min(i2 - i1, j2 - j1)
         for k in range(n):
-            ctx.changes.append(Change(scope=scope, kind="changed", key=f"[{j1 + k}]",
-                                      a=a[i1 + k].text, b=b[j1 + k].text))
+            ctx.add(scope, "changed", f"[{j1 + k}]", a[i1 + k], b[j1 + k])
         for k in range(i1 + n, i2):
-            ctx.changes.append(Change(scope=scope, kind="removed", key=f"[{k}]", a=a[k].text))
+            ctx.add(scope, "removed", f"[{k}]", a[k], None)
         for k in range(j1 + n, j2):
-            ctx.changes.append(Change(scope=scope, kind="added", key=f"[{k}]", b=b[k].text))
+            ctx.add(scope, "added", f"[{k}]", None, b[k])
 
 
-_INDEX_RE = re.compile(r"^\[(\d+)\] ")
+Table = Mapping[str, tuple[object, str]]
+"""key -> (what is compared, the line reported)."""
 
 
-def _diff_indexed(scope: str, a: list[_Line], b: list[_Line], ctx: _Ctx) -> None:
-    """Index-numbered tables (.pte values, delegates, instructions): aligned by content, so one
-    inserted entry is one addition, not a change at every later index."""
-    ta = [_INDEX_RE.sub("", x.text) for x in a]
-    tb = [_INDEX_RE.sub("", x.text) for x in b]
-    matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        n = i2 - i1 if tag == "equal" else min(i2 - i1, j2 - j1)
-        for k in range(n):
-            la, lb = a[i1 + k], b[j1 + k]
-            ka, kb = _key(la.text), _key(lb.text)
-            key = ka if ka == kb else f"{ka} -> {kb}"
-            if tag != "equal":
-                ctx.changes.append(Change(scope=scope, kind="changed", key=key, a=la.text, b=lb.text))
-            if la.children or lb.children:
-                _diff_level(_join(scope, _key(lb.text)), la.children, lb.children, ctx)
-        if tag == "equal":
-            continue
-        for k in range(i1 + n, i2):
-            ctx.changes.append(Change(scope=scope, kind="removed", key=_key(a[k].text), a=_summary(a[k])))
-        for k in range(j1 + n, j2):
-            ctx.changes.append(Change(scope=scope, kind="added", key=_key(b[k].text), b=_summary(b[k])))
+def _diff_table(scope: str, a: Table, b: Table, ctx: _Ctx) -> None:
+    for key in [*a, *(k for k in b if k not in a)]:
+        ea, eb = a.get(key), b.get(key)
+        if ea is not None and eb is not None:
+            if ea[0] != eb[0]:
+                ctx.add(scope, "changed", key, ea[1], eb[1])
+        elif ea is not None:
+            ctx.add(scope, "removed", key, ea[1], None)
+        elif eb is not None:
+            ctx.add(scope, "added", key, None, eb[1])
 
 
-def _keyed(lines: list[_Line]) -> dict[str, _Line]:
-    out: dict[str, _Line] = {}
-    for line in lines:
-        key = _key(line.text)
-        unique, n = key, 1
-        while unique in out:
-            n += 1
-            unique = f"{key} #{n}"
-        out[unique] = line
+def _state_table(program: Program) -> Table:
+    out: dict[str, tuple[object, str]] = {}
+    for entry in program.state:
+        v = entry.value
+        size = "" if v.nbytes == tensor_nbytes(v.meta) else f" nbytes={v.nbytes}"
+        out[entry.target] = ((v.meta, v.sha256, v.nbytes), f"{entry.target} : {format_meta(v.meta)} sha256={v.sha256}{size}")
     return out
 
 
-def _roles(level: list[_Line]) -> dict[str, str]:
-    """Canonical placeholder name -> its signature entry ("parameter w"), from a program header."""
-    roles: dict[str, str] = {}
-    for line in level:
-        if line.text.startswith("program "):
-            for section in line.children:
-                if section.text == "inputs:":
-                    for entry in section.children:
-                        name, _, role = entry.text.partition(": ")
-                        roles[name.lstrip("%")] = role
-    return roles
-
-
-_GRAPH_KEY = "graph():"
-
-
-def _diff_level(scope: str, a: list[_Line], b: list[_Line], ctx: _Ctx,
-                a_to_b: dict[str, str] | None = None,
-                roles: tuple[dict[str, str], dict[str, str]] = ({}, {}),
-                node_pairs: tuple[list[_Node], list[_Node], list[tuple[int | None, int | None]]]
-                | None = None) -> None:
-    if node_pairs is not None:
-        a_nodes, b_nodes, pairs = node_pairs
-    else:
-        a_nodes = [_Node(x) for x in a if _is_node(x)]
-        b_nodes = [_Node(x) for x in b if _is_node(x)]
-        pairs = _pair_nodes(a_nodes, b_nodes, *roles) if a_nodes or b_nodes else []
-    if a_nodes or b_nodes:
-        mapping = {a_nodes[i].name: b_nodes[j].name for i, j in pairs
-                   if i is not None and j is not None}
-        _diff_nodes(scope, a_nodes, b_nodes, pairs, mapping, ctx)
-    rest_a = [x for x in a if not _is_node(x)]
-    rest_b = [x for x in b if not _is_node(x)]
-    if (rest_a or rest_b) and all(_INDEX_RE.match(x.text) for x in (*rest_a, *rest_b)):
-        _diff_indexed(scope, rest_a, rest_b, ctx)
-        return
-    ka = _keyed(rest_a)
-    kb = _keyed(rest_b)
-    # The node alignment of this level's graph maps references in its signature.
-    level_map: dict[str, str] = {}
-    graph_pairs: tuple[list[_Node], list[_Node], list[tuple[int | None, int | None]]] | None = None
-    ga, gb = ka.get(_GRAPH_KEY), kb.get(_GRAPH_KEY)
-    if ga is not None and gb is not None:
-        na = [_Node(x) for x in ga.children if _is_node(x)]
-        nb = [_Node(x) for x in gb.children if _is_node(x)]
-        pairs_ab = _pair_nodes(na, nb, _roles(a), _roles(b))
-        graph_pairs = (na, nb, pairs_ab)
-        level_map = {na[i].name: nb[j].name for i, j in pairs_ab if i is not None and j is not None}
-    # This level's own lines first, then the sections below it, so each scope is reported once.
-    nested: list[tuple[str, _Line, _Line]] = []
-    for key in [*ka, *(k for k in kb if k not in ka)]:
-        la, lb = ka.get(key), kb.get(key)
+def _diff_program(scope: str, pa: Program, pb: Program, paths: tuple[str, str], ctx: _Ctx) -> None:
+    if pa.dialect != pb.dialect:
+        ctx.add(scope, "changed", "program dialect", f"program dialect={pa.dialect}", f"program dialect={pb.dialect}")
+    aligned = _align(pa.graph, pb.graph, (_roles(pa), _roles(pb)))
+    a_nodes, b_nodes, pairs = aligned
+    a_to_b = {a_nodes[i].name: b_nodes[j].name for i, j in pairs if i is not None and j is not None}
+    sa, sb = pa.signature, pb.signature
+    _diff_lines(_join(scope, "signature > inputs"), [format_input_spec(s) for s in sa.inputs],
+                [format_input_spec(rename_input_spec(s, a_to_b)) for s in sa.inputs],
+                [format_input_spec(s) for s in sb.inputs], ctx)
+    _diff_lines(_join(scope, "signature > outputs"), [format_output_spec(s) for s in sa.outputs],
+                [format_output_spec(rename_output_spec(s, a_to_b)) for s in sa.outputs],
+                [format_output_spec(s) for s in sb.outputs], ctx)
+    _diff_graph(_join(scope, "graph"), pa.graph, pb.graph, paths, ctx, aligned=aligned)
+    _diff_table(_join(scope, "state"), _state_table(pa), _state_table(pb), ctx)
+    ranges = [{r.symbol: (r, f"{r.symbol}: [{r.min}, {'inf' if r.max is None else r.max}]"
+                          + ("" if r.hint is None else f" hint={r.hint}")) for r in p.range_constraints} for p in (pa, pb)]
+    _diff_table(_join(scope, "range_constraints"), ranges[0], ranges[1], ctx)
+    calls = [{e.fqn or "<root>": (_mapped_call(e, m), format_module_call(e)) for e in p.module_call_graph}
+             for p, m in ((pa, a_to_b), (pb, {}))]
+    _diff_table(_join(scope, "module_call_graph"), calls[0], calls[1], ctx)
+    notes = [{f"%{m.get(n.node, n.node)} {n.key!r}": (n.value, f"%{n.node} {n.key!r}: {n.value!r}")
+              for n in p.backend_meta} for p, m in ((pa, a_to_b), (pb, {}))]
+    _diff_table(_join(scope, "backend_meta"), notes[0], notes[1], ctx)
+    ma = {m.name: m.module for m in pa.lowered_modules}
+    mb = {m.name: m.module for m in pb.lowered_modules}
+    for name in [*ma, *(n for n in mb if n not in ma)]:
+        la, lb = ma.get(name), mb.get(name)
+        key = f"lowered_module {name}"
         if la is not None and lb is not None:
-            if la.text != lb.text:
-                ctx.changes.append(Change(scope=scope, kind="changed", key=key, a=la.text, b=lb.text))
-            if la.children or lb.children:
-                nested.append((key, la, lb))
+            _diff_module(_join(scope, key), la, lb, (f"{paths[0]}{name}:", f"{paths[1]}{name}:"), ctx)
         elif la is not None:
-            ctx.changes.append(Change(scope=scope, kind="removed", key=key, a=_summary(la)))
+            ctx.add(scope, "removed", key, f"{key}: {_backend_line(la, ctx.a.blobs)}", None)
         elif lb is not None:
-            ctx.changes.append(Change(scope=scope, kind="added", key=key, b=_summary(lb)))
-    for key, la, lb in nested:
-        inner = _join(scope, key)
-        if key in ("inputs:", "outputs:") and a_to_b is not None:
-            _diff_sequence(inner, la.children, lb.children, a_to_b, ctx)
-        elif key == _GRAPH_KEY:
-            _diff_level(inner, la.children, lb.children, ctx, roles=(_roles(a), _roles(b)),
-                        node_pairs=graph_pairs)
-        else:
-            _diff_level(inner, la.children, lb.children, ctx, level_map or a_to_b)
+            ctx.add(scope, "added", key, None, f"{key}: {_backend_line(lb, ctx.b.blobs)}")
 
 
-def _summary(line: _Line) -> str:
-    """A section's header plus its first line (a lowered module's backend and blob hash)."""
-    if line.children and not line.children[0].children:
-        return f"{line.text} {line.children[0].text}"
-    return line.text
+def _mapped_call(entry: ModuleCallEntry, a_to_b: dict[str, str]) -> object:
+    sig = entry.signature
+    if sig is None:
+        return entry
+    return msgspec.structs.replace(entry, signature=msgspec.structs.replace(
+        sig, inputs=tuple(rename_arg(x, a_to_b) for x in sig.inputs),
+        outputs=tuple(rename_arg(x, a_to_b) for x in sig.outputs)))
 
 
-_SCOPE_LABELS = (("program ", "signature"), ("graph()", "graph"))
+def _backend_line(module: LoweredBackendModule, blobs: _StandIns) -> str:
+    nbytes, sha = blobs.identity(module.processed_bytes)
+    return f"backend={module.backend_id} processed={nbytes}B sha256={sha}"
 
 
-def _join(scope: str, key: str) -> str:
-    key = key.rstrip(":")
-    for prefix, label in _SCOPE_LABELS:
-        if key.startswith(prefix):
-            key = label
-            break
-    key = key.removesuffix("()")
-    return f"{scope} > {key}" if scope else key
+def _module_table(module: LoweredBackendModule) -> Table:
+    out: dict[str, tuple[object, str]] = {f"compile_spec {s.key}": (s.value, f"compile_spec {s.key}={s.value.hex()}") for s in module.compile_specs}
+    if module.debug_handle_map is not None:
+        for e in module.debug_handle_map:
+            out[f"debug {e.identifier!r}"] = (e.debug_handles, f"debug {e.identifier!r} -> {list(e.debug_handles)}")
+    for d in module.named_data:
+        out[f"named_data {d.key!r}"] = ((d.sha256, d.nbytes, d.alignment),
+                                        f"named_data {d.key!r}: {d.nbytes}B sha256={d.sha256} alignment={d.alignment}")
+    return out
+
+
+def _diff_module(scope: str, ma: LoweredBackendModule, mb: LoweredBackendModule, paths: tuple[str, str], ctx: _Ctx) -> None:
+    line_a, line_b = _backend_line(ma, ctx.a.blobs), _backend_line(mb, ctx.b.blobs)
+    if line_a != line_b:
+        ctx.add(scope, "changed", "backend", line_a, line_b)
+    _diff_table(scope, _module_table(ma), _module_table(mb), ctx)
+    _diff_program(scope, ma.original_program, mb.original_program, paths, ctx)
+
+
+def _result(ctx: _Ctx, a_label: str, b_label: str) -> ProgramDiff:
+    return ProgramDiff(a_label=a_label, b_label=b_label, changes=tuple(ctx.changes))
+
+
+def diff_programs(a: Program, b: Program, *, a_label: str = "a", b_label: str = "b") -> ProgramDiff:
+    """Structural diff of two programs in canonical form (names do not matter, content does)."""
+    ctx = _Ctx(_Side(_names(a), _StandIns()), _Side(_names(b), _StandIns()))
+    ca, cb = canonicalize(a), canonicalize(b)
+    if ca != cb:
+        _diff_program("", ca, cb, ("", ""), ctx)
+    return _result(ctx, a_label, b_label)
+
+
+def diff_modules(a: LoweredBackendModule, b: LoweredBackendModule, *, a_label: str = "a",
+                 b_label: str = "b") -> ProgramDiff:
+    """Structural diff of two lowered backend modules (their programs in canonical form)."""
+    ctx = _Ctx(_Side(_names(a.original_program), _StandIns()), _Side(_names(b.original_program), _StandIns()))
+    ca = msgspec.structs.replace(a, original_program=canonicalize(a.original_program))
+    cb = msgspec.structs.replace(b, original_program=canonicalize(b.original_program))
+    if ca != cb:
+        _diff_module("lowered_module", ca, cb, ("", ""), ctx)
+    return _result(ctx, a_label, b_label)
 
 
 def diff_texts(
@@ -495,34 +483,31 @@ def diff_texts(
     a_names: dict[int, str] | None = None,
     b_names: dict[int, str] | None = None,
 ) -> ProgramDiff:
-    """Structural diff of two canonical texts (see `canonical_text`). `a_names`/`b_names` map a
-    text's line numbers to original node names (see `original_names`) for readable output."""
-    ctx = _Ctx(a_names or {}, b_names or {})
-    if a != b:  # equal texts (a passing snapshot test) need no parsing
-        _diff_level("", _outline(a), _outline(b), ctx)
-    return ProgramDiff(a_label=a_label, b_label=b_label, changes=tuple(ctx.changes))
-
-
-def diff_programs(a: Program, b: Program, *, a_label: str = "a", b_label: str = "b") -> ProgramDiff:
-    """Structural diff of two programs in canonical form (names do not matter, content does)."""
-    canon_a, canon_b = canonicalize(a), canonicalize(b)
-    text_a = _NO_DATA_RE.sub(r"\1", format_program(canon_a))
-    text_b = _NO_DATA_RE.sub(r"\1", format_program(canon_b))
-    result = diff_texts(
-        text_a, text_b, a_label=a_label, b_label=b_label,
-        a_names=original_names(a, text_a) if text_a != text_b else None,
-        b_names=original_names(b, text_b) if text_a != text_b else None,
-    )
-    # The printer does not show the module call graph; compare it here so no difference hides.
-    ca, cb = canon_a.module_call_graph, canon_b.module_call_graph
-    if ca != cb:
-        extra = Change(
-            scope="", kind="changed", key="module_call_graph",
-            a=f"{len(ca)} entries: {', '.join(e.fqn or '<root>' for e in ca)}",
-            b=f"{len(cb)} entries: {', '.join(e.fqn or '<root>' for e in cb)}",
-        )
-        result = msgspec.structs.replace(result, changes=(*result.changes, extra))
-    return result
+    """Structural diff of two canonical text views (see `texir.viz.views.text_view`): program and
+    lowered-module texts are parsed and compared as structs, `.pte` outlines line by line.
+    `a_names`/`b_names` map a text's (0-based) line numbers to original node names."""
+    sides: list[_Side] = []
+    ctx = _Ctx(_Side({}, _StandIns()), _Side({}, _StandIns()))
+    if a == b:  # equal texts (a passing snapshot test) need no parsing
+        return _result(ctx, a_label, b_label)
+    kinds = {t.startswith("program ") + 2 * t.startswith(_MODULE_HEADER) for t in (a, b)}
+    if len(kinds) != 1 or kinds == {0}:
+        diff_outlines(a, b, lambda scope, kind, key, x, y: ctx.add(scope, kind, key, x, y))  # type: ignore[arg-type]  # kind is a ChangeKind
+        return _result(ctx, a_label, b_label)
+    module = kinds == {2}
+    parsed = []
+    for text, by_line in ((a, a_names or {}), (b, b_names or {})):
+        lines: dict[tuple[str, str], int] = {}
+        blobs = _StandIns()
+        parsed.append(_parse(text, module, lines, blobs))
+        sides.append(_Side({key: by_line[n - 1] for key, n in lines.items() if n - 1 in by_line}, blobs))
+    ctx = _Ctx(sides[0], sides[1])
+    pa, pb = parsed
+    if isinstance(pa, LoweredBackendModule) and isinstance(pb, LoweredBackendModule):
+        _diff_module("lowered_module", pa, pb, ("", ""), ctx)
+    elif isinstance(pa, Program) and isinstance(pb, Program):
+        _diff_program("", pa, pb, ("", ""), ctx)
+    return _result(ctx, a_label, b_label)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -556,8 +541,7 @@ def summary_line(diff: ProgramDiff) -> str:
 def _body(line: str | None) -> str:
     """A node line without its leading "%name : " (the label already names the node)."""
     text = line or ""
-    m = _NODE_RE.match(text)
-    return text[text.index(" : ") + 3:] if m else text
+    return text.split(" : ", 1)[1] if text.startswith("%") and " : " in text else text
 
 
 def format_diff(diff: ProgramDiff, *, limit: int | None = 200, header: bool = True) -> str:
