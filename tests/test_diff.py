@@ -302,7 +302,7 @@ def test_stored_texts_are_parsed_and_compared_as_structs() -> None:
     (change,) = diff_texts(canonical_text(a), canonical_text(b)).changes
     # The stored text names the blob by hash only; the report still shows that hash.
     digest = hashlib.sha256(a.lowered_modules[0].module.processed_bytes).hexdigest()
-    assert change.key == "backend" and f"processed=9B sha256={digest}" in (change.a or "")
+    assert change.key == "backend" and f"processed=9B sha256={digest[:16]}" in (change.a or "")
     assert diff_texts(canonical_text(a), canonical_text(b)).changes == diff_programs(a, b).changes
     ma, mb = a.lowered_modules[0].module, b.lowered_modules[0].module
     via_text = diff_texts(canonical_module_text(ma), canonical_module_text(mb))

@@ -428,7 +428,7 @@ def _mapped_call(entry: ModuleCallEntry, a_to_b: dict[str, str]) -> object:
 
 def _backend_line(module: LoweredBackendModule, blobs: _StandIns) -> str:
     nbytes, sha = blobs.identity(module.processed_bytes)
-    return f"backend={module.backend_id} processed={nbytes}B sha256={sha}"
+    return f"backend={module.backend_id} processed={nbytes}B sha256={sha[:16]}"  # short: a report line
 
 
 def _module_table(module: LoweredBackendModule) -> Table:
@@ -444,7 +444,7 @@ def _module_table(module: LoweredBackendModule) -> Table:
 
 def _diff_module(scope: str, ma: LoweredBackendModule, mb: LoweredBackendModule, paths: tuple[str, str], ctx: _Ctx) -> None:
     line_a, line_b = _backend_line(ma, ctx.a.blobs), _backend_line(mb, ctx.b.blobs)
-    if line_a != line_b:
+    if (ma.backend_id, ctx.a.blobs.identity(ma.processed_bytes)) != (mb.backend_id, ctx.b.blobs.identity(mb.processed_bytes)):
         ctx.add(scope, "changed", "backend", line_a, line_b)
     _diff_table(scope, _module_table(ma), _module_table(mb), ctx)
     _diff_program(scope, ma.original_program, mb.original_program, paths, ctx)
