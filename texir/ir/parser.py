@@ -35,6 +35,10 @@ __all__ = ["parse_lowered_module", "parse_program", "payloads_of"]
 
 Payloads = Mapping[str, bytes | Blob]
 
+_TARGET = re.compile(r"[^\s(]+")
+_KEYWORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
+_BACKEND = re.compile(r"\S+")
+
 
 def payloads_of(program: Program) -> dict[str, Blob]:
     """Every payload `program` holds (state, named data, delegate blobs, nested programs too), by
@@ -75,6 +79,7 @@ class _Parser:
         self.blobs = blobs
         self.missing_blob = missing_blob
         self.node_lines = node_lines
+        self.metas: dict[str, ValueMeta | None] = {}
 
     def finish(self) -> None:
         if self.pos != len(self.lines):
@@ -254,21 +259,30 @@ class _Parser:
         c.expect("%")
         name = c.match(NAME, "a node name")
         c.expect(" : ")
-        meta = c.meta()
+        # Graphs repeat a few dozen metas over many nodes: parse each spelling once. The cache
+        # holds only spellings that parsed to exactly the text before the first " = ".
+        end = c.text.find(" = ", c.pos)
+        spelling = c.text[c.pos:end]
+        if spelling in self.metas:
+            meta, c.pos = self.metas[spelling], end
+        else:
+            meta = c.meta()
+            if c.pos == end:
+                self.metas[spelling] = meta
         c.expect(" = ")
         if c.eat("placeholder"):
             c.end()
             return Placeholder(name=name), meta, None
         if c.eat("get_attr "):
             return GetAttr(name=name, target=c.rest()), meta, None
-        target = c.match(re.compile(r"[^\s(]+"), "an op target")
+        target = c.match(_TARGET, "an op target")
         if not c.at("("):
             c.fail("'(' after the op target")
         args: list[Argument] = []
         kwargs: list[tuple[str, Argument]] = []
         c.pos += 1
         while not c.eat(")"):
-            m = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=").match(c.text, c.pos)
+            m = _KEYWORD.match(c.text, c.pos)
             if m is not None:
                 c.pos = m.end()
                 kwargs.append((m.group(1), c.arg()))
@@ -405,7 +419,7 @@ class _Parser:
         line = self.take(indent, "'backend=... processed=...B sha256=...'", "backend=")
         c = line.cursor()
         c.expect("backend=")
-        backend = c.match(re.compile(r"\S+"), "a backend id")
+        backend = c.match(_BACKEND, "a backend id")
         c.expect(" processed=")
         nbytes = c.integer()
         c.expect("B sha256=")
