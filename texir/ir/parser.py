@@ -1,6 +1,6 @@
 """`parse_program(text) -> Program`: the inverse of `format_program`.
 
-``parse_program(format_program(p), payloads=payloads(p)) == canonicalize(p)`` for every canonical
+``parse_program(format_program(p), payloads=payloads_of(p)) == canonicalize(p)`` for every canonical
 program (and the text of a non-canonical program parses back to it, names kept). A hand-written
 recursive descent: the outline (indentation) picks the section, a cursor reads each line's
 expressions. What the text does not spell out (see `texir.ir.printer`): stack traces, which parse

@@ -2,7 +2,7 @@
 
 Every line depends only on the IR's content (no ids, addresses or hash order), so goldens are stable.
 The text is complete: `texir.ir.parser.parse_program` reads it back, and
-``parse_program(format_program(p), payloads=payloads(p)) == canonicalize(p)``. Two things are not
+``parse_program(format_program(p), payloads=payloads_of(p)) == canonicalize(p)``. Two things are not
 spelled out: stack traces (machine paths; `canonicalize` drops them too) and payload bytes (tensor
 data, named data, delegate blobs), which appear as their size and full SHA-256 and come back from
 the `payloads` map. Node lines stay short: provenance beyond the debug handle goes in a
