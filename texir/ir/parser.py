@@ -7,6 +7,9 @@ expressions. What the text does not spell out (see `texir.ir.printer`): stack tr
 as absent, and payload bytes, named by SHA-256 and taken from `payloads`: a missing tensor or
 named-data payload parses as absent (like a snapshot written without data); a missing delegate blob
 is an error unless `missing_blob` makes a stand-in. Bad text raises `ParseError` with line:column.
+What the grammar assumes of a program (every traced program meets it): node, target and module
+names hold no spaces or brackets, a symbolic size is never all digits (those read as ints), and the
+output node is named "output" (as `canonicalize` names it).
 """
 
 from __future__ import annotations
