@@ -1,10 +1,11 @@
 """texir's layers are one-way: every import in texir/ (module level, inside functions, under
 TYPE_CHECKING, and `importlib.import_module("texir...")` calls) goes to the same layer or a lower one.
 
-    base (errors, _io) < ir < serialize < adapters < lowering, edge < adapters.executorch < emit
-    < viz, cli, testing
+    base (errors, _io) < ir < serialize < adapters < lowering, edge < backends < adapters.executorch
+    < emit < viz, cli, testing
 
-Only texir/adapters/executorch may import executorch; texir/ir imports neither torch nor flatbuffers.
+Only texir/adapters/executorch may import executorch; texir/ir imports neither torch nor flatbuffers;
+texir/backends (texir's own backends) imports no torch at all.
 """
 
 from __future__ import annotations
@@ -28,14 +29,15 @@ LAYERS: dict[str, int] = {
     "texir.models": 3,  # the demo model: a torch module, nothing above adapters
     "texir.lowering": 4,
     "texir.edge": 4,
-    "texir.adapters.executorch": 5,  # the ExecuTorch bridge builds texir plans and backends
-    "texir.emit": 6,
-    "texir.viz": 7,
-    "texir.cli": 7,
-    "texir.testing": 7,
+    "texir.backends": 5,  # texir's own backends (native XNNPACK): pure, above lowering and edge
+    "texir.adapters.executorch": 6,  # the ExecuTorch bridge builds texir plans and backends
+    "texir.emit": 7,
+    "texir.viz": 8,
+    "texir.cli": 8,
+    "texir.testing": 8,
 }
-NAMES = {0: "base", 1: "ir", 2: "serialize", 3: "adapters", 4: "lowering/edge", 5: "adapters.executorch",
-         6: "emit", 7: "viz/cli/testing"}
+NAMES = {0: "base", 1: "ir", 2: "serialize", 3: "adapters", 4: "lowering/edge", 5: "backends",
+         6: "adapters.executorch", 7: "emit", 8: "viz/cli/testing"}
 
 
 def layer_of(module: str) -> int:
@@ -125,6 +127,8 @@ def test_third_party_boundaries() -> None:
                 problems.append(f"{path.relative_to(ROOT.parent)}:{line}: imports {target} (only texir.adapters.executorch may)")
             if top in ("torch", "flatbuffers", "sympy") and here.startswith("texir.ir"):
                 problems.append(f"{path.relative_to(ROOT.parent)}:{line}: the IR layer imports {target}")
+            if top == "torch" and here.startswith("texir.backends"):
+                problems.append(f"{path.relative_to(ROOT.parent)}:{line}: texir's own backends import {target}")
     assert not problems, "\n".join(problems)
 
 

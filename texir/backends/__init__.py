@@ -1,0 +1,1 @@
+"""texir's own backends: pure functions of a frozen sub-program (no torch, no executorch)."""
