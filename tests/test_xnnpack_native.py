@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import msgspec
 import pytest
 
 from texir.backends.xnnpack import schema as s
@@ -23,22 +24,32 @@ from texir.backends.xnnpack.flatbuffer import (
     encode_graph,
     split_blob,
 )
-from texir.ir import LoweredBackendModule
+from texir.backends.xnnpack.backend import XnnpackNativeBackend, build_graph
+from texir.backends.xnnpack.errors import XnnpackCompileSpecError, XnnpackUnsupportedError
+from texir.ir import CompileSpec, LoweredBackendModule, Program
 
 ROUND_TRIP = ["mlp", "deep_mlp", "convnet", "resnet_tiny", "attention", "cat_stack"]
+BYTE_EQUAL = [
+    "mlp", "deep_mlp", "conv_bn", "convnet", "conv_relu_tan", "resnet_tiny", "residual_mlp", "attention",
+    "cat_stack", "lifted_constant", "multi_output", "dynamic_mlp",
+]
+"""Zoo models whose every ExecuTorch partition the native backend compiles to the same bytes."""
 
 
 @functools.lru_cache(maxsize=None)
-def executorch_modules(name: str) -> tuple[LoweredBackendModule, ...]:
-    """The lowered modules ExecuTorch's partitioner and backend make of zoo model `name`."""
+def executorch_lowered(name: str) -> Program:
+    """Zoo model `name` lowered by ExecuTorch's partitioner and backend (through texir)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     from tests.zoo import cached_export
     from texir.adapters.executorch import executorch_partitioner
     from texir.lowering import lower
 
-    program = lower(cached_export(name, decompose=False), [executorch_partitioner(XnnpackPartitioner())])
-    return tuple(m.module for m in program.lowered_modules)
+    return lower(cached_export(name, decompose=False), [executorch_partitioner(XnnpackPartitioner())])
+
+
+def executorch_modules(name: str) -> tuple[LoweredBackendModule, ...]:
+    return tuple(m.module for m in executorch_lowered(name).lowered_modules)
 
 
 # -- schema, writer, reader ----------------------------------------------------------------------
@@ -96,3 +107,85 @@ def test_backends_import_neither_torch_nor_executorch() -> None:
         assert not bad, bad
     """)
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
+
+
+# -- the backend against ExecuTorch's -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", BYTE_EQUAL)
+def test_native_blobs_and_named_data_equal_executorchs(name: str) -> None:
+    backend = XnnpackNativeBackend()
+    for module in executorch_modules(name):
+        result = backend.preprocess(module.original_program, module.compile_specs)
+        assert result.processed_bytes == module.processed_bytes
+        assert [(e.key, e.alignment) for e in result.named_data] == [(e.key, e.alignment) for e in module.named_data]
+        for mine, theirs in zip(result.named_data, module.named_data, strict=True):
+            assert mine.data is not None and theirs.data is not None
+            assert mine.data.tobytes() == theirs.data.tobytes()
+        assert result.debug_handle_map is None  # ExecuTorch's XnnpackBackend returns an empty map
+
+
+def test_unchanged_weights_are_the_programs_own_payloads() -> None:
+    """A weight stored as it is (linear) is the IR's Blob, not a copy; a transformed one (a conv
+    filter in NHWC) is a new payload."""
+    module = executorch_modules("convnet")[0]
+    program = module.original_program
+    result = XnnpackNativeBackend().preprocess(program, ())
+    payloads = {id(e.value.data) for e in program.state}
+    stored = [id(e.data) in payloads for e in result.named_data]
+    assert any(stored) and not all(stored)
+
+
+def test_pte_with_native_blobs_runs_as_executorchs() -> None:
+    """Lowering with the native backend registered as XnnpackBackend: the .pte runs in the ExecuTorch
+    runtime and its outputs are bitwise those of the .pte ExecuTorch's backend gives."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from tests.xnnpack_oracle import run_pte
+    from tests.zoo import cached_export, zoo_model
+    from texir.adapters.executorch import executorch_partitioner
+    from texir.emit import emit
+    from texir.lowering import backend as registry
+    from texir.lowering import lower
+    from texir.serialize.pte.codec import dumps
+
+    for name in ("convnet", "attention"):
+        theirs = dumps(emit(executorch_lowered(name)))
+        saved = dict(registry._REGISTRY)
+        try:
+            registry.register_backend("XnnpackBackend", XnnpackNativeBackend(), replace=True)
+            program = lower(cached_export(name, decompose=False), [executorch_partitioner(XnnpackPartitioner())])
+        finally:
+            registry._REGISTRY.clear()
+            registry._REGISTRY.update(saved)
+        assert all(isinstance(m.module, LoweredBackendModule) for m in program.lowered_modules)
+        mine = dumps(emit(program))
+        args = zoo_model(name).build()[1]
+        for a, b in zip(run_pte(mine, args)[0], run_pte(theirs, args)[0], strict=True):
+            assert torch.equal(a, b)
+        assert mine == theirs
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+def test_an_op_without_a_visitor_is_a_typed_error_naming_node_and_op() -> None:
+    module = executorch_modules("mlp")[0]
+    program = module.original_program
+    graph = program.graph
+    nodes = tuple(
+        msgspec.structs.replace(n, target="aten::erf.default") if getattr(n, "target", "") == "aten::relu.default"
+        else n
+        for n in graph.nodes
+    )
+    bad = msgspec.structs.replace(program, graph=msgspec.structs.replace(graph, nodes=nodes))
+    with pytest.raises(XnnpackUnsupportedError, match=r"aten_relu_default.*aten::erf\.default") as info:
+        XnnpackNativeBackend().preprocess(bad, ())
+    assert info.value.node == "aten_relu_default" and info.value.op == "aten::erf.default"
+
+
+def test_unknown_compile_specs_are_refused() -> None:
+    program = executorch_modules("mlp")[0].original_program
+    with pytest.raises(XnnpackCompileSpecError, match="'dqlinear_partitioner'"):
+        build_graph(program, (CompileSpec(key="dqlinear_partitioner", value=b""),))

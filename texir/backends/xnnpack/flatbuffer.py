@@ -16,7 +16,7 @@ from typing import Any, Final
 import flatbuffers
 
 from texir.backends.xnnpack import schema as s
-from texir.errors import TexirError
+from texir.errors import PteError
 
 __all__ = ["HEADER_MAGIC", "XnnpackBlobError", "decode_blob", "encode_blob", "decode_graph", "encode_graph", "split_blob"]
 
@@ -26,7 +26,7 @@ _HEADER_LENGTH: Final = 30
 _ALIGN: Final = 16
 
 
-class XnnpackBlobError(TexirError):
+class XnnpackBlobError(PteError):
     """An XNNPACK blob or graph that cannot be read or written."""
 
 

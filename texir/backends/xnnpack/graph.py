@@ -1,0 +1,487 @@
+"""The working graph preprocess rewrites: a sub-program's nodes as records, and ExecuTorch 1.5.1's
+XNNPACK passes (float subset) on it.
+
+`XGraph.from_program` reads a frozen `texir.ir.Program`; the passes then rewrite the records in
+place. The records never leave `preprocess`, which stays a pure function of its input.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from texir.backends.xnnpack.errors import XnnpackUnsupportedError
+from texir.ir import (
+    BoolArg,
+    BufferInput,
+    CallFunction,
+    ConstantTensorInput,
+    DType,
+    FloatArg,
+    IntArg,
+    ListArg,
+    MemoryFormatArg,
+    NoneArg,
+    Output,
+    ParameterInput,
+    Placeholder,
+    Program,
+    Ref,
+    StrArg,
+    TensorMeta,
+    TupleArg,
+    TupleMeta,
+)
+from texir.ir.blob import Blob
+
+__all__ = ["Const", "XGraph", "XNode", "run_passes"]
+
+CONV = "aten::convolution.default"
+LINEAR = "aten::linear.default"
+TO_COPY = "aten::_to_copy.default"
+GETITEM = "_operator::getitem"
+BN = "aten::_native_batch_norm_legit_no_training.default"
+CHANNELS_LAST = "channels_last"
+CONTIGUOUS = "contiguous_format"
+_NUMPY: dict[DType, Any] = {
+    DType.float32: np.float32, DType.float16: np.float16, DType.float64: np.float64,
+    DType.int32: np.int32, DType.int64: np.int64,
+}
+
+
+@dataclass(eq=False)
+class Const:
+    """A constant's payload: the IR's own `Blob` while unchanged, a numpy array once transformed."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+    blob: Blob | None = None
+    sha256: str = ""
+    array: np.ndarray[Any, Any] | None = None
+
+    def numpy(self) -> np.ndarray[Any, Any]:
+        if self.array is not None:
+            return self.array
+        assert self.blob is not None
+        if self.dtype not in _NUMPY:
+            raise XnnpackUnsupportedError(f"constant of dtype {self.dtype} cannot be transformed")
+        return np.frombuffer(self.blob.view(), dtype=_NUMPY[self.dtype]).reshape(self.shape)
+
+
+@dataclass(eq=False)
+class XNode:
+    """One node: ``target`` is a canonical op, "placeholder" or "output"; node inputs in `args` and
+    `kwargs` are the XNode objects themselves."""
+
+    name: str
+    target: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    meta: TensorMeta | TupleMeta | None = None
+    handle: int | None = None
+    const: Const | None = None
+    user_input: bool = False
+    nhwc: bool | None = None
+    """ExecuTorch's XNN_NHWC_NODE tag: None when untagged."""
+    partner: XNode | None = None
+    min_max: tuple[float, float] | None = None
+    """A fused activation's bounds."""
+
+    @property
+    def is_call(self) -> bool:
+        return self.target not in ("placeholder", "output")
+
+    @property
+    def tensor(self) -> TensorMeta:
+        if not isinstance(self.meta, TensorMeta):
+            raise XnnpackUnsupportedError(f"node '{self.name}' ({self.target}) does not define a tensor")
+        return self.meta
+
+    @property
+    def rank(self) -> int:
+        return len(self.meta.shape) if isinstance(self.meta, TensorMeta) else -1
+
+    def inputs(self) -> list[XNode]:
+        """fx's `all_input_nodes`: node inputs in argument order, each once."""
+        seen: list[XNode] = []
+        for a in _walk([*self.args, *self.kwargs.values()]):
+            if a not in seen:
+                seen.append(a)
+        return seen
+
+    def replace_input(self, old: XNode, new: XNode) -> None:
+        self.args = [_swap(a, old, new) for a in self.args]
+        self.kwargs = {k: _swap(v, old, new) for k, v in self.kwargs.items()}
+
+
+def _walk(items: list[Any]) -> Iterator[XNode]:
+    for a in items:
+        if isinstance(a, XNode):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _walk(list(a))
+
+
+def _swap(a: Any, old: XNode, new: XNode) -> Any:
+    if a is old:
+        return new
+    if isinstance(a, (list, tuple)):
+        return type(a)(_swap(x, old, new) for x in a)
+    return a
+
+
+def _literal(arg: Any, nodes: dict[str, XNode]) -> Any:
+    if isinstance(arg, Ref):
+        return nodes[arg.name]
+    if isinstance(arg, (ListArg, TupleArg)):
+        return [_literal(a, nodes) for a in arg.items]
+    if isinstance(arg, NoneArg):
+        return None
+    if isinstance(arg, FloatArg):
+        return float(arg.value)
+    if isinstance(arg, (IntArg, BoolArg, StrArg, MemoryFormatArg)):
+        return arg.value
+    return arg
+
+
+class XGraph:
+    """The nodes of one partition in graph order, ending with the output node."""
+
+    def __init__(self, nodes: list[XNode], bounds: dict[str, int]) -> None:
+        self.nodes = nodes
+        self.bounds = bounds
+        """Concrete size of each symbol (its upper bound, or its example size when unbounded)."""
+
+    @staticmethod
+    def from_program(program: Program) -> XGraph:
+        graph = program.graph
+        state = {e.target: e.value for e in program.state}
+        specs = dict(zip((n.name for n in graph.nodes if isinstance(n, Placeholder)), program.signature.inputs))
+        by_name: dict[str, XNode] = {}
+        nodes: list[XNode] = []
+        handles = graph.debug_handles()
+        for i, node in enumerate(graph.nodes):
+            meta = graph.meta(node)
+            tmeta = meta if isinstance(meta, (TensorMeta, TupleMeta)) else None
+            if isinstance(node, Placeholder):
+                spec = specs[node.name]
+                x = XNode(node.name, "placeholder", meta=tmeta)
+                if isinstance(spec, (ParameterInput, BufferInput, ConstantTensorInput)):
+                    value = state[spec.target]
+                    if value.data is None:
+                        raise XnnpackUnsupportedError(
+                            f"constant '{spec.target}' has no data: lower from a program with its weights"
+                        )
+                    x.const = Const(
+                        dtype=value.meta.dtype, shape=tuple(int(d) for d in value.meta.shape),
+                        blob=value.data, sha256=value.sha256,
+                    )
+                else:
+                    x.user_input = True
+            elif isinstance(node, CallFunction):
+                x = XNode(
+                    node.name, node.target, [_literal(a, by_name) for a in node.args],
+                    {k: _literal(v, by_name) for k, v in node.kwargs}, tmeta, handles[i],
+                )
+            elif isinstance(node, Output):
+                x = XNode(node.name, "output", [[_literal(a, by_name) for a in node.args]])
+            else:
+                raise XnnpackUnsupportedError(f"node '{node.name}' ({type(node).__name__}) cannot be delegated to XNNPACK")
+            by_name[x.name] = x
+            nodes.append(x)
+        bounds = {
+            rc.symbol: rc.max if rc.max is not None and rc.max < 2**31 else (rc.hint if rc.hint is not None else rc.min)
+            for rc in program.range_constraints
+        }
+        return XGraph(nodes, bounds)
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def users(self, node: XNode) -> list[XNode]:
+        return [n for n in self.nodes if node in n.inputs()]
+
+    @property
+    def output(self) -> XNode:
+        return self.nodes[-1]
+
+    def outputs(self) -> list[XNode]:
+        return list(self.output.args[0])
+
+    def shape(self, node: XNode) -> list[int]:
+        """ExecuTorch's `get_shape`: each symbolic dim at its bound; a 0-d tensor has no dims here."""
+        dims = []
+        for d in node.tensor.shape:
+            if isinstance(d, int):
+                dims.append(d)
+            elif d in self.bounds:
+                dims.append(self.bounds[d])
+            else:
+                raise XnnpackUnsupportedError(
+                    f"node '{node.name}': symbolic size {d!r} is not a single bounded symbol; XNNPACK records "
+                    "static upper bounds only"
+                )
+        return dims
+
+    # -- edits -----------------------------------------------------------------------------------
+
+    def replace_all_uses(self, old: XNode, new: XNode) -> None:
+        for n in self.nodes:
+            if n is not new:
+                n.replace_input(old, new)
+
+    def insert_after(self, anchor: XNode, node: XNode) -> None:
+        self.nodes.insert(self.nodes.index(anchor) + 1, node)
+
+    def erase_dead(self) -> None:
+        """Dead-code elimination of call nodes (placeholders stay)."""
+        changed = True
+        while changed:
+            used = {id(i) for n in self.nodes for i in n.inputs()}
+            keep = [n for n in self.nodes if not n.is_call or id(n) in used]
+            changed = len(keep) != len(self.nodes)
+            self.nodes = keep
+
+
+# -- passes ----------------------------------------------------------------------------------------
+
+
+def remove_clones(g: XGraph) -> None:
+    """XNNPACKRemoveCloneOpsTransform: an identity clone goes, except one copying an input to an output."""
+    outputs = g.outputs()
+    for n in list(g.nodes):
+        if n.target not in ("aten::clone.default", "dim_order_ops::_clone_dim_order.default"):
+            continue
+        src = n.args[0]
+        if n.target == "aten::clone.default":
+            if n.kwargs.get("memory_format") not in (None, "preserve_format"):
+                continue  # texir keeps torch's memory-format clones only where they change the layout
+        elif _dim_order(n.meta) != _dim_order(src.meta):
+            continue
+        if src.target == "placeholder" and n in outputs:
+            continue
+        g.replace_all_uses(n, src)
+    g.erase_dead()
+
+
+def _dim_order(meta: Any) -> tuple[int, ...] | None:
+    """A tensor's dim order from its strides (outermost first), as torch's `dim_order()`."""
+    if not isinstance(meta, TensorMeta) or not all(isinstance(s, int) for s in meta.strides):
+        return None
+    return tuple(sorted(range(len(meta.strides)), key=lambda d: -int(meta.strides[d])))
+
+
+def fuse_batch_norm(g: XGraph) -> None:
+    """FuseBatchNormPass: a no-training batch norm after a single-user conv with constant weights is
+    folded into new `<weight>_fused_bn` constants (arithmetic as torch's `fuse_conv_bn_weights`, f32)."""
+    for bn in [n for n in g.nodes if n.target == BN]:
+        conv = bn.args[0]
+        if not isinstance(conv, XNode) or conv.target != CONV or len(g.users(conv)) != 1:
+            continue
+        users = g.users(bn)
+        if not all(u.target == GETITEM and u.args[1] == 0 for u in users):
+            continue
+        params = [conv.args[1], conv.args[2], *bn.args[1:5]]
+        if any(p is not None and (not isinstance(p, XNode) or p.const is None) for p in params):
+            continue
+        if conv.args[1].const.dtype != DType.float32:
+            continue
+        w = conv.args[1].const.numpy()
+        rm, rv = bn.args[3].const.numpy(), bn.args[4].const.numpy()
+        bw = bn.args[1].const.numpy() if bn.args[1] is not None else np.ones_like(rm)
+        bb = bn.args[2].const.numpy() if bn.args[2] is not None else np.zeros_like(rm)
+        b = conv.args[2].const.numpy() if conv.args[2] is not None else np.zeros_like(rm)
+        eps = np.float32(bn.args[-1])
+        rsqrt = (np.float32(1.0) / np.sqrt(rv + eps)).astype(np.float32)
+        transpose = bool(conv.args[6])
+        shape = [1, -1] if transpose else [-1, 1]
+        shape += [1] * (w.ndim - 2)
+        fused_w = (w * (bw * rsqrt).reshape(shape)).astype(np.float32)
+        fused_b = ((b - rm) * rsqrt * bw + bb).astype(np.float32)
+        weight = XNode(conv.args[1].name + "_fused_bn", "placeholder", meta=conv.args[1].meta)
+        weight.const = Const(DType.float32, tuple(fused_w.shape), array=np.ascontiguousarray(fused_w))
+        bias = XNode(conv.args[1].name + "_bias_fused_bn", "placeholder", meta=bn.args[1].meta)
+        bias.const = Const(DType.float32, tuple(fused_b.shape), array=np.ascontiguousarray(fused_b))
+        g.nodes.insert(g.nodes.index(conv.args[1]), weight)
+        g.nodes.insert(g.nodes.index(weight) + 1, bias)
+        conv.args = [conv.args[0], weight, bias, *conv.args[3:]]
+        conv.meta = users[0].meta if users else conv.meta
+        for u in users:
+            g.replace_all_uses(u, conv)
+    g.erase_dead()
+    used = {id(i) for n in g.nodes for i in n.inputs()}
+    g.nodes = [n for n in g.nodes if n.user_input or n.is_call or n.target == "output" or id(n) in used]
+
+
+_FUSABLE = {CONV, LINEAR, "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor"}
+_ACTIVATIONS: dict[str, Callable[[XNode], tuple[float, float]]] = {
+    "aten::relu.default": lambda n: (0.0, math.inf),
+    "aten::hardtanh.default": lambda n: (
+        float(n.args[1]) if len(n.args) > 1 else -1.0, float(n.args[2]) if len(n.args) > 2 else 1.0),
+}
+
+
+def fuse_activations(g: XGraph) -> None:
+    """FuseActivationPass: relu/hardtanh after a single-user conv, linear, add, sub or mul is removed
+    and its bounds go to the producer's `output_min_max`."""
+    for act in [n for n in g.nodes if n.target in _ACTIVATIONS]:
+        src = act.args[0]
+        if not isinstance(src, XNode) or src.target not in _FUSABLE or src.min_max is not None:
+            continue
+        if len(g.users(src)) != 1:
+            continue
+        src.min_max = _ACTIVATIONS[act.target](act)
+        g.replace_all_uses(act, src)
+    g.erase_dead()
+
+
+_NHWC_OPS = {
+    CONV, "aten::upsample_bilinear2d.vec", "aten::mean.dim", "aten::max_pool2d.default", "aten::amax.default",
+    "aten::max.dim", "aten::avg_pool2d.default", "aten::prelu.default",
+}
+_NCHW_OPS = {"aten::squeeze_copy.dim", "aten::unsqueeze_copy.default", LINEAR, "aten::view_copy.default"}
+_BROADCAST = {"aten::add.Tensor", "aten::mul.Tensor", "aten::sub.Tensor", "aten::div.Tensor"}
+
+
+def _is_nhwc_meta(meta: TensorMeta) -> bool:
+    """A tensor strided channels-last and not also contiguous (as torch decides both)."""
+    if len(meta.shape) != 4 or not all(isinstance(d, int) for d in (*meta.shape, *meta.strides)):
+        return False
+    n, c, h, w = (int(d) for d in meta.shape)
+
+    def strided(order: tuple[int, ...]) -> bool:
+        expected = 1
+        for dim in reversed(order):
+            size = int(meta.shape[dim])
+            if size != 1 and int(meta.strides[dim]) != expected:
+                return False
+            expected *= size
+        return True
+
+    return strided((0, 2, 3, 1)) and not strided((0, 1, 2, 3)) and n * c * h * w > 0
+
+
+class _ChannelsLast:
+    """ChannelsLastTaggedReshapePass and RemoveRedundantCopyPass (float graphs)."""
+
+    def __init__(self, g: XGraph) -> None:
+        self.g = g
+
+    def is_nhwc(self, n: XNode) -> bool:
+        return bool(n.nhwc)
+
+    def placeholder_nhwc(self, n: XNode) -> bool:
+        return isinstance(n.meta, TensorMeta) and _is_nhwc_meta(n.meta)
+
+    def can_be_nhwc(self, n: XNode) -> bool:
+        nchw_const = n.const is not None and n.nhwc is False
+        return n.rank == 4 and not nchw_const
+
+    def copy(self, src: XNode, to_nhwc: bool) -> XNode:
+        fmt = CHANNELS_LAST if to_nhwc else CONTIGUOUS
+        node = XNode(f"{src.name}_to_{fmt}", TO_COPY, [src], {"memory_format": fmt}, src.meta, None)
+        node.nhwc = to_nhwc
+        self.g.insert_after(src, node)
+        return node
+
+    def to_format(self, src: XNode, user: XNode, nhwc: bool) -> None:
+        if src.const is not None:
+            if src.nhwc is not None and src.nhwc != nhwc:
+                raise XnnpackUnsupportedError(
+                    f"constant '{src.name}' is used both channels-last and contiguous; XNNPACK cannot store it twice"
+                )
+            src.nhwc = nhwc
+        if src.target == "placeholder":
+            if self.placeholder_nhwc(src) == nhwc:
+                return
+        elif bool(src.nhwc) == nhwc:
+            return
+        if nhwc and not self.can_be_nhwc(src):
+            raise XnnpackUnsupportedError(f"node '{src.name}' cannot be converted to channels-last")
+        partner = src.partner
+        if partner is None:
+            partner = self.copy(src, nhwc)
+        user.replace_input(src, partner)
+        src.partner, partner.partner = partner, src
+
+    def tag(self) -> None:
+        g = self.g
+        for node in list(g.nodes):
+            inputs = node.inputs() if node.target != "output" else list(node.args[0])
+            if not inputs:
+                if node.rank == 4:
+                    node.nhwc = self.placeholder_nhwc(node)
+                continue
+            if node.target == "output":
+                for out in node.args[0]:
+                    self.to_format(out, node, isinstance(out.meta, TensorMeta) and _is_nhwc_meta(out.meta))
+            elif node.target in _NHWC_OPS:
+                first = node.args[0]
+                for arg in first if isinstance(first, list) else [first]:
+                    if isinstance(arg, XNode):
+                        self.to_format(arg, node, True)
+                node.nhwc = True
+            elif node.target in _NCHW_OPS:
+                for i in node.inputs():
+                    self.to_format(i, node, False)
+            elif node.target == TO_COPY:
+                node.nhwc = node.kwargs.get("memory_format") == CHANNELS_LAST
+            else:
+                layouts = [self.is_nhwc(i) for i in inputs]
+                if all(layouts):
+                    node.nhwc = True
+                elif any(layouts):
+                    if all(self.can_be_nhwc(i) for i in inputs):
+                        for i in inputs:
+                            self.to_format(i, node, True)
+                        node.nhwc = True
+                    else:
+                        for i in inputs:
+                            self.to_format(i, node, False)
+        for n in g.nodes:
+            n.partner = None
+        reconverged = False
+        for node in list(g.nodes):
+            if node.target not in _BROADCAST or len(node.inputs()) != 2:
+                continue
+            a, b = node.inputs()
+            if self.is_nhwc(a) == self.is_nhwc(b):
+                continue
+            nhwc = self.can_be_nhwc(a) and self.can_be_nhwc(b)
+            for i in (a, b):
+                self.to_format(i, node, nhwc)
+            if nhwc:
+                node.nhwc = True
+            reconverged = True
+        if reconverged:
+            for n in g.nodes:
+                n.partner = None
+
+    def remove_redundant(self) -> None:
+        g = self.g
+        for node in list(g.nodes):
+            if node.target != TO_COPY or node not in g.nodes:
+                continue
+            src = node.args[0]
+            if src.target == TO_COPY and (not src.nhwc) != (not node.nhwc) and len(g.users(src)) == 1:
+                g.replace_all_uses(node, src.args[0])
+                g.nodes.remove(node)
+                if not g.users(src):
+                    g.nodes.remove(src)
+            elif self.is_nhwc(src) == self.is_nhwc(node):
+                g.replace_all_uses(node, src)
+                g.nodes.remove(node)
+
+
+def run_passes(g: XGraph) -> XGraph:
+    """ExecuTorch 1.5.1's default XNNPACK pass list, as far as this backend implements it."""
+    remove_clones(g)
+    fuse_batch_norm(g)
+    fuse_activations(g)
+    cl = _ChannelsLast(g)
+    cl.tag()
+    cl.remove_redundant()
+    return g

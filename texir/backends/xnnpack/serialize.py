@@ -1,0 +1,384 @@
+"""The walk from the rewritten graph to an `XNNGraph`: values in ExecuTorch's definition order,
+constants as named data, and one node visitor per op (`VISITORS`)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from typing import Any, Final
+
+import numpy as np
+
+from texir.backends.xnnpack import schema as s
+from texir.backends.xnnpack.errors import XnnpackUnsupportedError
+from texir.backends.xnnpack.graph import CHANNELS_LAST, XGraph, XNode
+from texir.ir import DType
+from texir.ir.blob import Blob
+
+__all__ = ["Serializer", "VISITORS"]
+
+UINT64_MAX: Final = 2**64 - 1
+NO_HANDLE: Final = 65535
+"""The debug handle of nodes preprocess creates (ExecuTorch's DEFAULT_DEBUG_HANDLE)."""
+KEEP_DIMS: Final = 0x40
+NCHW_TO_NHWC: Final = (0, 2, 3, 1)
+NHWC_TO_NCHW: Final = (0, 3, 1, 2)
+_DATATYPES: Final = {
+    DType.float32: s.XNNDatatype.xnn_datatype_fp32,
+    DType.float16: s.XNNDatatype.xnn_datatype_fp16,
+    DType.bfloat16: s.XNNDatatype.xnn_datatype_bf16,
+}
+
+
+class Serializer:
+    """Mutable state of one graph walk (ExecuTorch's `vals_to_ids` and the XNNGraph lists)."""
+
+    def __init__(self, g: XGraph) -> None:
+        self.g = g
+        self.ids: dict[int, int] = {}
+        self.values: list[s.XValue] = []
+        self.xnodes: list[s.XNode] = []
+        self.input_ids: list[int] = []
+        self.output_ids: list[int] = []
+        self.constant_data: list[s.ConstantDataOffset] = [s.ConstantDataOffset()]
+        self.named: dict[str, Blob] = {}
+        inputs = [n for n in g.nodes if n.user_input]
+        outputs = g.outputs()
+        self.externals: dict[int, tuple[int, int]] = {id(n): (i, 1) for i, n in enumerate(inputs)}
+        for i, n in enumerate(outputs):
+            if id(n) in self.externals:
+                raise XnnpackUnsupportedError(
+                    f"'{n.name}' is both an input and an output of the partition; XNNPACK cannot return an input",
+                    node=n.name,
+                )
+            self.externals[id(n)] = (len(inputs) + i, 2)
+        self.num_externs = len(inputs) + len(outputs)
+
+    def id(self, n: XNode) -> int:
+        return self.ids[id(n)]
+
+    def define(self, n: XNode, *, nhwc: bool = False, swap: bool = False, groups: int = 1,
+               force_fp32: bool = False) -> int:
+        """ExecuTorch's `define_tensor`: the first definition of a value fixes its id and layout."""
+        if id(n) in self.ids:
+            return self.ids[id(n)]
+        nhwc = nhwc or bool(n.nhwc)
+        id_out = len(self.values)
+        ext_id, flags = self.externals.get(id(n), (s.INVALID_ID, 0))
+        if flags == 1:
+            self.input_ids.append(id_out)
+        elif flags == 2:
+            self.output_ids.append(id_out)
+        dims = self.g.shape(n) or [1]
+        buffer_idx = self.constant(n, nhwc=nhwc, swap=swap, groups=groups, force_fp32=force_fp32)
+        if swap:
+            dims = [dims[1] * groups, dims[0] // groups, *dims[2:]]
+        if nhwc:
+            if len(dims) != 4:
+                raise XnnpackUnsupportedError(
+                    f"'{n.name}' must be 4-D to be stored channels-last, got dims {dims}", node=n.name)
+            dims = [dims[i] for i in NCHW_TO_NHWC]
+        dtype = n.tensor.dtype
+        datatype = s.XNNDatatype.xnn_datatype_fp32 if force_fp32 else _DATATYPES.get(dtype)
+        if datatype is None:
+            raise XnnpackUnsupportedError(
+                f"'{n.name}' has dtype {dtype}; the native XNNPACK backend handles float32/float16 values only",
+                node=n.name)
+        self.values.append(s.XValue(xvalue_union=s.XNNTensorValue(
+            datatype=datatype, num_dims=len(dims), dims=tuple(dims), constant_buffer_idx=buffer_idx,
+            external_id=ext_id, flags=flags, id_out=id_out,
+        )))
+        self.ids[id(n)] = id_out
+        return id_out
+
+    def constant(self, n: XNode, *, nhwc: bool, swap: bool, groups: int, force_fp32: bool) -> int:
+        """The `constant_data` index of a constant's payload (0 for a non-constant). A payload kept
+        as it is stays the IR's Blob; a transformed one is made once and hashed once."""
+        const = n.const
+        if const is None:
+            if swap:
+                raise XnnpackUnsupportedError(
+                    f"'{n.name}': a depthwise or transposed convolution needs constant weights", node=n.name)
+            return 0
+        keep_dtype = const.dtype in (DType.float16, DType.bfloat16) and not force_fp32
+        unchanged = const.array is None and not swap and not (nhwc and _moves(const.shape))
+        if unchanged and (const.dtype == DType.float32 or keep_dtype):
+            assert const.blob is not None
+            blob, key = const.blob, const.sha256 or const.blob.digest()
+        else:
+            arr = const.numpy()
+            if not keep_dtype:
+                arr = arr.astype(np.float32)
+            if swap:
+                shape = arr.shape
+                arr = arr.reshape((groups, shape[0] // groups, *shape[1:]))
+                arr = arr.transpose((0, 2, 1, *range(3, arr.ndim)))
+                arr = arr.reshape((shape[1] * groups, shape[0] // groups, *shape[2:]))
+            if nhwc:
+                arr = arr.transpose(NCHW_TO_NHWC)
+            data = np.ascontiguousarray(arr).tobytes()
+            if not data:
+                raise XnnpackUnsupportedError(f"constant '{n.name}' has no bytes", node=n.name)
+            blob, key = Blob(data), hashlib.sha256(data).hexdigest()
+        self.constant_data.append(s.ConstantDataOffset(offset=UINT64_MAX, size=blob.nbytes, named_key=key))
+        self.named.setdefault(key, blob)
+        return len(self.constant_data) - 1
+
+    def emit(self, n: XNode, node: Any, *, min_max: tuple[float, float] | None = None) -> None:
+        bounds = None if min_max is None else s.OutputMinMax(output_min=min_max[0], output_max=min_max[1])
+        handle = NO_HANDLE if n.handle is None else n.handle
+        self.xnodes.append(s.XNode(xnode_union=node, debug_handle=handle, output_min_max=bounds))
+
+    def io(self, n: XNode, *, nhwc: bool = False) -> None:
+        """`define_nodes_tensor_inputs_outputs`: the output first, then each input."""
+        self.define(n, nhwc=nhwc)
+        for i in n.inputs():
+            self.define(i, nhwc=nhwc)
+
+    def graph(self) -> s.XNNGraph:
+        return s.XNNGraph(
+            version="0", xnodes=tuple(self.xnodes), xvalues=tuple(self.values), num_externs=self.num_externs,
+            input_ids=tuple(self.input_ids), output_ids=tuple(self.output_ids),
+            constant_data=tuple(self.constant_data),
+        )
+
+
+def _moves(shape: tuple[int, ...]) -> bool:
+    """Whether channels-last changes a 4-D tensor's bytes (not when C is 1 or H and W are both 1)."""
+    return len(shape) == 4 and shape[1] != 1 and shape[2] * shape[3] != 1
+
+
+# -- visitors ------------------------------------------------------------------------------------
+
+Visitor = Callable[[Serializer, XNode], None]
+
+
+def _arg(n: XNode, i: int, default: Any = None) -> Any:
+    return n.args[i] if len(n.args) > i else default
+
+
+def _linear(ser: Serializer, n: XNode) -> None:
+    x, w = n.args[0], n.args[1]
+    b = _arg(n, 2)
+    ser.define(x)
+    ser.define(w)
+    bias = ser.define(b) if b is not None else s.INVALID_ID
+    ser.emit(n, s.XNNFullyConnected(input1_id=ser.id(x), filter_id=ser.id(w), bias_id=bias,
+                                    output_id=ser.define(n)), min_max=n.min_max)
+
+
+def _conv(ser: Serializer, n: XNode) -> None:
+    x, w, b, stride, padding, dilation, transposed, output_padding, groups = n.args[:9]
+    ser.define(x, nhwc=True)
+    kernel = ser.g.shape(w)
+    if transposed:
+        gin, gout = kernel[0] // groups, kernel[1]
+    else:
+        gin, gout = kernel[1], kernel[0] // groups
+    depthwise = gin == 1 and gout % gin == 0 and not transposed
+    if len(stride) != 2:
+        raise XnnpackUnsupportedError(f"'{n.name}': only 2-D convolutions are supported", node=n.name, op=n.target)
+    ser.define(w, nhwc=True, swap=depthwise or bool(transposed), groups=groups if transposed else 1,
+               force_fp32=True)
+    out = ser.define(n, nhwc=True)
+    bias = ser.define(b, force_fp32=True) if b is not None else s.INVALID_ID
+    cls = s.XNNDepthwiseConv2d if depthwise else s.XNNConvTranspose2d if transposed else s.XNNConv2d
+    ser.emit(n, cls(
+        padding_top=padding[0], padding_right=padding[1], padding_bottom=padding[0], padding_left=padding[1],
+        kernel_height=kernel[2], kernel_width=kernel[3], subsampling_height=stride[0], subsampling_width=stride[1],
+        dilation_height=dilation[0], dilation_width=dilation[1], group_input_channels=gin,
+        group_output_channels=gout, groups=groups, adjustment_height=output_padding[0],
+        adjustment_width=output_padding[1], input1_id=ser.id(x), filter_id=ser.id(w), bias_id=bias, output_id=out,
+    ), min_max=n.min_max)
+
+
+def _binary(cls: type[Any], *, fused: bool) -> Visitor:
+    """add/sub/mul define input1, input2, output and take a fused activation; the others use the
+    output-first helper."""
+
+    def visit(ser: Serializer, n: XNode) -> None:
+        a, b = n.args[0], n.args[1]
+        if not isinstance(b, XNode):
+            raise XnnpackUnsupportedError(
+                f"'{n.name}' ({n.target}) has a scalar operand; XNNPACK needs two tensors", node=n.name, op=n.target)
+        if fused:
+            ser.define(a)
+            ser.define(b)
+            out = ser.define(n)
+        else:
+            ser.io(n)
+            out = ser.id(n)
+        ser.emit(n, cls(input1_id=ser.id(a), input2_id=ser.id(b), output_id=out),
+                 min_max=n.min_max if fused else None)
+
+    return visit
+
+
+def _unary(cls: type[Any], bounds: Callable[[XNode], tuple[float, float]] | None = None) -> Visitor:
+    def visit(ser: Serializer, n: XNode) -> None:
+        ser.io(n)
+        ser.emit(n, cls(input_id=ser.id(n.args[0]), output_id=ser.id(n)),
+                 min_max=None if bounds is None else bounds(n))
+
+    return visit
+
+
+def _softmax(ser: Serializer, n: XNode) -> None:
+    dim, rank = n.args[1], n.args[0].rank
+    if dim not in (-1, rank - 1):
+        raise XnnpackUnsupportedError(f"'{n.name}': softmax over dim {dim} (XNNPACK: last dim only)",
+                                      node=n.name, op=n.target)
+    _unary(s.XNNSoftmax)(ser, n)
+
+
+def _pair(v: Any, default: list[int]) -> list[int]:
+    if isinstance(v, int):
+        return [v, v]
+    values = list(v) if v is not None else []
+    if not values:
+        return default
+    return [values[0], values[0]] if len(values) == 1 else [values[0], values[1]]
+
+
+def _pool(n: XNode, dilation: bool) -> tuple[list[int], list[int], list[int], list[int]]:
+    kernel = _pair(_arg(n, 1), [])
+    return (kernel, _pair(_arg(n, 2), kernel), _pair(_arg(n, 3), [0, 0]),
+            _pair(_arg(n, 4), [1, 1]) if dilation else [1, 1])
+
+
+def _max_pool(ser: Serializer, n: XNode) -> None:
+    ser.io(n, nhwc=True)
+    kernel, stride, pad, dil = _pool(n, True)
+    bottom, right = pad[0], pad[1]
+    if _arg(n, 5, False):
+        h, w = ser.g.shape(n.args[0])[2:]
+        bottom += _ceil_pad(h, kernel[0], stride[0], pad[0], dil[0])
+        right += _ceil_pad(w, kernel[1], stride[1], pad[1], dil[1])
+    ser.emit(n, s.XNNMaxPooling2d(
+        padding_top=pad[0], padding_right=right, padding_bottom=bottom, padding_left=pad[1],
+        pooling_height=kernel[0], pooling_width=kernel[1], stride_height=stride[0], stride_width=stride[1],
+        dilation_height=dil[0], dilation_width=dil[1], input_id=ser.id(n.args[0]), output_id=ser.id(n),
+        flags=KEEP_DIMS))
+
+
+def _ceil_pad(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    span = size + 2 * pad - dilation * (kernel - 1) - 1
+    out = (span + stride - 1) // stride + 1
+    partial = span % stride
+    return stride - partial if partial > 0 and not (out - 1) * stride >= size + pad else 0
+
+
+def _avg_pool(ser: Serializer, n: XNode) -> None:
+    ser.io(n, nhwc=True)
+    kernel, stride, pad, _ = _pool(n, False)
+    ser.emit(n, s.XNNAvgPooling2d(
+        padding_top=pad[0], padding_right=pad[1], padding_bottom=pad[0], padding_left=pad[1],
+        pooling_height=kernel[0], pooling_width=kernel[1], stride_height=stride[0], stride_width=stride[1],
+        input_id=ser.id(n.args[0]), output_id=ser.id(n), flags=KEEP_DIMS))
+
+
+def _mean(ser: Serializer, n: XNode) -> None:
+    ser.io(n, nhwc=True)
+    dims = sorted(d % 4 for d in n.args[1])
+    if n.args[0].rank != 4 or dims != [2, 3] or not _arg(n, 2, False) or n.kwargs.get("dtype") is not None:
+        raise XnnpackUnsupportedError(
+            f"'{n.name}': XNNPACK takes mean over dims (2, 3) of a 4-D tensor with keepdim only",
+            node=n.name, op=n.target)
+    ser.emit(n, s.XNNGlobalAvgPooling2d(input_id=ser.id(n.args[0]), output_id=ser.id(n), flags=KEEP_DIMS))
+
+
+def _view(ser: Serializer, n: XNode) -> None:
+    ser.io(n)
+    shape = [d if d != -1 else 0 for d in n.args[1]]
+    if not all(isinstance(d, int) for d in shape):
+        raise XnnpackUnsupportedError(f"'{n.name}': symbolic reshape sizes are not supported",
+                                      node=n.name, op=n.target)
+    if n.nhwc:
+        shape = [shape[NCHW_TO_NHWC[i]] for i in range(4)]
+    ser.emit(n, s.XNNStaticReshape(num_dims=len(shape), new_shape=tuple(shape), input_id=ser.id(n.args[0]),
+                                   output_id=ser.id(n)))
+
+
+def _permute(ser: Serializer, n: XNode) -> None:
+    ser.io(n)
+    rank = n.args[0].rank
+    perm = [d + rank if d < 0 else d for d in n.args[1]]
+    if n.nhwc:
+        contiguous = [NHWC_TO_NCHW[i] for i in perm]
+        perm = [contiguous[i] for i in NCHW_TO_NHWC]
+    ser.emit(n, s.XNNStaticTranspose(num_dims=len(perm), perm=tuple(perm), input_id=ser.id(n.args[0]),
+                                     output_id=ser.id(n)))
+
+
+def _to_copy(ser: Serializer, n: XNode) -> None:
+    fmt = n.kwargs.get("memory_format")
+    to_nhwc = fmt == CHANNELS_LAST
+    src = n.args[0]
+    ser.define(src, nhwc=not to_nhwc and src.rank == 4)
+    out = ser.define(n, nhwc=to_nhwc)
+    perm = NCHW_TO_NHWC if to_nhwc else NHWC_TO_NCHW
+    ser.emit(n, s.XNNStaticTranspose(num_dims=len(ser.g.shape(n)), perm=perm, input_id=ser.id(src), output_id=out))
+
+
+_CATS: Final = {2: s.XNNConcatenate2, 3: s.XNNConcatenate3, 4: s.XNNConcatenate4, 5: s.XNNConcatenate5}
+
+
+def _cat(ser: Serializer, n: XNode) -> None:
+    tensors = list(n.args[0])
+    if len(tensors) not in _CATS:
+        raise XnnpackUnsupportedError(f"'{n.name}': concatenation of {len(tensors)} tensors (2 to 5 supported)",
+                                      node=n.name, op=n.target)
+    for t in tensors:
+        ser.define(t)
+    out = ser.define(n)
+    axis = _arg(n, 1, 0)
+    if axis < 0:
+        axis += tensors[0].rank
+    if n.nhwc:
+        axis = NHWC_TO_NCHW[axis]
+    ids = [ser.id(t) for t in tensors] + [s.INVALID_ID] * (5 - len(tensors))
+    ser.emit(n, _CATS[len(tensors)](axis=axis, input1_id=ids[0], input2_id=ids[1], input3_id=ids[2],
+                                    input4_id=ids[3], input5_id=ids[4], output_id=out))
+
+
+def _hardtanh(n: XNode) -> tuple[float, float]:
+    return (float(_arg(n, 1, -1.0)), float(_arg(n, 2, 1.0)))
+
+
+VISITORS: Final[dict[str, Visitor]] = {
+    "aten::linear.default": _linear,
+    "aten::convolution.default": _conv,
+    "aten::add.Tensor": _binary(s.XNNAdd, fused=True),
+    "aten::sub.Tensor": _binary(s.XNNSubtract, fused=True),
+    "aten::mul.Tensor": _binary(s.XNNMultiply, fused=True),
+    "aten::div.Tensor": _binary(s.XNNDiv, fused=False),
+    "aten::minimum.default": _binary(s.XNNMinimum, fused=False),
+    "aten::maximum.default": _binary(s.XNNMaximum, fused=False),
+    "aten::bmm.default": _binary(s.XNNBatchMatrixMultiply, fused=False),
+    "aten::relu.default": _unary(s.XNNClamp, lambda n: (0.0, math.inf)),
+    "aten::hardtanh.default": _unary(s.XNNClamp, _hardtanh),
+    "aten::sigmoid.default": _unary(s.XNNSigmoid),
+    "aten::tanh.default": _unary(s.XNNTanh),
+    "aten::gelu.default": _unary(s.XNNGelu),
+    "aten::abs.default": _unary(s.XNNAbs),
+    "aten::neg.default": _unary(s.XNNNegate),
+    "aten::floor.default": _unary(s.XNNFloor),
+    "aten::ceil.default": _unary(s.XNNCeiling),
+    "aten::sqrt.default": _unary(s.XNNSquareRoot),
+    "aten::rsqrt.default": _unary(s.XNNReciprocalSquareRoot),
+    "aten::exp.default": _unary(s.XNNExp),
+    "aten::log.default": _unary(s.XNNLog),
+    "aten::sin.default": _unary(s.XNNSin),
+    "aten::cos.default": _unary(s.XNNCos),
+    "aten::hardswish.default": _unary(s.XNNHardswish),
+    "aten::_softmax.default": _softmax,
+    "aten::max_pool2d.default": _max_pool,
+    "aten::avg_pool2d.default": _avg_pool,
+    "aten::mean.dim": _mean,
+    "aten::view_copy.default": _view,
+    "aten::permute_copy.default": _permute,
+    "aten::_to_copy.default": _to_copy,
+    "aten::cat.default": _cat,
+}
+"""Node visitor per edge op (canonical op string); an op without one cannot be delegated."""
