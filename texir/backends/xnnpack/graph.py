@@ -155,6 +155,7 @@ class XGraph:
         self.nodes = nodes
         self.bounds = bounds
         """Concrete size of each symbol (its upper bound, or its example size when unbounded)."""
+        self._users: dict[int, list[XNode]] | None = None
 
     @staticmethod
     def from_program(program: Program) -> XGraph:
@@ -201,8 +202,18 @@ class XGraph:
 
     # -- queries ---------------------------------------------------------------------------------
 
+    def _index(self) -> dict[int, list[XNode]]:
+        """Users of every node (built on demand, kept up to date by the edits below)."""
+        if self._users is None:
+            users: dict[int, list[XNode]] = {}
+            for n in self.nodes:
+                for i in n.inputs():
+                    users.setdefault(id(i), []).append(n)
+            self._users = users
+        return self._users
+
     def users(self, node: XNode) -> list[XNode]:
-        return [n for n in self.nodes if node in n.inputs()]
+        return list(self._index().get(id(node), ()))
 
     @property
     def output(self) -> XNode:
@@ -222,19 +233,44 @@ class XGraph:
             else:
                 raise XnnpackUnsupportedError(
                     f"node '{node.name}': symbolic size {d!r} is not a single bounded symbol; XNNPACK records "
-                    "static upper bounds only"
+                    "static upper bounds only", node=node.name, op=node.target,
                 )
         return dims
 
     # -- edits -----------------------------------------------------------------------------------
 
+    def replace_input(self, user: XNode, old: XNode, new: XNode) -> None:
+        user.replace_input(old, new)
+        index = self._index()
+        index[id(old)] = [u for u in index.get(id(old), ()) if u is not user]
+        users = index.setdefault(id(new), [])
+        if user not in users:
+            users.append(user)
+
     def replace_all_uses(self, old: XNode, new: XNode) -> None:
-        for n in self.nodes:
-            if n is not new:
-                n.replace_input(old, new)
+        for user in self.users(old):
+            if user is not new:
+                self.replace_input(user, old, new)
+
+    def set_args(self, node: XNode, args: list[Any]) -> None:
+        index = self._index()
+        for i in node.inputs():
+            index[id(i)] = [u for u in index.get(id(i), ()) if u is not node]
+        node.args = args
+        for i in node.inputs():
+            index.setdefault(id(i), []).append(node)
 
     def insert_after(self, anchor: XNode, node: XNode) -> None:
         self.nodes.insert(self.nodes.index(anchor) + 1, node)
+        index = self._index()
+        for i in node.inputs():
+            index.setdefault(id(i), []).append(node)
+
+    def remove(self, node: XNode) -> None:
+        index = self._index()
+        for i in node.inputs():
+            index[id(i)] = [u for u in index.get(id(i), ()) if u is not node]
+        self.nodes.remove(node)
 
     def erase_dead(self) -> None:
         """Dead-code elimination of call nodes (placeholders stay)."""
@@ -244,6 +280,7 @@ class XGraph:
             keep = [n for n in self.nodes if not n.is_call or id(n) in used]
             changed = len(keep) != len(self.nodes)
             self.nodes = keep
+        self._users = None
 
 
 # -- passes ----------------------------------------------------------------------------------------
@@ -307,13 +344,14 @@ def fuse_batch_norm(g: XGraph) -> None:
         bias.const = Const(DType.float32, tuple(fused_b.shape), array=np.ascontiguousarray(fused_b))
         g.nodes.insert(g.nodes.index(conv.args[1]), weight)
         g.nodes.insert(g.nodes.index(weight) + 1, bias)
-        conv.args = [conv.args[0], weight, bias, *conv.args[3:]]
+        g.set_args(conv, [conv.args[0], weight, bias, *conv.args[3:]])
         conv.meta = users[0].meta if users else conv.meta
         for u in users:
             g.replace_all_uses(u, conv)
     g.erase_dead()
     used = {id(i) for n in g.nodes for i in n.inputs()}
     g.nodes = [n for n in g.nodes if n.user_input or n.is_call or n.target == "output" or id(n) in used]
+    g.erase_dead()
 
 
 _FUSABLE = {CONV, LINEAR, "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor"}
@@ -404,7 +442,7 @@ class _ChannelsLast:
         partner = src.partner
         if partner is None:
             partner = self.copy(src, nhwc)
-        user.replace_input(src, partner)
+        self.g.replace_input(user, src, partner)
         src.partner, partner.partner = partner, src
 
     def tag(self) -> None:
@@ -468,12 +506,12 @@ class _ChannelsLast:
             src = node.args[0]
             if src.target == TO_COPY and (not src.nhwc) != (not node.nhwc) and len(g.users(src)) == 1:
                 g.replace_all_uses(node, src.args[0])
-                g.nodes.remove(node)
+                g.remove(node)
                 if not g.users(src):
-                    g.nodes.remove(src)
+                    g.remove(src)
             elif self.is_nhwc(src) == self.is_nhwc(node):
                 g.replace_all_uses(node, src)
-                g.nodes.remove(node)
+                g.remove(node)
 
 
 def run_passes(g: XGraph) -> XGraph:

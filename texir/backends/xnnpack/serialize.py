@@ -3,7 +3,6 @@ constants as named data, and one node visitor per op (`VISITORS`)."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from typing import Any, Final
@@ -14,7 +13,7 @@ from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import CHANNELS_LAST, XGraph, XNode
 from texir.ir import DType
-from texir.ir.blob import Blob
+from texir.ir.blob import Blob, digest_all
 
 __all__ = ["Serializer", "VISITORS"]
 
@@ -41,7 +40,8 @@ class Serializer:
         self.xnodes: list[s.XNode] = []
         self.input_ids: list[int] = []
         self.output_ids: list[int] = []
-        self.constant_data: list[s.ConstantDataOffset] = [s.ConstantDataOffset()]
+        self.constants: list[tuple[Blob, str | None]] = []
+        """Payload and key of `constant_data` entries 1, 2, ... (None: hash the payload)."""
         self.named: dict[str, Blob] = {}
         inputs = [n for n in g.nodes if n.user_input]
         outputs = g.outputs()
@@ -103,13 +103,14 @@ class Serializer:
             return 0
         keep_dtype = const.dtype in (DType.float16, DType.bfloat16) and not force_fp32
         unchanged = const.array is None and not swap and not (nhwc and _moves(const.shape))
+        key: str | None = None
         if unchanged and (const.dtype == DType.float32 or keep_dtype):
             assert const.blob is not None
-            blob, key = const.blob, const.sha256 or const.blob.digest()
+            blob, key = const.blob, const.sha256 or None
         else:
             arr = const.numpy()
             if not keep_dtype:
-                arr = arr.astype(np.float32)
+                arr = arr.astype(np.float32, copy=False)
             if swap:
                 shape = arr.shape
                 arr = arr.reshape((groups, shape[0] // groups, *shape[1:]))
@@ -117,13 +118,12 @@ class Serializer:
                 arr = arr.reshape((shape[1] * groups, shape[0] // groups, *shape[2:]))
             if nhwc:
                 arr = arr.transpose(NCHW_TO_NHWC)
-            data = np.ascontiguousarray(arr).tobytes()
-            if not data:
+            arr = np.ascontiguousarray(arr)
+            if arr.nbytes == 0:
                 raise XnnpackUnsupportedError(f"constant '{n.name}' has no bytes", node=n.name)
-            blob, key = Blob(data), hashlib.sha256(data).hexdigest()
-        self.constant_data.append(s.ConstantDataOffset(offset=UINT64_MAX, size=blob.nbytes, named_key=key))
-        self.named.setdefault(key, blob)
-        return len(self.constant_data) - 1
+            blob = Blob(memoryview(arr).cast("B"))
+        self.constants.append((blob, key))
+        return len(self.constants)
 
     def emit(self, n: XNode, node: Any, *, min_max: tuple[float, float] | None = None) -> None:
         bounds = None if min_max is None else s.OutputMinMax(output_min=min_max[0], output_max=min_max[1])
@@ -137,10 +137,17 @@ class Serializer:
             self.define(i, nhwc=nhwc)
 
     def graph(self) -> s.XNNGraph:
+        """The XNNGraph; hashes the new payloads (in parallel) and fills `named` in entry order."""
+        digest_all([blob for blob, key in self.constants if key is None])
+        constant_data = [s.ConstantDataOffset()]
+        for blob, key in self.constants:
+            key = key or blob.digest()
+            constant_data.append(s.ConstantDataOffset(offset=UINT64_MAX, size=blob.nbytes, named_key=key))
+            self.named.setdefault(key, blob)
         return s.XNNGraph(
             version="0", xnodes=tuple(self.xnodes), xvalues=tuple(self.values), num_externs=self.num_externs,
             input_ids=tuple(self.input_ids), output_ids=tuple(self.output_ids),
-            constant_data=tuple(self.constant_data),
+            constant_data=tuple(constant_data),
         )
 
 
