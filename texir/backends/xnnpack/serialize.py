@@ -121,7 +121,7 @@ class Serializer:
             arr = np.ascontiguousarray(arr)
             if arr.nbytes == 0:
                 raise XnnpackUnsupportedError(f"constant '{n.name}' has no bytes", node=n.name)
-            blob = Blob(memoryview(arr).cast("B"))
+            blob = Blob(arr.data.cast("B"))
         self.constants.append((blob, key))
         return len(self.constants)
 
