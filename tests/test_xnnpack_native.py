@@ -26,7 +26,9 @@ from texir.backends.xnnpack.flatbuffer import (
 )
 from texir.backends.xnnpack.backend import XnnpackNativeBackend, build_graph
 from texir.backends.xnnpack.errors import XnnpackCompileSpecError, XnnpackUnsupportedError
+from texir.backends.xnnpack.partitioner import partitioner
 from texir.ir import CompileSpec, LoweredBackendModule, Program
+from texir.lowering.errors import PartitionerError
 
 ROUND_TRIP = ["mlp", "deep_mlp", "convnet", "resnet_tiny", "attention", "cat_stack"]
 BYTE_EQUAL = [
@@ -34,6 +36,11 @@ BYTE_EQUAL = [
     "cat_stack", "lifted_constant", "multi_output", "dynamic_mlp",
 ]
 """Zoo models whose every ExecuTorch partition the native backend compiles to the same bytes."""
+SAME_PTE = [
+    "mlp", "conv_bn", "convnet", "resnet_tiny", "attention", "transformer_block", "cat_stack", "buffers",
+    "residual_mlp",
+]
+"""Zoo models the native partitioner and backend lower to ExecuTorch's very .pte."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,35 +143,69 @@ def test_unchanged_weights_are_the_programs_own_payloads() -> None:
     assert any(stored) and not all(stored)
 
 
-def test_pte_with_native_blobs_runs_as_executorchs() -> None:
-    """Lowering with the native backend registered as XnnpackBackend: the .pte runs in the ExecuTorch
-    runtime and its outputs are bitwise those of the .pte ExecuTorch's backend gives."""
-    import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    from tests.xnnpack_oracle import run_pte
-    from tests.zoo import cached_export, zoo_model
-    from texir.adapters.executorch import executorch_partitioner
-    from texir.emit import emit
+@functools.lru_cache(maxsize=None)
+def native_lowered(name: str) -> Program:
+    """Zoo model `name` lowered by the native partitioner and backend, registered as XnnpackBackend
+    for this call only."""
+    from tests.zoo import cached_export
     from texir.lowering import backend as registry
     from texir.lowering import lower
+
+    saved = dict(registry._REGISTRY)
+    try:
+        registry.register_backend("XnnpackBackend", XnnpackNativeBackend(), replace=True)
+        return lower(cached_export(name, decompose=False), [partitioner()])
+    finally:
+        registry._REGISTRY.clear()
+        registry._REGISTRY.update(saved)
+
+
+@pytest.mark.parametrize("name", SAME_PTE)
+def test_native_lowering_writes_executorchs_pte(name: str) -> None:
+    """Native partitioner + backend: the same partitions, in the same order, as XnnpackPartitioner,
+    and a .pte byte-equal to the one ExecuTorch's partitioner and backend give."""
+    from tests.xnnpack_oracle import texir_partitions
+    from texir.emit import emit
+    from texir.serialize.pte.codec import dumps
+
+    mine, theirs = native_lowered(name), executorch_lowered(name)
+    assert texir_partitions(mine) == texir_partitions(theirs)
+    assert dumps(emit(mine)) == dumps(emit(theirs))
+
+
+def test_native_pte_runs_in_the_executorch_runtime() -> None:
+    """The native .pte runs in the ExecuTorch 1.5.1 runtime, outputs bitwise those of ExecuTorch's."""
+    import torch
+
+    from tests.xnnpack_oracle import run_pte
+    from tests.zoo import zoo_model
+    from texir.emit import emit
     from texir.serialize.pte.codec import dumps
 
     for name in ("convnet", "attention"):
-        theirs = dumps(emit(executorch_lowered(name)))
-        saved = dict(registry._REGISTRY)
-        try:
-            registry.register_backend("XnnpackBackend", XnnpackNativeBackend(), replace=True)
-            program = lower(cached_export(name, decompose=False), [executorch_partitioner(XnnpackPartitioner())])
-        finally:
-            registry._REGISTRY.clear()
-            registry._REGISTRY.update(saved)
-        assert all(isinstance(m.module, LoweredBackendModule) for m in program.lowered_modules)
-        mine = dumps(emit(program))
         args = zoo_model(name).build()[1]
-        for a, b in zip(run_pte(mine, args)[0], run_pte(theirs, args)[0], strict=True):
+        mine = run_pte(dumps(emit(native_lowered(name))), args)[0]
+        theirs = run_pte(dumps(emit(executorch_lowered(name))), args)[0]
+        assert mine and len(mine) == len(theirs)
+        for a, b in zip(mine, theirs, strict=True):
             assert torch.equal(a, b)
-        assert mine == theirs
+
+
+def test_turned_down_nodes_carry_a_reason() -> None:
+    from tests.zoo import cached_export
+    from texir.adapters import from_exported_program
+
+    program = from_exported_program(cached_export("cat_stack"))
+    reasons = partitioner().reasons(program)
+    assert reasons and all(isinstance(why, str) and why for why in reasons.values())
+    assert any("aten::sum.dim_IntList has no XNNPACK config" in why for why in reasons.values()), reasons
+
+
+def test_partitioner_options_are_validated() -> None:
+    with pytest.raises(PartitionerError, match="per_op_mod"):
+        partitioner(per_op_mod=True)
+    with pytest.raises(PartitionerError, match="fp32 only|'fp32' only"):
+        partitioner(config_precisions=("static_int8",))
 
 
 # -- bad input -------------------------------------------------------------------------------------

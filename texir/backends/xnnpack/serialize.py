@@ -349,6 +349,12 @@ def _cat(ser: Serializer, n: XNode) -> None:
                                     input4_id=ids[3], input5_id=ids[4], output_id=out))
 
 
+def _copy(ser: Serializer, n: XNode) -> None:
+    ser.define(n)
+    ser.define(n.args[0])
+    ser.emit(n, s.XNNCopy(input_id=ser.id(n.args[0]), output_id=ser.id(n)))
+
+
 def _hardtanh(n: XNode) -> tuple[float, float]:
     return (float(_arg(n, 1, -1.0)), float(_arg(n, 2, 1.0)))
 
@@ -387,5 +393,7 @@ VISITORS: Final[dict[str, Visitor]] = {
     "aten::permute_copy.default": _permute,
     "aten::_to_copy.default": _to_copy,
     "aten::cat.default": _cat,
+    "aten::clone.default": _copy,
+    "dim_order_ops::_clone_dim_order.default": _copy,
 }
 """Node visitor per edge op (canonical op string); an op without one cannot be delegated."""

@@ -1,0 +1,418 @@
+"""`partitioner(**options)`: ExecuTorch 1.5.1's XnnpackPartitioner (float configs) computed on the IR.
+
+Each supported op has a check (`CHECKS`) that returns None when XNNPACK takes the node, or the
+reason it does not; partitions are then the maximal ones torch's CapabilityBasedPartitioner
+proposes (`OpSupportPartitioner`), with the constants they read, as ExecuTorch tags them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Final
+
+import pydantic
+
+from texir.backends.xnnpack.backend import BACKEND_ID
+from texir.backends.xnnpack.partition_order import torch_partition_order
+from texir.ir import (
+    BufferInput,
+    CallFunction,
+    ConstantTensorInput,
+    DType,
+    IntArg,
+    ListArg,
+    NoneArg,
+    ParameterInput,
+    Placeholder,
+    Program,
+    Ref,
+    TensorMeta,
+    ValueMeta,
+)
+from texir.ir.analysis import value_metas
+from texir.lowering.errors import PartitionerError
+from texir.lowering.partitioners import OpSupportPartitioner
+from texir.lowering.plan import PartitionPlan
+
+__all__ = ["CHECKS", "KEPT_OPS", "XnnpackNativePartitioner", "partitioner"]
+
+_FLOATS: Final = frozenset({DType.float32, DType.float16})
+
+
+class _Node:
+    """What a check sees: the call, the graph's value metadata and the program's constants."""
+
+    def __init__(self, node: CallFunction, metas: Mapping[str, ValueMeta], constants: frozenset[str]) -> None:
+        self.node, self.metas, self.constants = node, metas, constants
+
+    def arg(self, i: int) -> object:
+        return self.node.args[i] if len(self.node.args) > i else None
+
+    def tensor(self, i: int) -> TensorMeta | None:
+        a = self.arg(i)
+        meta = self.metas.get(a.name) if isinstance(a, Ref) else None
+        return meta if isinstance(meta, TensorMeta) else None
+
+    def ints(self, i: int) -> list[int] | None:
+        a = self.arg(i)
+        if isinstance(a, ListArg) and all(isinstance(x, IntArg) for x in a.items):
+            return [x.value for x in a.items if isinstance(x, IntArg)]
+        return None
+
+    def is_constant(self, i: int) -> bool:
+        a = self.arg(i)
+        return isinstance(a, Ref) and a.name in self.constants
+
+
+Check = Callable[[_Node], str | None]
+
+
+def _common(n: _Node) -> str | None:
+    """Every config's first check: float tensors, one input dtype, no empty or symbolic-only tensors."""
+    dtypes = set()
+    for ref in _refs(n.node):
+        meta = n.metas.get(ref)
+        if isinstance(meta, TensorMeta):
+            if meta.dtype not in _FLOATS:
+                return f"input '{ref}' has dtype {meta.dtype} (XNNPACK float configs take float32/float16)"
+            if any(d == 0 for d in meta.shape):
+                return f"input '{ref}' is empty"
+            dtypes.add(meta.dtype)
+    if len(dtypes) > 1:
+        return "inputs of mixed dtypes"
+    out = n.metas.get(n.node.name)
+    if isinstance(out, TensorMeta) and out.dtype not in _FLOATS:
+        return f"output has dtype {out.dtype}"
+    return None
+
+
+def _refs(node: CallFunction) -> list[str]:
+    names: list[str] = []
+
+    def walk(a: object) -> None:
+        if isinstance(a, Ref):
+            names.append(a.name)
+        elif isinstance(a, ListArg):
+            for x in a.items:
+                walk(x)
+
+    for a in node.args:
+        walk(a)
+    return names
+
+
+def _ok(n: _Node) -> str | None:
+    return None
+
+
+def _linear(n: _Node) -> str | None:
+    if not n.is_constant(1):
+        return "weight is not a parameter, buffer or constant (XNNPACK needs static weights)"
+    if n.arg(2) is not None and not isinstance(n.arg(2), NoneArg) and not n.is_constant(2):
+        return "bias is not static"
+    return None
+
+
+def _conv(n: _Node) -> str | None:
+    if not n.is_constant(1):
+        return "weight is not static"
+    if not isinstance(n.arg(2), NoneArg) and not n.is_constant(2):
+        return "bias is not static"
+    stride = n.ints(3) or []
+    if len(stride) != 2:
+        return f"{len(stride)}-D convolution (the native backend takes 2-D only; conv1d is not yet ported)"
+    return None
+
+
+def _alpha_one(n: _Node) -> str | None:
+    alpha = dict(n.node.kwargs).get("alpha")
+    if alpha is not None and getattr(alpha, "value", 1) != 1:
+        return "alpha != 1"
+    if not isinstance(n.arg(1), Ref):
+        return "scalar operand"
+    return None
+
+
+def _two_tensors(n: _Node) -> str | None:
+    return None if isinstance(n.arg(1), Ref) else "scalar operand"
+
+
+def _cat(n: _Node) -> str | None:
+    a = n.arg(0)
+    count = len(a.items) if isinstance(a, ListArg) else 0
+    if count < 2:
+        return "fewer than 2 inputs"
+    if count > 5:
+        return f"{count} inputs (the native backend does not yet split concatenations above 5)"
+    return None
+
+
+def _max_pool(n: _Node) -> str | None:
+    kernel = n.ints(1) or []
+    stride = n.ints(2) or kernel
+    if len(kernel) == 1:
+        kernel = kernel * 2
+    if len(stride) == 1:
+        stride = stride * 2
+    if any(s > k for s, k in zip(stride, kernel)):
+        return "stride larger than the kernel"
+    return None
+
+
+def _avg_pool(n: _Node) -> str | None:
+    args = n.node.args
+    ceil = len(args) > 4 and getattr(args[4], "value", False)
+    include_pad = len(args) <= 5 or getattr(args[5], "value", True)
+    divisor = len(args) > 6 and not isinstance(args[6], NoneArg)
+    padding = n.ints(3) or [0]
+    if ceil:
+        return "ceil_mode"
+    if divisor:
+        return "divisor_override"
+    if include_pad and any(padding):
+        return "count_include_pad with non-zero padding"
+    return None
+
+
+def _view(n: _Node) -> str | None:
+    shape = n.ints(1)
+    if shape is None:
+        return "symbolic shape"
+    if shape.count(-1) > 1:
+        return "more than one -1"
+    return None
+
+
+def _mean(n: _Node) -> str | None:
+    x = n.tensor(0)
+    dims = n.ints(1) or []
+    keep = len(n.node.args) > 2 and getattr(n.node.args[2], "value", False)
+    if x is None or len(x.shape) != 4 or sorted(d % 4 for d in dims) != [2, 3] or not keep:
+        return "mean over other than dims (2, 3) of a 4-D tensor with keepdim"
+    if dict(n.node.kwargs).get("dtype") not in (None, NoneArg()):
+        return "dtype given"
+    return None
+
+
+def _softmax(n: _Node) -> str | None:
+    x = n.tensor(0)
+    dim = n.arg(1)
+    rank = len(x.shape) if x is not None else 0
+    return None if isinstance(dim, IntArg) and dim.value in (-1, rank - 1) else "softmax over a dim that is not the last"
+
+
+def _gelu(n: _Node) -> str | None:
+    x = n.tensor(0)
+    return "float16 gelu" if x is not None and x.dtype == DType.float16 else None
+
+
+def _clone(n: _Node) -> str | None:
+    fmt = dict(n.node.kwargs).get("memory_format")
+    if n.node.target == "aten::clone.default":
+        return None if fmt is None or getattr(fmt, "value", None) == "preserve_format" else "memory format changes"
+    x, out = n.tensor(0), n.metas.get(n.node.name)
+    if x is None or not isinstance(out, TensorMeta) or _dim_order(x) != _dim_order(out):
+        return "dim order changes"
+    return None
+
+
+def _dim_order(meta: TensorMeta) -> tuple[int, ...]:
+    return tuple(sorted(range(len(meta.strides)), key=lambda d: -int(meta.strides[d]) if isinstance(meta.strides[d], int) else 0))
+
+
+CHECKS: Final[dict[str, Check]] = {
+    "aten::clone.default": _clone,
+    "dim_order_ops::_clone_dim_order.default": _clone,
+    "aten::linear.default": _linear,
+    "aten::convolution.default": _conv,
+    "aten::add.Tensor": _alpha_one,
+    "aten::sub.Tensor": _alpha_one,
+    "aten::mul.Tensor": _two_tensors,
+    "aten::div.Tensor": _two_tensors,
+    "aten::minimum.default": _ok,
+    "aten::maximum.default": _ok,
+    "aten::bmm.default": _ok,
+    "aten::relu.default": _ok,
+    "aten::hardtanh.default": _ok,
+    "aten::sigmoid.default": _ok,
+    "aten::tanh.default": _ok,
+    "aten::gelu.default": _gelu,
+    "aten::abs.default": _ok,
+    "aten::neg.default": _ok,
+    "aten::floor.default": _ok,
+    "aten::ceil.default": _ok,
+    "aten::sqrt.default": _ok,
+    "aten::rsqrt.default": _ok,
+    "aten::exp.default": _ok,
+    "aten::log.default": _ok,
+    "aten::sin.default": _ok,
+    "aten::cos.default": _ok,
+    "aten::hardswish.default": _ok,
+    "aten::_softmax.default": _softmax,
+    "aten::max_pool2d.default": _max_pool,
+    "aten::avg_pool2d.default": _avg_pool,
+    "aten::mean.dim": _mean,
+    "aten::view_copy.default": _view,
+    "aten::permute_copy.default": _ok,
+    "aten::cat.default": _cat,
+}
+"""The float ops the native partitioner takes, with the conditions ExecuTorch's configs put on them."""
+
+KEPT_OPS: Final = ("aten::hardswish.default", "aten::linear.default", "aten::max_pool2d.default")
+"""Ops kept undecomposed when the partitioner takes them (ExecuTorch's `get_original_aten`, those
+this backend supports)."""
+
+
+class _Options(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    per_op_mode: bool = False
+    """One partition per supported node (ExecuTorch's `per_op_mode`)."""
+    config_precisions: tuple[str, ...] = ("fp32",)
+
+
+class XnnpackNativePartitioner:
+    """ExecuTorch's XnnpackPartitioner for float programs, as a texir partitioner; `reasons(program)`
+    says why each call node is turned down."""
+
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"texir.backends.xnnpack.partitioner(per_op_mode={self.options.per_op_mode})"
+
+    def reasons(self, program: Program) -> dict[str, str]:
+        """Every top-level call node the partitioner turns down, with the reason."""
+        metas = value_metas(program.graph)
+        constants = _constants(program)
+        found = {}
+        for node in program.graph.nodes:
+            if isinstance(node, CallFunction):
+                why = _verdict(node, metas, constants)
+                if why is not None:
+                    found[node.name] = why
+        return found
+
+    def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
+        metas = value_metas(program.graph)
+        constants = _constants(program)
+        kept = {
+            node.target for node in program.graph.nodes
+            if isinstance(node, CallFunction) and node.target in KEPT_OPS and _verdict(node, metas, constants) is None
+        }
+        return tuple(sorted(kept))
+
+    def nodes_to_decompose(self, program: Program) -> tuple[str, ...]:
+        metas = value_metas(program.graph)
+        constants = _constants(program)
+        return tuple(
+            node.name for node in program.graph.nodes
+            if isinstance(node, CallFunction) and node.target in KEPT_OPS
+            and _verdict(node, metas, constants) is not None
+        )
+
+    def __call__(self, program: Program) -> PartitionPlan:
+        if self.options.per_op_mode:
+            raise PartitionerError("per_op_mode is not implemented by the native XNNPACK partitioner yet")
+        constants = _constants(program)
+        fused_bn = _fusable_batch_norms(program, constants)
+
+        def supported(node: CallFunction, metas: Mapping[str, ValueMeta]) -> bool:
+            if node.name in fused_bn:
+                return True
+            return _verdict(node, metas, constants) is None
+
+        plan = OpSupportPartitioner(BACKEND_ID, supported)(program)
+        tags = dict(plan.tags)
+        # Only the GEMM and batch-norm configs claim constants (their weights); any other constant
+        # a partition reads becomes a delegate input, as with ExecuTorch's partitioner.
+        for node in program.graph.nodes:
+            tag = tags.get(node.name)
+            if tag is None or not isinstance(node, CallFunction) or node.target not in _CLAIMS:
+                continue
+            for i in _CLAIMS[node.target]:
+                a = node.args[i] if len(node.args) > i else None
+                if isinstance(a, Ref) and a.name in constants:
+                    tags.setdefault(a.name, tag)
+        # Tags named and ordered as torch's CapabilityBasedPartitioner numbers its partitions.
+        graph = program.graph
+        support = {name: True for name, _ in plan.tags}
+        ids = torch_partition_order(graph, support)
+        first: dict[str, int] = {}
+        for node, pid in zip(graph.nodes, ids):
+            tag = tags.get(node.name)
+            if tag is not None and pid >= 0:
+                first[tag] = min(first.get(tag, pid), pid)
+        rename = {tag: f"tag{pid}" for tag, pid in first.items()}
+        renamed = {key: rename.get(tag, tag) for key, tag in tags.items()}
+        spec = dict(plan.specs)
+        ordered = sorted(spec, key=lambda tag: first.get(tag, 1 << 30))
+        return PartitionPlan.build(
+            renamed, [(rename.get(tag, tag), spec[tag]) for tag in ordered],
+            shared_constants=plan.shared_constants,
+        )
+
+
+_CLAIMS: Final[dict[str, tuple[int, ...]]] = {
+    "aten::linear.default": (1, 2),
+    "aten::convolution.default": (1, 2),
+    "aten::_native_batch_norm_legit_no_training.default": (1, 2, 3, 4),
+}
+
+
+def _verdict(node: CallFunction, metas: Mapping[str, ValueMeta], constants: frozenset[str]) -> str | None:
+    check = CHECKS.get(node.target)
+    if check is None:
+        return f"op {node.target} has no XNNPACK config in the native backend"
+    n = _Node(node, metas, constants)
+    return _common(n) or check(n)
+
+
+def _constants(program: Program) -> frozenset[str]:
+    names = [n.name for n in program.graph.nodes if isinstance(n, Placeholder)]
+    return frozenset(
+        name for name, spec in zip(names, program.signature.inputs)
+        if isinstance(spec, (ParameterInput, BufferInput, ConstantTensorInput))
+    )
+
+
+def _fusable_batch_norms(program: Program, constants: frozenset[str]) -> set[str]:
+    """Batch norms (and their getitem) that FuseBatchNormPass folds into the convolution before them."""
+    nodes = {n.name: n for n in program.graph.nodes if isinstance(n, CallFunction)}
+    users: dict[str, list[CallFunction]] = {}
+    for n in nodes.values():
+        for ref in _refs(n):
+            users.setdefault(ref, []).append(n)
+    found: set[str] = set()
+    for n in nodes.values():
+        if n.target != "aten::_native_batch_norm_legit_no_training.default":
+            continue
+        src = n.args[0]
+        conv = nodes.get(src.name) if isinstance(src, Ref) else None
+        if conv is None or conv.target != "aten::convolution.default" or len(users.get(conv.name, [])) != 1:
+            continue
+        if not all(isinstance(a, Ref) and a.name in constants for a in n.args[1:5]):
+            continue
+        getitems = users.get(n.name, [])
+        if all(u.target == "_operator::getitem" and getattr(u.args[1], "value", None) == 0 for u in getitems):
+            found.add(n.name)
+            found.update(u.name for u in getitems)
+    return found
+
+
+def partitioner(**options: object) -> XnnpackNativePartitioner:
+    """The native XNNPACK partitioner; options as XnnpackPartitioner's (`per_op_mode`,
+    `config_precisions`), validated."""
+    try:
+        opts = _Options(**options)  # type: ignore[arg-type]  # pydantic validates each option
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        raise PartitionerError(
+            f"invalid XNNPACK partitioner option '{'.'.join(str(p) for p in first['loc'])}': {first['msg']}"
+        ) from None
+    if set(opts.config_precisions) - {"fp32"}:
+        raise PartitionerError(
+            f"config_precisions {list(opts.config_precisions)}: the native XNNPACK partitioner takes 'fp32' only "
+            "(quantized programs: --partitioner executorch:xnnpack)"
+        )
+    return XnnpackNativePartitioner(opts)
