@@ -33,12 +33,12 @@ from texir.lowering.errors import PartitionerError
 ROUND_TRIP = ["mlp", "deep_mlp", "convnet", "resnet_tiny", "attention", "cat_stack"]
 BYTE_EQUAL = [
     "mlp", "deep_mlp", "conv_bn", "convnet", "conv_relu_tan", "resnet_tiny", "residual_mlp", "attention",
-    "cat_stack", "lifted_constant", "multi_output", "dynamic_mlp",
+    "cat_stack", "lifted_constant", "multi_output", "dynamic_mlp", "direct_params", "matmul_variants", "pad_slice",
 ]
 """Zoo models whose every ExecuTorch partition the native backend compiles to the same bytes."""
 SAME_PTE = [
     "mlp", "conv_bn", "convnet", "resnet_tiny", "attention", "transformer_block", "cat_stack", "buffers",
-    "residual_mlp",
+    "residual_mlp", "direct_params",
 ]
 """Zoo models the native partitioner and backend lower to ExecuTorch's very .pte."""
 

@@ -113,6 +113,21 @@ def _linear(n: _Node) -> str | None:
     return None
 
 
+def _addmm(n: _Node) -> str | None:
+    if not n.is_constant(2):
+        return "weight is not static"
+    if not n.is_constant(0):
+        return "bias is not static"
+    kwargs = dict(n.node.kwargs)
+    if any(getattr(kwargs.get(k), "value", 1) != 1 for k in ("beta", "alpha")):
+        return "beta or alpha != 1"
+    return None
+
+
+def _mm(n: _Node) -> str | None:
+    return None if n.is_constant(1) else "weight is not static"
+
+
 def _conv(n: _Node) -> str | None:
     if not n.is_constant(1):
         return "weight is not static"
@@ -206,6 +221,28 @@ def _gelu(n: _Node) -> str | None:
     return "float16 gelu" if x is not None and x.dtype == DType.float16 else None
 
 
+def _pad(n: _Node) -> str | None:
+    pads = n.ints(1)
+    return None if pads is not None and all(p >= 0 for p in pads) else "negative or symbolic padding"
+
+
+def _slice(n: _Node) -> str | None:
+    step = n.arg(4)
+    if step is not None and getattr(step, "value", 1) != 1:
+        return "step != 1"
+    x, out = n.tensor(0), n.metas.get(n.node.name)
+    shapes = [*(x.shape if x else ()), *(out.shape if isinstance(out, TensorMeta) else ())]
+    if not all(isinstance(d, int) and d != 0 for d in shapes):
+        return "symbolic or zero sizes"
+    return None
+
+
+def _unsqueeze(n: _Node) -> str | None:
+    x, dim = n.tensor(0), n.arg(1)
+    rank = len(x.shape) if x is not None else -2
+    return None if isinstance(dim, IntArg) and dim.value in (-1, rank) else "unsqueeze of a dim that is not the last"
+
+
 def _clone(n: _Node) -> str | None:
     fmt = dict(n.node.kwargs).get("memory_format")
     if n.node.target == "aten::clone.default":
@@ -221,10 +258,16 @@ def _dim_order(meta: TensorMeta) -> tuple[int, ...]:
 
 
 CHECKS: Final[dict[str, Check]] = {
+    "aten::clamp.default": _ok,
+    "aten::constant_pad_nd.default": _pad,
+    "aten::slice_copy.Tensor": _slice,
+    "aten::unsqueeze_copy.default": _unsqueeze,
     "aten::clone.default": _clone,
     "dim_order_ops::_clone_dim_order.default": _clone,
     "aten::linear.default": _linear,
     "aten::convolution.default": _conv,
+    "aten::addmm.default": _addmm,
+    "aten::mm.default": _mm,
     "aten::add.Tensor": _alpha_one,
     "aten::sub.Tensor": _alpha_one,
     "aten::mul.Tensor": _two_tensors,
@@ -356,6 +399,8 @@ class XnnpackNativePartitioner:
 _CLAIMS: Final[dict[str, tuple[int, ...]]] = {
     "aten::linear.default": (1, 2),
     "aten::convolution.default": (1, 2),
+    "aten::addmm.default": (2, 0),
+    "aten::mm.default": (1,),
     "aten::_native_batch_norm_legit_no_training.default": (1, 2, 3, 4),
 }
 

@@ -175,6 +175,27 @@ def _linear(ser: Serializer, n: XNode) -> None:
                                     output_id=ser.define(n)), min_max=n.min_max)
 
 
+TRANSPOSE_WEIGHTS: Final = 1
+
+
+def _addmm(ser: Serializer, n: XNode) -> None:
+    """addmm(bias, input, weight): output, input, weight, bias; XNNPACK transposes the [in, out] weight."""
+    b, x, w = n.args[:3]
+    out = ser.define(n)
+    ser.define(x)
+    ser.define(w)
+    ser.define(b)
+    ser.emit(n, s.XNNFullyConnected(input1_id=ser.id(x), filter_id=ser.id(w), bias_id=ser.id(b), output_id=out,
+                                    flags=TRANSPOSE_WEIGHTS))
+
+
+def _mm(ser: Serializer, n: XNode) -> None:
+    ser.io(n)
+    x, w = n.args[:2]
+    ser.emit(n, s.XNNFullyConnected(input1_id=ser.id(x), filter_id=ser.id(w), bias_id=s.INVALID_ID,
+                                    output_id=ser.id(n), flags=TRANSPOSE_WEIGHTS))
+
+
 def _conv(ser: Serializer, n: XNode) -> None:
     x, w, b, stride, padding, dilation, transposed, output_padding, groups = n.args[:9]
     ser.define(x, nhwc=True)
@@ -355,6 +376,56 @@ def _copy(ser: Serializer, n: XNode) -> None:
     ser.emit(n, s.XNNCopy(input_id=ser.id(n.args[0]), output_id=ser.id(n)))
 
 
+def _clamp(n: XNode) -> tuple[float, float]:
+    low, high = _arg(n, 1), _arg(n, 2)
+    return (-math.inf if low is None else float(low), math.inf if high is None else float(high))
+
+
+def _pad(ser: Serializer, n: XNode) -> None:
+    ser.io(n)
+    pads = list(n.args[1])
+    rank = len(ser.g.shape(n.args[0]) or [1])
+    if len(pads) % 2:
+        raise XnnpackUnsupportedError(f"'{n.name}': odd number of padding values {pads}", node=n.name, op=n.target)
+    pads += [0] * (2 * rank - len(pads))
+    pre, post = pads[-2::-2], pads[::-2]
+    if n.nhwc:
+        pre, post = [pre[i] for i in NCHW_TO_NHWC], [post[i] for i in NCHW_TO_NHWC]
+    ser.emit(n, s.XNNStaticConstantPad(pre_paddings=tuple(pre), post_paddings=tuple(post),
+                                       padding_value=float(_arg(n, 2, 0.0)), input_id=ser.id(n.args[0]),
+                                       output_id=ser.id(n)))
+
+
+def _slice(ser: Serializer, n: XNode) -> None:
+    ser.io(n)
+    src = n.args[0]
+    in_shape, out_shape = ser.g.shape(src), ser.g.shape(n)
+    dim = _arg(n, 1, 0)
+    if n.nhwc:
+        in_shape = [in_shape[i] for i in NCHW_TO_NHWC]
+        out_shape = [out_shape[i] for i in NCHW_TO_NHWC]
+        dim = NHWC_TO_NCHW[dim]
+    begin = _arg(n, 2) or 0
+    if begin < 0:
+        begin += in_shape[dim]
+    if _arg(n, 4, 1) != 1:
+        raise XnnpackUnsupportedError(f"'{n.name}': slice with a step other than 1", node=n.name, op=n.target)
+    offsets = [0] * len(in_shape)
+    offsets[dim] = begin
+    ser.emit(n, s.XNNStaticSlice(num_dims=len(in_shape), offsets=tuple(offsets), sizes=tuple(out_shape),
+                                 input_id=ser.id(src), output_id=ser.id(n)))
+
+
+def _squeeze(ser: Serializer, n: XNode) -> None:
+    """(un)squeeze of the last dim as a reshape; the one symbolic size (if any) becomes 0."""
+    ser.io(n)
+    shape = [d if isinstance(d, int) else 0 for d in n.tensor.shape]
+    if shape.count(0) > 1 and any(not isinstance(d, int) for d in n.tensor.shape):
+        raise XnnpackUnsupportedError(f"'{n.name}': more than one symbolic size", node=n.name, op=n.target)
+    ser.emit(n, s.XNNStaticReshape(num_dims=len(shape), new_shape=tuple(shape), input_id=ser.id(n.args[0]),
+                                   output_id=ser.id(n)))
+
+
 def _hardtanh(n: XNode) -> tuple[float, float]:
     return (float(_arg(n, 1, -1.0)), float(_arg(n, 2, 1.0)))
 
@@ -362,6 +433,8 @@ def _hardtanh(n: XNode) -> tuple[float, float]:
 VISITORS: Final[dict[str, Visitor]] = {
     "aten::linear.default": _linear,
     "aten::convolution.default": _conv,
+    "aten::addmm.default": _addmm,
+    "aten::mm.default": _mm,
     "aten::add.Tensor": _binary(s.XNNAdd, fused=True),
     "aten::sub.Tensor": _binary(s.XNNSubtract, fused=True),
     "aten::mul.Tensor": _binary(s.XNNMultiply, fused=True),
@@ -393,6 +466,11 @@ VISITORS: Final[dict[str, Visitor]] = {
     "aten::permute_copy.default": _permute,
     "aten::_to_copy.default": _to_copy,
     "aten::cat.default": _cat,
+    "aten::clamp.default": _unary(s.XNNClamp, _clamp),
+    "aten::constant_pad_nd.default": _pad,
+    "aten::slice_copy.Tensor": _slice,
+    "aten::squeeze_copy.dim": _squeeze,
+    "aten::unsqueeze_copy.default": _squeeze,
     "aten::clone.default": _copy,
     "dim_order_ops::_clone_dim_order.default": _copy,
 }
