@@ -7,8 +7,9 @@ place. The records never leave `preprocess`, which stays a pure function of its 
 
 from __future__ import annotations
 
+import ast
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,10 +152,12 @@ def _literal(arg: Any, nodes: dict[str, XNode]) -> Any:
 class XGraph:
     """The nodes of one partition in graph order, ending with the output node."""
 
-    def __init__(self, nodes: list[XNode], bounds: dict[str, int]) -> None:
+    def __init__(self, nodes: list[XNode], bounds: dict[str, int], hints: dict[str, int]) -> None:
         self.nodes = nodes
         self.bounds = bounds
-        """Concrete size of each symbol (its upper bound, or its example size when unbounded)."""
+        """Upper bound of each bounded symbol."""
+        self.hints = hints
+        """Each symbol's size in the example inputs (used when a tensor has an unbounded size)."""
         self._users: dict[int, list[XNode]] | None = None
 
     @staticmethod
@@ -194,11 +197,9 @@ class XGraph:
                 raise XnnpackUnsupportedError(f"node '{node.name}' ({type(node).__name__}) cannot be delegated to XNNPACK")
             by_name[x.name] = x
             nodes.append(x)
-        bounds = {
-            rc.symbol: rc.max if rc.max is not None and rc.max < 2**31 else (rc.hint if rc.hint is not None else rc.min)
-            for rc in program.range_constraints
-        }
-        return XGraph(nodes, bounds)
+        bounds = {rc.symbol: rc.max for rc in program.range_constraints if rc.max is not None and rc.max < 2**62}
+        hints = {rc.symbol: rc.hint for rc in program.range_constraints if rc.hint is not None}
+        return XGraph(nodes, bounds, hints)
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -224,18 +225,20 @@ class XGraph:
 
     def shape(self, node: XNode) -> list[int]:
         """ExecuTorch's `get_shape`: each symbolic dim at its bound; a 0-d tensor has no dims here."""
-        dims = []
-        for d in node.tensor.shape:
-            if isinstance(d, int):
-                dims.append(d)
-            elif d in self.bounds:
-                dims.append(self.bounds[d])
-            else:
+        shape = node.tensor.shape
+        dims = [d if isinstance(d, int) else _upper_bound(d, self.bounds) for d in shape]
+        if any(d is None for d in dims):  # an unbounded size: every dim at the example's size
+            dims = [d if isinstance(d, int) else _upper_bound(d, self.hints) for d in shape]
+        result = []
+        for d, bound in zip(shape, dims, strict=True):
+            if bound is None:
                 raise XnnpackUnsupportedError(
-                    f"node '{node.name}': symbolic size {d!r} is not a single bounded symbol; XNNPACK records "
-                    "static upper bounds only", node=node.name, op=node.target,
+                    f"node '{node.name}': no upper bound for the symbolic size {d!r} (sums and products of "
+                    "bounded symbols are supported); XNNPACK records static upper bounds only",
+                    node=node.name, op=node.target,
                 )
-        return dims
+            result.append(bound)
+        return result
 
     # -- edits -----------------------------------------------------------------------------------
 
@@ -281,6 +284,29 @@ class XGraph:
             changed = len(keep) != len(self.nodes)
             self.nodes = keep
         self._users = None
+
+
+def _upper_bound(expr: str, bounds: Mapping[str, int]) -> int | None:
+    """The upper bound of a size expression built from positive symbols, integers, + and *
+    (monotone, so it is the value at each symbol's bound); None for anything else."""
+    try:
+        tree = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return None
+
+    def value(e: ast.expr) -> int | None:
+        if isinstance(e, ast.Constant) and isinstance(e.value, int) and e.value >= 0:
+            return e.value
+        if isinstance(e, ast.Name):
+            return bounds.get(e.id)
+        if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Mult)):
+            a, b = value(e.left), value(e.right)
+            if a is None or b is None:
+                return None
+            return a + b if isinstance(e.op, ast.Add) else a * b
+        return None
+
+    return value(tree)
 
 
 # -- passes ----------------------------------------------------------------------------------------

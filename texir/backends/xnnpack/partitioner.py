@@ -243,6 +243,11 @@ def _unsqueeze(n: _Node) -> str | None:
     return None if isinstance(dim, IntArg) and dim.value in (-1, rank) else "unsqueeze of a dim that is not the last"
 
 
+def _square(n: _Node) -> str | None:
+    exponent = n.arg(1)
+    return None if getattr(exponent, "value", None) == 2 else "exponent is not 2"
+
+
 def _clone(n: _Node) -> str | None:
     fmt = dict(n.node.kwargs).get("memory_format")
     if n.node.target == "aten::clone.default":
@@ -259,6 +264,7 @@ def _dim_order(meta: TensorMeta) -> tuple[int, ...]:
 
 CHECKS: Final[dict[str, Check]] = {
     "aten::clamp.default": _ok,
+    "aten::pow.Tensor_Scalar": _square,
     "aten::constant_pad_nd.default": _pad,
     "aten::slice_copy.Tensor": _slice,
     "aten::unsqueeze_copy.default": _unsqueeze,
@@ -366,7 +372,9 @@ class XnnpackNativePartitioner:
             return _verdict(node, metas, constants) is None
 
         plan = OpSupportPartitioner(BACKEND_ID, supported)(program)
-        tags = dict(plan.tags)
+        # Like ExecuTorch's partitioner, only the top-level graph (never inside a cond or map branch).
+        tags = {key: tag for key, tag in plan.tags if "/" not in key}
+        support = dict.fromkeys(tags, True)
         # Only the GEMM and batch-norm configs claim constants (their weights); any other constant
         # a partition reads becomes a delegate input, as with ExecuTorch's partitioner.
         for node in program.graph.nodes:
@@ -379,7 +387,6 @@ class XnnpackNativePartitioner:
                     tags.setdefault(a.name, tag)
         # Tags named and ordered as torch's CapabilityBasedPartitioner numbers its partitions.
         graph = program.graph
-        support = {name: True for name, _ in plan.tags}
         ids = torch_partition_order(graph, support)
         first: dict[str, int] = {}
         for node, pid in zip(graph.nodes, ids):
@@ -388,8 +395,8 @@ class XnnpackNativePartitioner:
                 first[tag] = min(first.get(tag, pid), pid)
         rename = {tag: f"tag{pid}" for tag, pid in first.items()}
         renamed = {key: rename.get(tag, tag) for key, tag in tags.items()}
-        spec = dict(plan.specs)
-        ordered = sorted(spec, key=lambda tag: first.get(tag, 1 << 30))
+        spec = {tag: s for tag, s in plan.specs if tag in first}
+        ordered = sorted(spec, key=lambda tag: first[tag])
         return PartitionPlan.build(
             renamed, [(rename.get(tag, tag), spec[tag]) for tag in ordered],
             shared_constants=plan.shared_constants,

@@ -471,6 +471,7 @@ VISITORS: Final[dict[str, Visitor]] = {
     "aten::slice_copy.Tensor": _slice,
     "aten::squeeze_copy.dim": _squeeze,
     "aten::unsqueeze_copy.default": _squeeze,
+    "aten::pow.Tensor_Scalar": _unary(s.XNNSquare),
     "aten::clone.default": _copy,
     "dim_order_ops::_clone_dim_order.default": _copy,
 }
