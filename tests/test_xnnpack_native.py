@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -206,6 +207,43 @@ def test_partitioner_options_are_validated() -> None:
         partitioner(per_op_mod=True)
     with pytest.raises(PartitionerError, match="fp32 only|'fp32' only"):
         partitioner(config_precisions=("static_int8",))
+
+
+_BLOCKED_LOWERING = """
+import importlib.abc, sys
+
+class _Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "executorch":
+            raise ImportError(f"executorch is blocked in this test ({name})")
+        return None
+
+sys.meta_path.insert(0, _Block())
+from tests.zoo import cached_export
+from texir.backends import xnnpack
+from texir.emit import emit
+from texir.lowering import lower
+from texir.serialize.pte.codec import dumps
+
+xnnpack.register()
+program = lower(cached_export("convnet", decompose=False), [xnnpack.partitioner()], cache=None)
+assert [m.module.backend_id for m in program.lowered_modules] == ["XnnpackBackend"]
+open(sys.argv[1], "wb").write(dumps(emit(program)))
+assert not [m for m in sys.modules if m.split(".")[0] == "executorch"]
+"""
+
+
+def test_native_lowering_needs_no_executorch(tmp_path: pathlib.Path) -> None:
+    """A fresh interpreter where importing executorch fails lowers convnet natively and writes the
+    .pte ExecuTorch's partitioner and backend write."""
+    from texir.emit import emit
+    from texir.serialize.pte.codec import dumps
+
+    out = tmp_path / "convnet.pte"
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    subprocess.run([sys.executable, "-c", _BLOCKED_LOWERING, str(out)], check=True, env=env, cwd=root)
+    assert out.read_bytes() == dumps(emit(executorch_lowered("convnet")))
 
 
 # -- bad input -------------------------------------------------------------------------------------
