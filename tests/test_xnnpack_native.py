@@ -97,6 +97,15 @@ def test_writer_follows_the_worked_mlp_layout() -> None:
     assert decode_blob(blob) == graph
 
 
+def test_inspect_shows_a_delegates_nodes() -> None:
+    from texir.backends.xnnpack.inspect import format_blob
+
+    text = format_blob(executorch_modules("convnet")[0].processed_bytes)
+    assert "%0: f32[2, 3, 12, 12] input ext=0" in text
+    assert "StaticTranspose(num_dims=4, perm=(0, 2, 3, 1), input_id=%0, output_id=%1)  # dh=65535" in text
+    assert "FullyConnected(input1_id=%11, filter_id=%12, bias_id=%13, output_id=%14)  # dh=10" in text
+
+
 def test_damaged_blobs_are_typed_errors() -> None:
     with pytest.raises(XnnpackBlobError, match="identifier"):
         decode_graph(b"\0" * 16)
