@@ -11,8 +11,8 @@ from texir.backends.xnnpack.flatbuffer import encode_blob
 from texir.backends.xnnpack.graph import XGraph, run_passes
 from texir.backends.xnnpack.schema import XNNGraph
 from texir.backends.xnnpack.serialize import VISITORS, Serializer
-from texir.ir import CompileSpec, Program
-from texir.lowering.backend import PreprocessResult, named_data_entry, register_backend
+from texir.ir import CompileSpec, NamedDataEntry, Program
+from texir.lowering.backend import PreprocessResult, register_backend
 
 __all__ = ["BACKEND_ID", "XnnpackNativeBackend", "build_graph", "register"]
 
@@ -67,8 +67,10 @@ class XnnpackNativeBackend:
     def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult:
         graph, ser = build_graph(program, compile_specs)
         blob = encode_blob(graph)
+        # Keys are the payloads' sha256 (the IR's own for unchanged weights): nothing is hashed twice.
         named = tuple(
-            named_data_entry(key, data, alignment=NAMED_DATA_ALIGNMENT) for key, data in ser.named.items()
+            NamedDataEntry(key=key, sha256=key, nbytes=data.nbytes, alignment=NAMED_DATA_ALIGNMENT, data=data)
+            for key, data in ser.named.items()
         )
         return PreprocessResult(processed_bytes=blob, debug_handle_map=None, named_data=named)
 
