@@ -60,6 +60,7 @@ class XnnpackNativeBackend:
 
     backend_id: Final = BACKEND_ID
     cache_version: Final = "texir-xnnpack-native 1 (executorch 1.5.1 format)"
+    """Part of the preprocess cache key: bump it whenever the bytes this backend writes change."""
 
     def __repr__(self) -> str:
         return "XnnpackNativeBackend()"
