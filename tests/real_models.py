@@ -6,8 +6,6 @@ Each builder returns an eval-mode module and example positional args."""
 from __future__ import annotations
 
 import functools
-import glob
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,33 +15,13 @@ from torch import nn
 
 __all__ = ["REAL_MODELS", "QUANTIZED", "RealModel", "ensure_torchvision_ops", "real_model"]
 
-_KEEP: list[Any] = []
-
 
 def ensure_torchvision_ops() -> None:
-    """torchvision's Python package registers fake kernels for its own operators at import (and
-    transformers imports torchvision when present). The wheel this index resolves for 0.28.0 links its
-    native library against CUDA, so loading it fails on a CPU-only machine and the import dies with
-    "operator torchvision::nms does not exist". Load the library when it loads; otherwise declare the
-    two operator schemas the import needs (none of our models calls them)."""
-    if _KEEP or hasattr(torch.ops.torchvision, "nms"):
-        return
-    import importlib.util
+    """torchvision importable beside the CPU torch (texir.adapters.torch_patches, which the CLI's
+    model loading calls too)."""
+    from texir.adapters.torch_patches import make_torchvision_importable
 
-    spec = importlib.util.find_spec("torchvision")
-    if spec is None or spec.origin is None:
-        return
-    for path in sorted(glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so"))):
-        try:
-            torch.ops.load_library(path)
-            _KEEP.append(path)
-            return
-        except OSError:
-            pass
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _KEEP.append(lib)
+    make_torchvision_importable()
 
 
 @dataclass(frozen=True)

@@ -260,6 +260,9 @@ def _load_model(spec: str) -> tuple[ExportedProgram, ExportRecipe | None]:
     if not isinstance(spec, str) or not spec.strip():
         raise ModelSpecError("MODEL is empty; give FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE or FILE.pt2")
     spec = spec.strip()
+    from texir.adapters.torch_patches import make_torchvision_importable
+
+    make_torchvision_importable()  # a model module (or transformers) may import torchvision
     if spec.endswith(".pt2"):
         return _load_pt2(Path(spec)), None
     if is_snapshot_path(spec):

@@ -1,0 +1,59 @@
+"""A user's torchvision model through `texir lower`, in a fresh interpreter: the torchvision wheel
+beside the CPU torch cannot load its native ops, and texir's model loading makes it importable
+(texir.adapters.torch_patches.make_torchvision_importable)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MODELS = """\
+import torch
+import torchvision.models as tvm
+
+
+def mobilenet_v2():
+    torch.manual_seed(0)
+    model = tvm.mobilenet_v2(weights=None, num_classes=10, width_mult=0.25).eval()
+    return model, (torch.rand(1, 3, 32, 32),)
+"""
+
+
+def test_lower_a_torchvision_model_in_a_fresh_process(tmp_path: Path) -> None:
+    if not _installed("torchvision"):  # the [test] extra installs it; a plain install need not
+        pytest.skip("torchvision is not installed")
+    (tmp_path / "models.py").write_text(MODELS, encoding="utf-8")
+    env = dict(os.environ, TEXIR_PROGRESS="0")
+    done = subprocess.run(
+        [sys.executable, "-m", "texir.cli.main", "lower", "models.py:mobilenet_v2", "-o", "mb.pte", "--json"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "torchvision::nms" not in done.stderr and "Traceback" not in done.stderr
+    assert json.loads(done.stdout)["pte"] == "mb.pte"
+    data = (tmp_path / "mb.pte").read_bytes()
+    assert data[4:8] == b"ET12"
+
+
+def test_make_torchvision_importable_is_idempotent() -> None:
+    from texir.adapters.torch_patches import make_torchvision_importable
+
+    make_torchvision_importable()
+    make_torchvision_importable()
+    import torch
+
+    if "torchvision" in sys.modules or _installed("torchvision"):
+        import torchvision  # noqa: F401 - the import itself is what is tested
+
+        assert hasattr(torch.ops.torchvision, "nms")
+
+
+def _installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
