@@ -52,7 +52,9 @@ def test_inspector_attributes_a_texir_pte_like_executorchs_own(name: str, tmp_pa
     (tmp_path / "theirs").mkdir()
     theirs = _attribution(bytes(manager.buffer), tmp_path / "theirs.etrecord", args, tmp_path / "theirs")
 
-    program, edge = lower_with_edge(torch.export.export(module, args), [executorch_partitioner(XnnpackPartitioner())])
+    done = lower_with_edge(torch.export.export(module, args), [executorch_partitioner(XnnpackPartitioner())])
+    program, edge = done.program, done.edge
+    assert [d.backend for d in done.report.delegates] == ["XnnpackBackend"] * len(program.lowered_modules)
     emitted = emit_with_debug(program)
     write_etrecord(tmp_path / "ours.etrecord", edge, emitted)
     (tmp_path / "ours").mkdir()
@@ -100,10 +102,12 @@ def test_two_methods_lowered_with_their_edge_programs_give_one_record(tmp_path: 
 
     module, args = zoo_model("conv_relu_tan").build()
     other, other_args = zoo_model("mlp").build()
-    programs, edges = lower_with_edge(
+    done = lower_with_edge(
         {"forward": torch.export.export(module, args), "mlp": torch.export.export(other, other_args)},
         {"forward": [executorch_partitioner(XnnpackPartitioner())]},
     )
+    programs = {name: d.program for name, d in done.items()}
+    edges = {name: d.edge for name, d in done.items()}
     assert sorted(programs) == sorted(edges) == ["forward", "mlp"]
     assert programs["forward"].lowered_modules and not programs["mlp"].lowered_modules  # partitioners per method
     emitted = emit_with_debug(programs)

@@ -31,9 +31,14 @@ def test_lower_with_an_executorch_partitioner_writes_a_pte_that_runs(
 ) -> None:
     out = tmp_path / "model.pte"
     assert main(["lower", MODEL, "--partitioner", partitioner, "--no-cache", "-o", str(out), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["partitions"]
+    report = json.loads(capsys.readouterr().out)
+    rows = report["delegates"]
     assert [r["backend"] for r in rows] == ["XnnpackBackend"]
-    assert rows[0]["named_data"] >= 2 and rows[0]["bytes"] > 0  # weights live in named data
+    assert rows[0]["named_data"] >= 2 and rows[0]["blob_bytes"] > 0  # weights live in named data
+    assert rows[0]["cache_hit"] is False and rows[0]["partitioner"].endswith("(XnnpackPartitioner)")
+    # XNNPACK takes the convolution and the relu; tan stays with the runtime's kernels
+    assert [(u["node"], u["target"], u["reason"]) for u in report["undelegated"]] == [
+        ("aten_tan_default", "aten::tan.default", "not_tagged")]
     expected, args = _eager()
     (got,) = run_pte(out.read_bytes(), args)[0]
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
@@ -45,8 +50,10 @@ def test_lower_with_an_executorch_partitioner_writes_a_pte_that_runs(
 def test_table_and_parallel_jobs_give_the_same_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     serial, parallel = tmp_path / "serial.pte", tmp_path / "parallel.pte"
     assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "-o", str(serial)]) == 0
-    table = capsys.readouterr().out
-    assert "XnnpackBackend" in table and "named data" in table and f"wrote {serial}" in table
+    captured = capsys.readouterr()
+    table = captured.out
+    assert "XnnpackBackend" in table and "named data" in table and "not delegated: 1 node " in table and "aten::tan.default" in table
+    assert "wrote" not in table and captured.err.count("wrote") == 1 and f"wrote {serial} (" in captured.err
     assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "--jobs", "2", "-o", str(parallel)]) == 0
     assert serial.read_bytes() == parallel.read_bytes()
 
@@ -58,7 +65,6 @@ def test_table_and_parallel_jobs_give_the_same_file(tmp_path: Path, capsys: pyte
         (["--partitioner", "xnnpack", "--backend", "x"], "drop --backend"),
         (["--partitioner", "xnnpack", "--jobs", "0"], "--jobs: Input should be greater than or equal to 1"),
         (["--partitioner", "xnnpack", "--tag-constants"], "are for texir partitioners"),
-        (["--partitioner", "xnnpack", "--explain"], "--explain works with texir partitioners"),
         (["--partitioner", "texir.lowering:OpSupportPartitioner"], "is not an ExecuTorch partitioner"),
         (["--partitioner", "texir.nosuchmodule:Thing"], "cannot import 'texir.nosuchmodule'"),
     ],
@@ -77,8 +83,8 @@ def test_external_data_writes_a_ptd_the_runtime_loads_and_inspect_checks(
     out = tmp_path / "model.pte"
     assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "--external-data", "-o", str(out)]) == 0
     capsys.readouterr()
-    ptd = tmp_path / "_default_external_constant.ptd"
-    assert ptd.is_file()
+    ptd = tmp_path / "model.ptd"  # named after its program
+    assert ptd.is_file() and not (tmp_path / "_default_external_constant.ptd").exists()
     inline = tmp_path / "inline.pte"
     assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "-o", str(inline)]) == 0
     capsys.readouterr()
@@ -106,7 +112,7 @@ def test_external_data_writes_a_ptd_the_runtime_loads_and_inspect_checks(
     plain.parent.mkdir()
     assert main(["lower", MODEL, "--external-data", "-o", str(plain)]) == 0
     capsys.readouterr()
-    plain_ptd = plain.with_name("_default_external_constant.ptd")
+    plain_ptd = plain.with_name("model.ptd")
     (got,) = load_method(plain, data_path=str(plain_ptd)).execute(list(args))
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     full = loads_ptd(plain_ptd.read_bytes())
@@ -144,6 +150,9 @@ def test_etrecord_flag_writes_a_record_inspector_reads_with_the_ptes_etdump(
     ("argv", "message"),
     [
         (["--partitioner", "xnnpack", "--etrecord", "x.etrecord"], "--etrecord needs -o FILE.pte"),
+        (["--partitioner", "xnnpack", "--external-data"], "--external-data needs -o FILE.pte"),
+        (["--external-data"], "--external-data needs -o FILE.pte"),
+        (["--partitioner", "xnnpack", "--external-data", "-o", "x.ptd"], "x.ptd"),
         (["--etrecord", "x.etrecord", "-o", "x.pte"], "--etrecord works with an ExecuTorch --partitioner"),
         (["--partitioner", "xnnpack", "--etrecord", "x.pte", "-o", "x.pte"], "x.pte"),
     ],

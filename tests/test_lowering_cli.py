@@ -20,11 +20,14 @@ def test_table_and_explain(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lower", MODEL, "--backend", "texir-test", "--ops", OPS, "--tag-constants", "--explain"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split() == ["tag", "backend", "module", "nodes", "inputs", "outputs", "consumed"]
+    assert lines[0].split()[:7] == ["module", "backend", "tag", "nodes", "inputs", "outputs", "consumed"]
     # The buffer update and the final add form tag0; add, addmm and mul form tag1, which owns fc.bias.
-    assert lines[1].split() == ["tag0", "texir-test", "lowered_module_0", "2", "2", "2", "-"]
-    assert lines[2].split() == ["tag1", "texir-test", "lowered_module_1", "3", "3", "1", "fc.bias"]
-    assert "sin (aten::sin.default): kept: op 'aten::sin.default' is not among the supported ops" in out
+    # Rows come in call order: the program calls lowered_module_1 (tag1) first.
+    assert lines[1].split()[:9] == ["lowered_module_1", "texir-test", "tag1", "3", "3", "1", "1", "54", "0"]
+    assert lines[2].split()[:9] == ["lowered_module_0", "texir-test", "tag0", "2", "2", "2", "0", "34", "0"]
+    assert "not delegated: 2 nodes" in out
+    assert [line.split()[:2] for line in lines[6:8]] == [["aten::permute.default", "1"], ["aten::sin.default", "1"]]
+    assert "sin (aten::sin.default): not delegated: op 'aten::sin.default' is not among the supported ops" in out
     assert "mul (aten::mul.Tensor): delegated: delegated to texir-test as tag1 (lowered_module_1)" in out
 
 
@@ -37,10 +40,13 @@ def test_json_snapshot_and_pte(tmp_path: Path, capsys: pytest.CaptureFixture[str
     ])
     assert code == 0
     payload = json.loads(capsys.readouterr().out)
-    (row,) = payload["partitions"]
-    assert row["tag"] == "tag0" and row["backend"] == "texir-test"
+    (row,) = payload["delegates"]
+    assert row["tag"] == "tag0" and row["backend"] == "texir-test" and row["module"] == "lowered_module_0"
     assert sorted(row["consumed"]) == ["count", "fc.bias", "fc.weight"]
+    assert row["blob_bytes"] > 0 and row["cache_hit"] is False and payload["undelegated"] == []
     assert all(e["status"] == "delegated" for e in payload["explain"])
+    assert [(w["path"], w["kind"]) for w in payload["written"]] == [
+        (str(snap), "snapshot with tensor data"), (str(pte_path), ".pte")]
     program = snapshot.load(snap)
     assert not isinstance(program, type(None))
     verify(program)  # type: ignore[arg-type]  # a Program snapshot
@@ -50,14 +56,14 @@ def test_json_snapshot_and_pte(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_custom_partitioner_class(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lower", MODEL, "--backend", "texir-test", "--partitioner", "tests.lowering_cli_models:MulOnly", "--json"]) == 0
-    (row,) = json.loads(capsys.readouterr().out)["partitions"]
-    assert row["tag"] == "muls" and row["nodes"] == 1
+    (row,) = json.loads(capsys.readouterr().out)["delegates"]
+    assert row["tag"] == "muls" and len(row["nodes"]) == 1
 
 
 def test_no_backend_writes_undelegated_pte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "plain.pte"
     assert main(["lower", MODEL, "-o", str(out)]) == 0
-    assert "no partitions" in capsys.readouterr().out
+    assert "no delegates" in capsys.readouterr().out
     assert out.read_bytes()[4:8] == b"ET12"
 
 
@@ -94,6 +100,7 @@ def test_partitioner_function_from_file(tmp_path: Path, capsys: pytest.CaptureFi
     )
     assert main(["lower", MODEL, "--backend", "texir-test", "--partitioner", f"{source}:sin_only", "--json", "--explain"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert [row["tag"] for row in payload["partitions"]] == ["s"]
-    kept = [e for e in payload["explain"] if e["status"] == "kept"]
-    assert kept and all(e["reason"] == "not tagged by the partitioner" for e in kept)
+    assert [row["tag"] for row in payload["delegates"]] == ["s"]
+    kept = [e for e in payload["explain"] if e["status"] == "not delegated"]
+    assert kept and all(e["reason"].startswith("not tagged by the partitioner") for e in kept)
+    assert [u["node"] for u in payload["undelegated"]] == [e["node"] for e in kept]

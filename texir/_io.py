@@ -86,6 +86,14 @@ def _sigterm_cleanup(tmp: str) -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+@contextlib.contextmanager
+def removed_on_sigterm(path: str) -> Iterator[None]:
+    """Inside, SIGTERM removes the temporary file `path` (with any other being written) before the
+    process dies of it; it is also a "live" file that stale-file cleanup leaves alone."""
+    with _sigterm_cleanup(path):
+        yield
+
+
 def atomic_write(
     path: str | os.PathLike[str],
     chunks: Iterable[bytes | memoryview],

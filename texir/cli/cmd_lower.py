@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 import importlib
 import importlib.util
 import sys
 from pathlib import Path
 from typing import Any, Literal
 
-import msgspec
 import pydantic
 
 from texir.errors import LoweringError, UsageError
 from texir.ir import CallFunction, Program
-from texir.ir.names import CALL_DELEGATE, GETITEM
-from texir.lowering.plan import PartitionPlan, node_key, walk_keyed_graphs
+from texir.lowering.plan import walk_keyed_graphs
 
 EPILOG = """\
 examples:
@@ -35,8 +32,11 @@ partitioner (class built with no arguments, or instance), run like ExecuTorch's
 to_edge_transform_and_lower (needs the executorch extra). Backends' results are cached in memory
 and under $TEXIR_CACHE_DIR (--no-cache to compile everything); --jobs N compiles partitions in N
 worker processes.
-Each row is one partition: tag, backend, delegated node count, inputs, outputs, and the
-parameters/buffers/constants the delegate consumed.
+Each row is one delegate, in the order the program calls it: lowered module, backend, tag, node
+count, inputs, outputs, parameters/buffers/constants it consumed, blob size, named data, whether the
+preprocess cache had it, seconds. The nodes left undelegated follow, by op (--explain: each node and
+why). --json prints the same report. Every output (-o, its .ptd, --snapshot, --etrecord) is checked
+before any work and written all together at the end: an error or Ctrl-C leaves none of them.
 """
 
 
@@ -101,8 +101,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--explain", action="store_true", help="say for every call node whether and why it was (not) delegated")
     parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE.pte", help="write the program as a .pte file")
     parser.add_argument("--external-data", action="store_true",
-                        help="keep weights (constants and delegates' named data) out of the .pte, in "
-                        "_default_external_constant.ptd beside it")
+                        help="with -o X.pte: keep weights (constants and delegates' named data) out of the "
+                        ".pte, in X.ptd beside it")
     parser.add_argument("--etrecord", type=Path, default=None, metavar="FILE",
                         help="with an ExecuTorch --partitioner and -o: also write the ETRecord ExecuTorch's "
                         "Inspector reads with the .pte's ETDump")
@@ -238,163 +238,137 @@ def build_partitioner(opts: LowerOptions) -> Any:
     return target
 
 
-def explain(program: Program, plan: PartitionPlan, partitioner: Any, modules: dict[str, str]) -> list[dict[str, str]]:
-    """One entry per call_function node of every graph: delegated (where) or why not."""
-    tags = plan.tag_map()
-    rows: list[dict[str, str]] = []
-    why = getattr(partitioner, "explain", None)
-    for path, graph in walk_keyed_graphs(program.graph):
-        delegate_calls: set[str] = set()
-        for node in graph.nodes:
-            if not isinstance(node, CallFunction):
-                continue
-            key = node_key(path, node.name)
-            tag = tags.get(key)
-            first = node.args[0] if node.args else None
-            if node.target == CALL_DELEGATE:
-                delegate_calls.add(node.name)
-            if tag is not None:
-                spec = plan.spec_map()[tag]
-                reason = f"delegated to {spec.backend_id} as {tag} ({modules.get(tag, '?')})"
-                status = "delegated"
-            elif node.target == CALL_DELEGATE or (
-                node.target == GETITEM and getattr(first, "name", None) in delegate_calls
-            ):
-                status, reason = "kept", "already a delegate call (or its result)"
-            else:
-                status = "kept"
-                reason = why(node) if callable(why) else "not tagged by the partitioner"
-            rows.append({"node": key, "target": node.target, "status": status, "reason": reason})
-    return rows
+def _ptd_path(output: Path) -> Path:
+    """The .ptd of `-o X.pte --external-data`: X.ptd beside it (named after its program, so two
+    programs lowered into one directory keep their own weights)."""
+    return output.with_suffix(".ptd")
+
+
+def _declared(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
+    ptd = _ptd_path(args.output) if args.external_data and args.output is not None else None
+    return [("--snapshot", args.snapshot), ("--external-data", ptd), ("-o", args.output), ("--etrecord", args.etrecord)]
 
 
 def run(args: argparse.Namespace) -> int:
-    from texir.cli.model_spec import load_program
-    from texir.cli.paths import refuse_clobbering
+    from texir.cli.lower_output import explain_rows, print_json, print_report
+    from texir.cli.paths import Outputs, refuse_clobbering
     from texir.cli.progress import Progress
-    from texir.lowering.api import call_partitioner
-    from texir.lowering.delegate import LoweringReport, lower_plan_explained
-    from texir.lowering.plan import ops_to_not_decompose
 
     opts = _options(args)
-    refuse_clobbering("texir lower", [opts.model],
-                      [("--snapshot", args.snapshot), ("-o", args.output), ("--etrecord", args.etrecord)])
-    if args.etrecord is not None and args.output is None:
-        raise UsageError("--etrecord needs -o FILE.pte: the record describes that file's instructions")
-    if opts.mode == "executorch":
-        return _run_executorch(args, opts)
-    if args.etrecord is not None:
+    for flag, given in (("--etrecord", args.etrecord is not None), ("--external-data", args.external_data)):
+        if given and args.output is None:
+            raise UsageError(f"{flag} needs -o FILE.pte: it describes that file" if flag == "--etrecord"
+                             else f"{flag} needs -o FILE.pte: the weights go beside that file")
+    if opts.mode != "executorch" and args.etrecord is not None:
         raise UsageError("--etrecord works with an ExecuTorch --partitioner (xnnpack, vulkan, example or MODULE:NAME)")
-    with Progress("texir lower") as progress:
-        if opts.backend is not None and opts.mode in ("whole", "ops"):
-            _check_backend(opts.backend)  # (a --partitioner module may register its backend on import)
-        if opts.mode == "ops":
-            _check_ops(opts.ops)
-        with progress.phase(f"loading {opts.model}"):
-            program = load_program(opts.model, decompose=True)
-        if opts.mode == "ops":
-            _warn_absent_ops(program, opts.ops)
-        report = LoweringReport(program=program, partitions=())
-        explanation: list[dict[str, str]] = []
-        if opts.mode != "none":
-            partitioner = build_partitioner(opts)
-            with progress.phase("partitioning"):
-                plan = call_partitioner(partitioner, program)
-            with progress.phase("lowering"):
-                report = lower_plan_explained(program, plan)
-            if args.explain:
-                modules = {p.tag: p.module for p in report.partitions}
-                explanation = explain(program, plan, partitioner, modules)
-            keep = ops_to_not_decompose(partitioner, program)
-            del keep  # the MODEL is decomposed before partitioning; listed ops are informational
-        lowered = report.program
-        _write_outputs(args, lowered, progress)
-
-    rows = [
-        {
-            "tag": p.tag,
-            "backend": p.backend_id,
-            "module": p.module,
-            "graph": p.graph,
-            "nodes": len(p.nodes),
-            "inputs": list(p.inputs),
-            "outputs": list(p.outputs),
-            "consumed": list(p.consumed),
-        }
-        for p in report.partitions
-    ]
+    if opts.mode == "executorch" and opts.partitioner is None:  # pragma: no cover - _options rules this out
+        raise UsageError("give --partitioner NAME (xnnpack, vulkan, example) or MODULE:NAME")
+    declared = _declared(args)
+    refuse_clobbering("texir lower", [opts.model], declared)
+    with Outputs() as outputs, Progress("texir lower") as progress:
+        for flag, path in declared:  # every output checked before any work
+            outputs.add(flag, path)
+        if opts.mode == "executorch":
+            lowered, report, seen, edge = _lower_executorch(args, opts, progress)
+        else:
+            lowered, report, seen = _lower_texir(args, opts, progress)
+            edge = None
+        written = _write_outputs(args, outputs, lowered, progress, edge)
+        outputs.commit()
+    explained = explain_rows(report, seen) if args.explain else None
     if args.json:
-        payload: dict[str, Any] = {"partitions": rows}
-        if args.explain:
-            payload["explain"] = explanation
-        if args.output is not None:
-            payload["pte"] = str(args.output)
-        sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
-        return 0
-    out = sys.stdout
-    if not rows:
-        out.write("no partitions (nothing delegated)\n")
+        print_json(sys.stdout, report, explained, written)
     else:
-        header = ("tag", "backend", "module", "nodes", "inputs", "outputs", "consumed")
-        table: list[tuple[str, str, str, str, str, str, str]] = [header] + [
-            (
-                p.tag if not p.graph else f"{p.graph}/{p.tag}",
-                p.backend_id,
-                p.module,
-                str(len(p.nodes)),
-                str(len(p.inputs)),
-                str(len(p.outputs)),
-                ", ".join(p.consumed) or "-",
-            )
-            for p in report.partitions
-        ]
-        _write_table(out, table)
-    if args.explain:
-        out.write("\n")
-        for e in explanation:
-            out.write(f"{e['node']} ({e['target']}): {e['status']}: {e['reason']}\n")
-    if args.output is not None:
-        out.write(f"wrote {args.output}\n")
+        print_report(sys.stdout, report, explained)
+    for name, kind, size in written:
+        print(f"wrote {name} ({size:,} bytes, {kind})", file=sys.stderr)
     return 0
 
 
-def _write_table(out: Any, table: Sequence[Sequence[str]]) -> None:
-    """Rows of cells, left-aligned in columns two spaces apart (the first row is the header)."""
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) -> tuple[Program, Any, list[Program]]:
+    """--whole, --ops, a texir --partitioner, or none: the lowered program, its report, the program
+    the partitioner was shown."""
+    from texir.cli.model_spec import load_program
+    from texir.lowering.api import _describe, call_partitioner
+    from texir.lowering.delegate import lower_plan_explained
+    from texir.lowering.report import build_report, explainer_of
+
+    if opts.backend is not None and opts.mode in ("whole", "ops"):
+        _check_backend(opts.backend)  # (a --partitioner module may register its backend on import)
+    if opts.mode == "ops":
+        _check_ops(opts.ops)
+    with progress.phase(f"loading {opts.model}"):
+        program = load_program(opts.model, decompose=True)
+    if opts.mode == "ops":
+        _warn_absent_ops(program, opts.ops)
+    if opts.mode == "none":
+        return program, build_report("forward", program, []), [program]
+    partitioner = build_partitioner(opts)
+    with progress.phase("partitioning"):
+        plan = call_partitioner(partitioner, program)
+    with progress.phase("lowering"):
+        done = lower_plan_explained(program, plan)
+    report = build_report("forward", done.program, [(_describe(partitioner), explainer_of(partitioner), done.partitions)])
+    return done.program, report, [program]
 
 
-def _write_outputs(args: argparse.Namespace, lowered: Program, progress: Any, edge: Program | None = None) -> None:
-    """--snapshot (with tensor data), -o (.pte, its .ptd first) and --etrecord (from `edge`, the
-    program before partitioning), each written atomically."""
+def _lower_executorch(
+    args: argparse.Namespace, opts: LowerOptions, progress: Any
+) -> tuple[Program, Any, list[Program], Program]:
+    """An ExecuTorch partitioner, through `lower_with_edge` (as ExecuTorch's to_edge_transform_and_lower)."""
+    from texir.cli.model_spec import is_snapshot_path, load_model, load_program
+    from texir.lowering import lower_with_edge
+
+    assert opts.partitioner is not None  # checked in run
+    partitioner = executorch_partitioner_for(opts.partitioner)
+    with progress.phase(f"loading {opts.model}"):
+        source: Any = load_program(opts.model) if is_snapshot_path(opts.model) else load_model(opts.model)
+    cache: Literal["default"] | None = "default" if opts.cache else None
+    with progress.phase(f"lowering with {partitioner!r}"):
+        done = lower_with_edge(source, [partitioner], cache=cache, jobs=opts.jobs)
+    return done.program, done.report, list(done.seen), done.edge
+
+
+def _write_outputs(
+    args: argparse.Namespace, outputs: Any, lowered: Program, progress: Any, edge: Program | None
+) -> list[tuple[str, str, int]]:
+    """--snapshot (with tensor data), -o (.pte, its .ptd) and --etrecord (from `edge`, the program
+    before partitioning), each to its temporary file (`outputs` renames them together);
+    (path, kind, bytes) of each."""
+    written: list[tuple[str, str, int]] = []
     if args.snapshot is not None:
         from texir.serialize import snapshot
 
-        snapshot.dump(lowered, args.snapshot, include_data=True)
-        print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size:,} bytes, snapshot with tensor data)",
-              file=sys.stderr)
-    if args.output is not None:
-        from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit, emit_with_debug
-        from texir.serialize import pte
+        fmt = snapshot.format_for_path(args.snapshot)
+        with progress.phase(f"writing {args.snapshot}"):
+            outputs.write(args.snapshot, lambda tmp: snapshot.dump(lowered, tmp, format=fmt, include_data=True))
+        written.append((str(args.snapshot), "snapshot with tensor data", outputs.size(args.snapshot)))
+    if args.output is None:
+        return written
+    from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit, emit_with_debug
+    from texir.serialize import pte
 
-        options = EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG) \
-            if args.external_data else EmitOptions()
-        with progress.phase(f"writing {args.output}"):
-            emitted = emit_with_debug(lowered, options) if args.etrecord is not None else None
-            program = emitted.program if emitted is not None else emit(lowered, options)
-            for data in program.external:  # the data first: a .pte never refers to a missing file
-                path = args.output.with_name(f"{data.tag}.ptd")
-                pte.dump_ptd(data, path)
-                print(f"wrote {path} ({path.stat().st_size:,} bytes, .ptd: {len(data.entries)} entries)", file=sys.stderr)
-            pte.dump(program, args.output)
-        print(f"wrote {args.output} ({args.output.stat().st_size:,} bytes, .pte)", file=sys.stderr)
-        if emitted is not None and edge is not None:
-            from texir.adapters.executorch import write_etrecord
+    options = EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG) \
+        if args.external_data else EmitOptions()
+    with progress.phase(f"writing {args.output}"):
+        emitted = emit_with_debug(lowered, options) if args.etrecord is not None else None
+        program = emitted.program if emitted is not None else emit(lowered, options)
+        for data in program.external:
+            path = _ptd_path(args.output)
+            if data.tag != DEFAULT_EXTERNAL_TAG:  # pragma: no cover - the CLI's options make one tag
+                path = args.output.with_name(f"{args.output.stem}.{data.tag}.ptd")
+                outputs.add("--external-data", path)
+            outputs.write(path, lambda tmp, data=data: pte.dump_ptd(data, tmp))
+            written.append((str(path), f".ptd: {len(data.entries)} entries", outputs.size(path)))
+        outputs.write(args.output, lambda tmp: pte.dump(program, tmp))
+        written.append((str(args.output), ".pte", outputs.size(args.output)))
+    if emitted is not None and edge is not None:
+        from texir.adapters.executorch import write_etrecord
 
-            with progress.phase(f"writing {args.etrecord}"):
-                write_etrecord(args.etrecord, edge, emitted)
-            print(f"wrote {args.etrecord} ({args.etrecord.stat().st_size:,} bytes, ETRecord)", file=sys.stderr)
+        with progress.phase(f"writing {args.etrecord}"):
+            outputs.write(args.etrecord, lambda tmp: write_etrecord(tmp, edge, emitted))
+        written.append((str(args.etrecord), "ETRecord", outputs.size(args.etrecord)))
+    return written
 
 
 def executorch_partitioner_for(spec: str) -> Any:
@@ -417,76 +391,3 @@ def executorch_partitioner_for(spec: str) -> Any:
             "returning one); for a texir partitioner add --backend ID"
         )
     return found
-
-
-def _rows_of(program: Program) -> list[dict[str, Any]]:
-    """One row per delegate call of the top graph, in graph order."""
-    from texir.ir import GetAttr, Placeholder, UserInput
-
-    modules = {m.name: m.module for m in program.lowered_modules}
-    rows: list[dict[str, Any]] = []
-    for node in program.graph.nodes:
-        if not isinstance(node, GetAttr) or node.target not in modules:
-            continue
-        module = modules[node.target]
-        sub = module.original_program
-        user = {s.arg.name for s in sub.signature.inputs if isinstance(s, UserInput) and hasattr(s.arg, "name")}
-        inputs = [n.name for n in sub.graph.nodes if isinstance(n, Placeholder) and n.name in user]
-        consumed = [n.name for n in sub.graph.nodes if isinstance(n, Placeholder) and n.name not in user]
-        rows.append({
-            "tag": node.target,
-            "backend": module.backend_id,
-            "module": node.target,
-            "graph": "",
-            "nodes": sum(isinstance(n, CallFunction) for n in sub.graph.nodes),
-            "inputs": inputs,
-            "outputs": [f"out{i}" for i in range(len(sub.signature.outputs))],
-            "consumed": consumed,
-            "bytes": len(module.processed_bytes),
-            "named_data": len(module.named_data),
-        })
-    return rows
-
-
-def _run_executorch(args: argparse.Namespace, opts: LowerOptions) -> int:
-    from texir.cli.model_spec import is_snapshot_path, load_model, load_program
-    from texir.cli.progress import Progress
-    from texir.lowering import lower, lower_with_edge
-
-    if args.explain:
-        raise UsageError("--explain works with texir partitioners; an ExecuTorch partitioner does not say why")
-    if opts.partitioner is None:
-        raise UsageError("give --partitioner NAME (xnnpack, vulkan, example) or MODULE:NAME")
-    with Progress("texir lower") as progress:
-        partitioner = executorch_partitioner_for(opts.partitioner)
-        with progress.phase(f"loading {opts.model}"):
-            source: Any = load_program(opts.model) if is_snapshot_path(opts.model) else load_model(opts.model)
-        cache: Literal["default"] | None = "default" if opts.cache else None
-        edge: Program | None = None
-        with progress.phase(f"lowering with {partitioner!r}"):
-            if args.etrecord is not None:
-                lowered, edge = lower_with_edge(source, [partitioner], cache=cache, jobs=opts.jobs)
-            else:
-                lowered = lower(source, [partitioner], cache=cache, jobs=opts.jobs)
-        _write_outputs(args, lowered, progress, edge)
-    rows = _rows_of(lowered)
-    if args.json:
-        payload: dict[str, Any] = {"partitions": rows}
-        if args.output is not None:
-            payload["pte"] = str(args.output)
-        sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
-        return 0
-    out = sys.stdout
-    if not rows:
-        out.write("no partitions (nothing delegated)\n")
-    else:
-        header = ("module", "backend", "nodes", "inputs", "consumed", "blob bytes", "named data")
-        table = [header] + [
-            (r["module"], r["backend"], str(r["nodes"]), str(len(r["inputs"])), str(len(r["consumed"])),
-             f"{r['bytes']:,}", str(r["named_data"]))
-            for r in rows
-        ]
-        _write_table(out, table)
-    if args.output is not None:
-        out.write(f"wrote {args.output}\n")
-    return 0

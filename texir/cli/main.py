@@ -8,11 +8,14 @@ parser and sets `func=run` (a `Callable[[argparse.Namespace], int]`). User mista
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
+from texir.cli import interrupts
 from texir.errors import TexirError
 
 COMMAND_MODULES: tuple[str, ...] = (
@@ -41,12 +44,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_QUIET_LOGGERS: tuple[str, ...] = (
+    "torchao",  # "Failed to load .../_C_mxfp8...so": torchao's optional CUDA kernels, on import
+    "torch.utils._pytree",  # torchao registers an Enum with register_constant(): torch's deprecation note
+)
+"""Third-party loggers whose warnings are noise a texir user cannot act on (raised to ERROR while a
+command runs)."""
+
+
+@contextlib.contextmanager
+def _quiet_third_parties() -> Iterator[None]:
+    """Inside a command only (the caller's process keeps its own settings): known third-party noise
+    off. torch 2.13's own run_decompositions() deep-copies pytree specs and trips its own deprecation
+    warning; torchao warns about its CUDA kernels and torch about torchao's enums."""
+    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+        )
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    # torch 2.13's own run_decompositions() deep-copies pytree specs and trips its own deprecation
-    # warning; it is torch-internal noise a CLI user cannot act on. The library leaves warnings alone.
-    warnings.filterwarnings(
-        "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
-    )
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
@@ -54,7 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return func(args)
+        with interrupts.guarded(), _quiet_third_parties():
+            code = func(args)
+            if interrupts.interrupted():  # a SIGINT swallowed where nothing checked it since
+                raise KeyboardInterrupt
+            return code
     except TexirError as exc:
         print(f"texir {args.command}: error: {exc}", file=sys.stderr)
         return 2

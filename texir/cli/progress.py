@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TextIO, TypeVar
 
+from texir.cli.interrupts import checkpoint
+
 __all__ = ["Progress"]
 
 _T = TypeVar("_T")
@@ -87,7 +89,9 @@ class Progress:
 
     @contextmanager
     def phase(self, name: str, total: int | None = None) -> Iterator[Progress]:
-        """A named step; `advance` counts towards `total` when given."""
+        """A named step; `advance` counts towards `total` when given. Its start and end are
+        interrupt checkpoints (`texir.cli.interrupts`)."""
+        checkpoint(f"start {name}")
         with self._lock:
             previous = (self._phase, self._done, self._total)
             self._phase, self._done, self._total = name, 0, total
@@ -96,6 +100,7 @@ class Progress:
         finally:
             with self._lock:
                 self._phase, self._done, self._total = previous
+        checkpoint(f"end {name}")
 
     def advance(self, n: int = 1) -> None:
         self._done += n  # read by the drawing thread; an int store is atomic under the GIL

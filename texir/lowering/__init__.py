@@ -14,6 +14,7 @@ from texir.lowering.backend import (
 )
 from texir.lowering.capability import maximal_partitions
 from texir.lowering.lower import lower, lower_with_edge
+from texir.lowering.report import DelegateReport, Lowered, LowerReport, TurnedDown, UndelegatedNode
 from texir.lowering.delegate import (
     LoweringReport,
     NodeOrder,
@@ -67,7 +68,12 @@ __all__ = [
     "DelegateClaimedError",
     "KeptOpNotDelegatedError",
     "DelegationSpec",
+    "DelegateReport",
+    "LowerReport",
+    "Lowered",
     "LoweringReport",
+    "TurnedDown",
+    "UndelegatedNode",
     "NodeOrder",
     "MissingDelegationSpecError",
     "MutationOutsidePartitionError",

@@ -60,7 +60,7 @@ from texir.ir.names import (
     rename_output_spec,
 )
 from texir.ir.verify import verify
-from texir.lowering.preprocess import PreprocessCache, PreprocessRequest, run_preprocess
+from texir.lowering.preprocess import PreprocessCache, PreprocessRequest, run_preprocess_timed
 from texir.lowering.errors import PartitionerError
 from texir.lowering._parts import Consumable as _Consumable
 from texir.lowering._parts import Entry as _Entry
@@ -70,6 +70,7 @@ from texir.lowering._parts import debug_handle_of as _handle
 from texir.lowering._parts import entries_in_final_order
 from texir.lowering._parts import order_like_executorch as _order_like_executorch
 from texir.lowering.lowered import sub_program_call_graph
+from texir.lowering.report import LoweringReport, PartitionSummary
 from texir.lowering.plan import (
     CheckedPlan,
     PartitionPlan,
@@ -112,27 +113,6 @@ class PreprocessOptions:
     jobs: int = 1
 # --------------------------------------------------------------------------------------------------
 # The pass
-
-
-class PartitionSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """What one partition became (for reports such as `texir lower`)."""
-
-    tag: str
-    backend_id: str
-    module: str
-    """The lowered module's name in `Program.lowered_modules`."""
-    graph: str
-    """'' for the top-level graph, else the nested graph's path ('true_graph_0')."""
-    nodes: tuple[str, ...]
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    consumed: tuple[str, ...]
-    """Targets of the parameters, buffers and constants the delegate owns."""
-
-
-class LoweringReport(msgspec.Struct, frozen=True, kw_only=True):
-    program: Program
-    partitions: tuple[PartitionSummary, ...]
 
 
 def lower_plan(
@@ -185,14 +165,14 @@ def _lower(
         for work in works:
             _order_like_executorch(work, {} if work.path else top_consumable)
     _build_and_name(program, works, top_consumable)
-    lowered = _compile(program, works, {} if _cache is None else _cache, preprocess)
+    lowered, stats = _compile(program, works, {} if _cache is None else _cache, preprocess)
     result = _assemble_program(program, works, top_consumable, lowered)
     # As exir's to_edge does before partitioning: parameters no node reads leave the program.
     # Imported here: texir.edge pulls in torch's op registry, and `texir --help` must stay torch-free.
     from texir.edge.unused_state import remove_unused_state
 
     result = remove_unused_state(result, kinds=(ParameterInput,))
-    return LoweringReport(program=result, partitions=_summaries(works))
+    return LoweringReport(program=result, partitions=_summaries(works, lowered, stats))
 
 
 def _collect_partitions(program: Program, checked: CheckedPlan) -> list[_GraphWork]:
@@ -276,7 +256,7 @@ def _build_and_name(program: Program, works: list[_GraphWork], top_consumable: M
 
 def _compile(
     program: Program, works: list[_GraphWork], cache: _Cache, options: PreprocessOptions | None
-) -> tuple[NamedLoweredModule, ...]:
+) -> tuple[tuple[NamedLoweredModule, ...], dict[str, tuple[bool, float]]]:
     """Phase 3: every partition through its backend (identical sub-programs compiled once; with
     `options`, through its preprocess cache and worker processes). Every plan problem was found
     before: only now do backends run."""
@@ -290,14 +270,19 @@ def _compile(
         keys.append(key)
         if key not in cache and key not in pending:
             pending[key] = PreprocessRequest(part.spec.backend_id, part.sub_program, part.spec.compile_specs, part.tag)
+    compiled: dict[tuple[str, tuple[CompileSpec, ...], Program], tuple[bool, float]] = {}
     if pending:
         requests = list(pending.values())
-        modules = run_preprocess(requests, cache=None if options is None else options.cache,
-                                 jobs=1 if options is None else options.jobs)
-        cache.update(zip(pending, modules))
+        results = run_preprocess_timed(requests, cache=None if options is None else options.cache,
+                                       jobs=1 if options is None else options.jobs)
+        cache.update((key, r.module) for key, r in zip(pending, results))
+        compiled.update((key, (r.cache_hit, r.seconds)) for key, r in zip(pending, results))
+    stats: dict[str, tuple[bool, float]] = {}
     for part, key in zip(parts, keys):
         lowered.append(NamedLoweredModule(name=part.module_name, module=cache[key]))
-    return tuple(lowered)
+        # the first partition of a sub-program compiled now is not a hit; its twins are
+        stats[part.module_name] = compiled.pop(key, (True, 0.0))
+    return tuple(lowered), stats
 
 
 def _assemble_program(
@@ -329,11 +314,16 @@ def _kept_notes(program: Program, graph: Graph) -> tuple[BackendNodeMeta, ...]:
     return tuple(m for m in program.backend_meta if m.node in names)
 
 
-def _summaries(works: list[_GraphWork]) -> tuple[PartitionSummary, ...]:
+def _summaries(
+    works: list[_GraphWork], lowered: tuple[NamedLoweredModule, ...], stats: Mapping[str, tuple[bool, float]]
+) -> tuple[PartitionSummary, ...]:
+    modules = {m.name: m.module for m in lowered}
     summaries = []
     for work in works:
         for part in work.parts:
             assert part.sub_program is not None  # built in phase 2
+            module = modules[part.module_name]
+            hit, seconds = stats.get(part.module_name, (False, 0.0))
             summaries.append(
                 PartitionSummary(
                     tag=part.tag,
@@ -348,6 +338,11 @@ def _summaries(works: list[_GraphWork]) -> tuple[PartitionSummary, ...]:
                         for s in part.sub_program.signature.inputs
                         if isinstance(s, (ParameterInput, BufferInput, ConstantTensorInput))
                     ),
+                    blob_bytes=len(module.processed_bytes),
+                    named_data=len(module.named_data),
+                    named_data_bytes=sum(e.nbytes for e in module.named_data),
+                    cache_hit=hit,
+                    seconds=seconds,
                 )
             )
     return tuple(summaries)

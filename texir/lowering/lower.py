@@ -10,12 +10,13 @@ import msgspec
 
 from texir.errors import TexirError
 from texir.ir import CallFunction, Graph, Program
-from texir.lowering.api import call_partitioner
-from texir.lowering.delegate import NodeOrder, PreprocessOptions, check_node_order, lower_plan
+from texir.lowering.api import _describe, call_partitioner
+from texir.lowering.delegate import NodeOrder, PreprocessOptions, check_node_order, lower_plan_explained
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
 from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
 from texir.lowering.preprocess import PreprocessCache, default_cache
+from texir.lowering.report import Lowered, PartitionSummary, TurnedDown, build_report, explainer_of
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -82,10 +83,10 @@ def lower(
     check_node_order(order)
     options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
     if isinstance(program, Mapping):
-        return {name: both[0] for name, both in _lower_methods(program, partitioners, options, order).items()}
+        return {name: done.program for name, done in _lower_methods(program, partitioners, options, order).items()}
     if isinstance(partitioners, Mapping):
         raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
-    return _lower_one("forward", program, tuple(partitioners), options, order)[0]
+    return _lower_one("forward", program, tuple(partitioners), options, order).program
 
 
 @overload
@@ -96,7 +97,7 @@ def lower_with_edge(
     cache: CacheChoice = "default",
     jobs: int = 1,
     order: NodeOrder = "executorch",
-) -> tuple[Program, Program]: ...
+) -> Lowered: ...
 
 
 @overload
@@ -107,7 +108,7 @@ def lower_with_edge(
     cache: CacheChoice = "default",
     jobs: int = 1,
     order: NodeOrder = "executorch",
-) -> tuple[dict[str, Program], dict[str, Program]]: ...
+) -> dict[str, Lowered]: ...
 
 
 def lower_with_edge(
@@ -117,16 +118,18 @@ def lower_with_edge(
     cache: CacheChoice = "default",
     jobs: int = 1,
     order: NodeOrder = "executorch",
-) -> tuple[Program, Program] | tuple[dict[str, Program], dict[str, Program]]:
-    """`lower`, also returning the edge program it partitioned (decomposed, with the to_edge
-    rewrites, before any delegation; per method for a mapping): what ExecuTorch records in an
-    ETRecord as the edge dialect program, so that profiling tools can name the nodes inside
-    delegates (`texir.adapters.executorch.write_etrecord` takes either form)."""
+) -> Lowered | dict[str, Lowered]:
+    """`lower`, with what it did (per method for a mapping): a `texir.lowering.report.Lowered`
+    holding the lowered `program`, the `edge` program it partitioned (decomposed, with the to_edge
+    rewrites, before any delegation: what ExecuTorch records in an ETRecord as the edge dialect
+    program, so that profiling tools can name the nodes inside delegates;
+    `texir.adapters.executorch.write_etrecord` takes it), the program each partitioner was shown,
+    and the `report`: each delegate (backend, nodes, blob size, named data, cache hit, seconds) in
+    call order and each node left undelegated with the partitioners' reasons."""
     check_node_order(order)
     options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
     if isinstance(program, Mapping):
-        both = _lower_methods(program, partitioners, options, order)
-        return {name: b[0] for name, b in both.items()}, {name: b[1] for name, b in both.items()}
+        return _lower_methods(program, partitioners, options, order)
     if isinstance(partitioners, Mapping):
         raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
     return _lower_one("forward", program, tuple(partitioners), options, order)
@@ -137,7 +140,7 @@ def _lower_methods(
     partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
     options: PreprocessOptions,
     order: NodeOrder,
-) -> dict[str, tuple[Program, Program]]:
+) -> dict[str, Lowered]:
     if isinstance(partitioners, Mapping):
         unknown = sorted(set(partitioners) - set(program))
         if unknown:
@@ -148,7 +151,7 @@ def _lower_methods(
 
 def _lower_one(
     method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions, order: NodeOrder
-) -> tuple[Program, Program]:
+) -> Lowered:
     # Imported here: the adapters pull in torch, and `texir --help` stays torch-free.
     from texir.adapters.tensors import digest_memo
 
@@ -160,7 +163,7 @@ def _lower_one(
 
 def _lower_one_memo(
     method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions, order: NodeOrder
-) -> tuple[Program, Program]:
+) -> Lowered:
     from torch.export import ExportedProgram
 
     from texir.adapters.decompositions import functional_names, functionalize, has_subclass_state
@@ -207,14 +210,23 @@ def _lower_one_memo(
             keep.setdefault(name, repr(partitioner))
     # the key of a reused decomposition is the program itself, not the renamed one shown above
     program = _decomposed(ep, source if isinstance(source, Program) else None, sorted(keep), options.cache)
-    program = _decompose_turned_down(method, program, partitioners, keep)
+    program, turned_down = _decompose_turned_down(method, program, partitioners, keep)
     for edge_pass in TO_EDGE_PASSES:
         program = edge_pass(program)
     edge = program
+    seen: list[Program] = []
+    passes: list[tuple[str, object, tuple[PartitionSummary, ...]]] = []
     for partitioner in partitioners:
-        program = lower_plan(program, call_partitioner(partitioner, program), preprocess=options, order=order)
+        seen.append(program)
+        done = lower_plan_explained(program, call_partitioner(partitioner, program), preprocess=options, order=order)
+        program = done.program
+        passes.append((_describe(partitioner), partitioner, done.partitions))
     _check_kept_ops_delegated(method, program, keep)
-    return program, edge
+    report = build_report(
+        method, program, [(name, explainer_of(p), parts) for name, p, parts in passes],
+        not_decomposed=sorted(keep), turned_down=turned_down,
+    )
+    return Lowered(program=program, edge=edge, seen=tuple(seen), report=report)
 
 
 def _decomposed(
@@ -247,28 +259,28 @@ def _decomposed(
 
 def _decompose_turned_down(
     method: str, program: Program, partitioners: tuple[Partitioner, ...], keep: Mapping[str, str]
-) -> Program:
+) -> tuple[Program, tuple[TurnedDown, ...]]:
     """`program` with the nodes of kept ops that a partitioner turns down (its optional
     `nodes_to_decompose(program)`, node keys) decomposed after all, as ExecuTorch does with the
     nodes its partitioners' node filters reject. One more decomposition retrace, only when there
     are such nodes."""
     if not keep:
-        return program
+        return program, ()
     from texir.adapters.decompositions import decompose_nodes
     from texir.adapters.fx_export import to_exported_program
     from texir.adapters.fx_import import from_exported_program
 
     known: set[str] = set()
-    kept: set[str] = set()
+    kept: dict[str, str] = {}
     for path, graph in walk_keyed_graphs(program.graph):
         for node in graph.nodes:
             key = node_key(path, node.name)
             known.add(key)
             if isinstance(node, CallFunction) and node.target in keep:
-                kept.add(key)
+                kept[key] = node.target
     if not kept:
-        return program
-    turned_down: set[str] = set()
+        return program, ()
+    turned_down: dict[str, str] = {}
     for partitioner in partitioners:
         ask = getattr(partitioner, "nodes_to_decompose", None)
         if ask is None:
@@ -287,10 +299,14 @@ def _decompose_turned_down(
                 f"method {method!r}: {partitioner!r}.nodes_to_decompose named {unknown[:3]}, which are not nodes "
                 "of the program it was shown; name nodes by key ('name', or 'subgraph/name' in nested graphs)"
             )
-        turned_down.update(n for n in names if n in kept)
+        for n in names:
+            if n in kept:
+                turned_down.setdefault(n, _describe(partitioner))
     if not turned_down:
-        return program
-    return from_exported_program(decompose_nodes(to_exported_program(program), sorted(turned_down), sorted(keep)))
+        return program, ()
+    notes = tuple(TurnedDown(node=n, target=kept[n], partitioner=p) for n, p in sorted(turned_down.items()))
+    decomposed = decompose_nodes(to_exported_program(program), sorted(turned_down), sorted(keep))
+    return from_exported_program(decomposed), notes
 
 
 def _renamed_targets(program: Program, names: Mapping[str, str]) -> Program:

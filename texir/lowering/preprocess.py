@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +29,15 @@ from texir.ir import CompileSpec, DebugHandleEntry, LoweredBackendModule, Progra
 from texir.lowering.backend import Backend, PreprocessResult, check_result, get_backend, named_data_entry
 from texir.lowering.errors import BackendPreprocessError
 
-__all__ = ["CACHE_DIR_ENV", "PreprocessCache", "PreprocessRequest", "default_cache", "run_preprocess"]
+__all__ = [
+    "CACHE_DIR_ENV",
+    "Compiled",
+    "PreprocessCache",
+    "PreprocessRequest",
+    "default_cache",
+    "run_preprocess",
+    "run_preprocess_timed",
+]
 
 CACHE_DIR_ENV = "TEXIR_CACHE_DIR"
 _KEY_VERSION = b"texir-preprocess-cache-1"
@@ -40,6 +49,16 @@ class PreprocessRequest:
     program: Program
     compile_specs: tuple[CompileSpec, ...]
     tag: str | None = None
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One request's lowered module, whether it came from the cache, and the seconds its backend
+    took (a cache lookup's for a hit; a worker's round trip with `jobs` > 1)."""
+
+    module: LoweredBackendModule
+    cache_hit: bool
+    seconds: float
 
 
 class _Stored(msgspec.Struct, frozen=True, array_like=True):
@@ -277,11 +296,12 @@ def _close_workers() -> None:
 atexit.register(_close_workers)
 
 
-def _in_workers(tasks: list[tuple[bytes, str]], jobs: int) -> list[tuple[bool, bytes | str]]:
-    """Run pickled tasks on up to `jobs` workers (started on first use); answers in task order."""
+def _in_workers(tasks: list[tuple[bytes, str]], jobs: int) -> list[tuple[bool, bytes | str, float]]:
+    """Run pickled tasks on up to `jobs` workers (started on first use); answers (with each task's
+    seconds) in task order."""
     while len(_WORKERS) < min(jobs, len(tasks)):
         _WORKERS.append(_Worker())
-    answers: list[tuple[bool, bytes | str] | None] = [None] * len(tasks)
+    answers: list[tuple[bool, bytes | str, float] | None] = [None] * len(tasks)
     errors: list[BaseException] = []
     queue = list(range(len(tasks)))
     lock = threading.Lock()
@@ -293,7 +313,9 @@ def _in_workers(tasks: list[tuple[bytes, str]], jobs: int) -> list[tuple[bool, b
                     return
                 i = queue.pop(0)
             try:
-                answers[i] = worker.call(*tasks[i])
+                start = time.perf_counter()
+                ok, payload = worker.call(*tasks[i])
+                answers[i] = (ok, payload, time.perf_counter() - start)
             except BaseException as exc:  # handed to the caller's thread below
                 with lock:
                     errors.append(exc)
@@ -315,16 +337,26 @@ def run_preprocess(
     """Every request through its backend, in order: from `cache` where it has the result, else
     compiled (in up to `jobs` worker processes when more than one partition needs compiling and
     the backend can be sent to one; the results are the same as a serial run's)."""
+    return [c.module for c in run_preprocess_timed(requests, cache=cache, jobs=jobs)]
+
+
+def run_preprocess_timed(
+    requests: Sequence[PreprocessRequest], *, cache: PreprocessCache | None = None, jobs: int = 1
+) -> list[Compiled]:
+    """`run_preprocess`, also saying for each request whether the cache had it and how long it took."""
     if jobs < 1:
         raise BackendPreprocessError(f"jobs must be at least 1, got {jobs}")
     backends = [get_backend(r.backend_id, tag=r.tag) for r in requests]
     results: list[PreprocessResult | None] = [None] * len(requests)
     keys: list[tuple[str, bool] | None] = [None] * len(requests)
     todo: list[int] = []
+    seconds = [0.0] * len(requests)
     for i, (request, backend) in enumerate(zip(requests, backends)):
         if cache is not None:
+            start = time.perf_counter()
             keys[i] = key = cache.key(request.backend_id, backend, request.program, request.compile_specs)
             results[i] = cache.lookup(*key)
+            seconds[i] = time.perf_counter() - start
         if results[i] is None:
             todo.append(i)
     parallel: list[tuple[int, tuple[bytes, str]]] = []
@@ -343,9 +375,12 @@ def run_preprocess(
     sent = {i for i, _ in parallel}
     for i in todo:
         if i not in sent:
+            start = time.perf_counter()
             results[i] = share_state_payloads(_preprocess(backends[i], requests[i]), requests[i].program)
+            seconds[i] = time.perf_counter() - start
     if parallel:
-        for (i, _), (ok, payload) in zip(parallel, _in_workers([t for _, t in parallel], jobs)):
+        for (i, _), (ok, payload, took) in zip(parallel, _in_workers([t for _, t in parallel], jobs)):
+            seconds[i] = took
             if not ok:
                 raise BackendPreprocessError(str(payload))
             assert isinstance(payload, bytes)
@@ -353,18 +388,19 @@ def run_preprocess(
     for i, found in enumerate(results):
         if found is not None and i not in todo:  # from the cache: its copies can go too
             results[i] = share_state_payloads(found, requests[i].program)
-    modules = []
+    modules: list[Compiled] = []
     for i, (request, result) in enumerate(zip(requests, results)):
         assert result is not None  # every index was looked up or compiled above
         stored_key = keys[i]
         if cache is not None and stored_key is not None and i in todo:
             cache.store(*stored_key, result)
-        modules.append(LoweredBackendModule(
+        module = LoweredBackendModule(
             backend_id=request.backend_id,
             processed_bytes=bytes(result.processed_bytes),
             compile_specs=request.compile_specs,
             original_program=request.program,
             debug_handle_map=result.debug_handle_map,
             named_data=tuple(result.named_data),
-        ))
+        )
+        modules.append(Compiled(module=module, cache_hit=i not in todo, seconds=seconds[i]))
     return modules

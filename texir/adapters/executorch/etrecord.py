@@ -12,6 +12,7 @@ the Inspector still attributes every event to its handles, but names no ops insi
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -68,8 +69,11 @@ def write_etrecord(
     try:
         record.save(str(tmp))
         os.replace(tmp, target)
-    except Exception as exc:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):  # (on a read-only file system even this fails: the cause matters)
+            tmp.unlink(missing_ok=True)
+        if not isinstance(exc, Exception):
+            raise
         if isinstance(exc, OSError):
             raise EtrecordError(f"cannot write {target}: {exc.strerror or exc}") from exc
         raise EtrecordError(f"ExecuTorch's ETRecord could not save method(s) {list(edge)}: {exc}") from exc

@@ -1,0 +1,231 @@
+"""What a lowering did, as data: per delegate (backend, nodes, blob size, named data, cache hit,
+seconds), in the order the lowered program calls them, and per node left undelegated, why.
+
+`lower_with_edge` returns a `Lowered` (the lowered program, the edge program, the program each
+partitioner was shown, and the `LowerReport`); `texir lower` prints the report (`--json` emits it).
+`lower_plan_explained` returns the per-pass `LoweringReport` the lowering builds it from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
+
+import msgspec
+
+from texir.ir import CallFunction, GetAttr, Program, Ref
+from texir.ir.names import CALL_DELEGATE, GETITEM
+from texir.lowering.plan import node_key, walk_keyed_graphs
+
+__all__ = [
+    "DelegateReport",
+    "LowerReport",
+    "Lowered",
+    "LoweringReport",
+    "PartitionSummary",
+    "TurnedDown",
+    "UndelegatedNode",
+    "UndelegatedReason",
+    "build_report",
+]
+
+
+class PartitionSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What one partition of one `lower_plan` pass became."""
+
+    tag: str
+    backend_id: str
+    module: str
+    """The lowered module's name in `Program.lowered_modules`."""
+    graph: str
+    """'' for the top-level graph, else the nested graph's path ('true_graph_0')."""
+    nodes: tuple[str, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    consumed: tuple[str, ...]
+    """Targets of the parameters, buffers and constants the delegate owns."""
+    blob_bytes: int = 0
+    """The size of the backend's processed blob."""
+    named_data: int = 0
+    """How many named-data entries (e.g. XNNPACK's weights) the backend returned, and their bytes."""
+    named_data_bytes: int = 0
+    cache_hit: bool = False
+    """The result came from the preprocess cache (or an identical partition lowered just before)."""
+    seconds: float = 0.0
+    """What the backend's preprocess (or the cache lookup) took."""
+
+
+class LoweringReport(msgspec.Struct, frozen=True, kw_only=True):
+    """One `lower_plan` pass: the lowered program and its partitions in lowering order."""
+
+    program: Program
+    partitions: tuple[PartitionSummary, ...]
+
+
+class DelegateReport(msgspec.Struct, frozen=True, kw_only=True):
+    """One delegate of the lowered program."""
+
+    module: str
+    """Its name in `Program.lowered_modules` (lowered_module_N)."""
+    backend: str
+    partitioner: str
+    """The partitioner whose plan made it."""
+    tag: str
+    graph: str
+    """'' for the top-level graph, else the nested graph's path."""
+    nodes: tuple[str, ...]
+    """The delegated nodes, by name in the program that partitioner was shown."""
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    consumed: tuple[str, ...]
+    blob_bytes: int
+    named_data: int
+    named_data_bytes: int
+    cache_hit: bool
+    seconds: float
+
+
+UndelegatedReason = Literal["not_tagged"]
+""""not_tagged": no partitioner put the node in a partition (`detail` gives each partitioner's own
+reason where it has an `explain(node)` method)."""
+
+
+class UndelegatedNode(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator node the lowered program runs outside every delegate (on the runtime's kernels)."""
+
+    node: str
+    """Its key: 'name', or 'subgraph/name' in a nested graph."""
+    target: str
+    reason: UndelegatedReason
+    detail: str
+
+
+class TurnedDown(msgspec.Struct, frozen=True, kw_only=True):
+    """A node of an op kept from decomposition that the partitioner's node filter turned down: it was
+    decomposed after all (ExecuTorch's check_op_support), its pieces partitioned like any other node."""
+
+    node: str
+    target: str
+    partitioner: str
+
+
+class LowerReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What `lower` did to one method."""
+
+    method: str
+    partitioners: tuple[str, ...]
+    not_decomposed: tuple[str, ...]
+    """The ops kept whole for the partitioners (their `ops_to_not_decompose`)."""
+    turned_down: tuple[TurnedDown, ...]
+    delegates: tuple[DelegateReport, ...]
+    """In the order the lowered program calls them (graph order; nested graphs after the top)."""
+    undelegated: tuple[UndelegatedNode, ...]
+    """Every operator node left outside the delegates, in graph order."""
+
+
+class Lowered(msgspec.Struct, frozen=True, kw_only=True):
+    """The result of `lower_with_edge` for one method."""
+
+    program: Program
+    """The lowered program, ready for `texir.emit.emit`."""
+    edge: Program
+    """The edge program before any partitioner (what an ETRecord records)."""
+    seen: tuple[Program, ...]
+    """The program each partitioner was shown, in order (the first is `edge`)."""
+    report: LowerReport
+
+
+Explain = Callable[[CallFunction], str]
+
+
+def _call_order(program: Program) -> dict[str, int]:
+    """Each lowered module's position among the delegate calls of `program` (walk order)."""
+    order: dict[str, int] = {}
+    for _, graph in walk_keyed_graphs(program.graph):
+        attrs = {n.name: n.target for n in graph.nodes if isinstance(n, GetAttr)}
+        for node in graph.nodes:
+            if isinstance(node, CallFunction) and node.target == CALL_DELEGATE and node.args:
+                first = node.args[0]
+                if isinstance(first, Ref) and first.name in attrs:
+                    order.setdefault(attrs[first.name], len(order))
+    return order
+
+
+def _why(node: CallFunction, explainers: Sequence[tuple[str, Explain | None]]) -> str:
+    reasons = []
+    for name, explain in explainers:
+        text = None
+        if explain is not None:
+            try:
+                text = str(explain(node))
+            except Exception:  # a partitioner's explain is advice: its failure is no lowering error
+                text = None
+        if len(explainers) == 1:
+            reasons.append(text or f"not tagged by the partitioner {name}")
+        else:
+            reasons.append(f"{name}: {text}" if text else f"{name} did not tag it")
+    return "; ".join(reasons) or "no partitioner was given"
+
+
+def undelegated_nodes(program: Program, explainers: Sequence[tuple[str, Explain | None]]) -> tuple[UndelegatedNode, ...]:
+    """The operator nodes of `program` outside every delegate (delegate calls and their getitems
+    aside), with each partitioner's reason."""
+    found = []
+    for path, graph in walk_keyed_graphs(program.graph):
+        calls = {n.name for n in graph.nodes if isinstance(n, CallFunction) and n.target == CALL_DELEGATE}
+        for node in graph.nodes:
+            if not isinstance(node, CallFunction) or node.name in calls:
+                continue
+            first = node.args[0] if node.args else None
+            if node.target == GETITEM and isinstance(first, Ref) and first.name in calls:
+                continue
+            found.append(UndelegatedNode(
+                node=node_key(path, node.name), target=node.target, reason="not_tagged",
+                detail=_why(node, explainers),
+            ))
+    return tuple(found)
+
+
+def build_report(
+    method: str,
+    program: Program,
+    passes: Sequence[tuple[str, Explain | None, Sequence[PartitionSummary]]],
+    *,
+    not_decomposed: Sequence[str] = (),
+    turned_down: Sequence[TurnedDown] = (),
+) -> LowerReport:
+    """The report of `program`, lowered by `passes` ((partitioner name, its explain or None, what
+    its pass summarised), in order)."""
+    order = _call_order(program)
+    delegates = [
+        DelegateReport(
+            module=p.module, backend=p.backend_id, partitioner=name, tag=p.tag, graph=p.graph, nodes=p.nodes,
+            inputs=p.inputs, outputs=p.outputs, consumed=p.consumed, blob_bytes=p.blob_bytes,
+            named_data=p.named_data, named_data_bytes=p.named_data_bytes, cache_hit=p.cache_hit,
+            seconds=p.seconds,
+        )
+        for name, _, summaries in passes
+        for p in summaries
+    ]
+    delegates.sort(key=lambda d: order.get(d.module, len(order)))
+    return LowerReport(
+        method=method,
+        partitioners=tuple(name for name, _, _ in passes),
+        not_decomposed=tuple(not_decomposed),
+        turned_down=tuple(turned_down),
+        delegates=tuple(delegates),
+        undelegated=undelegated_nodes(program, [(name, explain) for name, explain, _ in passes]),
+    )
+
+
+def explainer_of(partitioner: object) -> Explain | None:
+    """A partitioner's optional `explain(node) -> str` (why it leaves a node out), or None."""
+    explain = getattr(partitioner, "explain", None)
+    return explain if callable(explain) else None
+
+
+def delegated_by(report: LowerReport) -> Mapping[str, DelegateReport]:
+    """Node key -> the delegate holding it."""
+    return {
+        (f"{d.graph}/{n}" if d.graph else n): d for d in report.delegates for n in d.nodes
+    }
