@@ -74,9 +74,10 @@ def checkpoint(label: str) -> None:
     if at:
         number, _, how = at.partition(":")
         if number.isdigit() and int(number) == _count:
-            if how == "swallow":
+            if how == "swallow":  # as in a weakref callback: only a later check sees it
                 with contextlib.suppress(KeyboardInterrupt):
                     signal.raise_signal(signal.SIGINT)
+                return
             else:
                 signal.raise_signal(signal.SIGINT)
     if _received and _mode == "raise":
