@@ -121,3 +121,44 @@ def test_snapshot_lifecycle(tmp_path: Path) -> None:
     assert "3 snapshots updated" in updated.stdout
     assert "aten::cos.default(%2)  # dh=4" in (snap_dir / "test_lowering.texir").read_text()
     assert _run(tmp_path, variant="changed").returncode == 0
+
+
+TORCH_TEST = textwrap.dedent(
+    '''
+    import os
+
+    import torch
+
+    from texir.adapters import from_exported_program
+
+
+    class M(torch.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, width)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return torch.nn.functional.gelu(y) if os.environ.get("VARIANT") == "changed" else torch.relu(y)
+
+
+    def test_model(ir_snapshot):
+        width = 6 if os.environ.get("VARIANT") == "changed" else 8
+        torch.manual_seed(0)
+        ep = torch.export.export(M(width), (torch.randn(2, 4),))
+        assert from_exported_program(ep, decompose=True) == ir_snapshot
+    '''
+)
+
+
+def test_a_failure_shows_the_changed_ops_first_without_torchs_trace_log(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_model.py").write_text(TORCH_TEST)
+    assert _run(tmp_path, "--snapshot-update").returncode == 0
+    changed = _run(tmp_path, variant="changed")  # no -vv: pytest shows only the first lines
+    assert changed.returncode == 1
+    shown = [line[1:].strip() for line in changed.stdout.splitlines() if line.startswith("E ")]
+    # the op change is among the first lines pytest shows, before any shape change
+    assert "ops removed: aten::relu.default" in shown[:4] and "ops added: aten::gelu.default" in shown[:4], shown
+    assert any("aten::gelu.default(%4)" in line for line in shown), shown
+    assert "torch.__trace" not in changed.stdout and "Captured log" not in changed.stdout
