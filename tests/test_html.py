@@ -48,6 +48,10 @@ class Page:
     def partitions(self) -> list[str]:
         return re.findall(r'<li class="partition" data-tag="([^"]*)"', self.dom)
 
+    @property
+    def partition_labels(self) -> list[str]:
+        return re.findall(r'<li class="partition" data-tag="[^"]*">(?:<span[^>]*></span>)?([^<]*)</li>', self.dom)
+
 
 def render_in_browser(path: Path, fragment: str = "") -> Page:
     """Load `path` in headless chromium; return the DOM after the scripts ran and every console
@@ -78,6 +82,11 @@ def test_page_renders_partitions_in_chromium(tmp_path: Path) -> None:
     _assert_clean(page)
     assert page.body["data-partitions"] == "3"
     assert page.partitions == ["lowered_module_0", "lowered_module_1", "lowered_module_2"]
+    counts = [sum(1 for n in m.module.original_program.graph.nodes if type(n).__name__ == "CallFunction")
+              for m in program.lowered_modules]
+    assert page.partition_labels == [
+        f"lowered_module_{i} \u2014 {m.module.backend_id} ({c} node{'' if c == 1 else 's'})"
+        for i, (m, c) in enumerate(zip(program.lowered_modules, counts))]
     # Main graph: x, 3 x (get_attr, delegate call, getitem), sin, one output spec.
     assert page.body["data-nodes"] == str(stats.nodes) == "12"
     assert int(page.body["data-drawn"]) == 12  # a small graph is drawn whole
@@ -203,6 +212,7 @@ def test_show_html_for_snapshot_and_pte(tmp_path: Path, capsys: pytest.CaptureFi
     _assert_clean(page)
     assert page.body["data-partitions"] == "1"
     assert page.partitions == ["forward:delegate#0"]
+    assert page.partition_labels == ["forward:delegate#0 \u2014 texir-reference (1 call)"]  # a .pte has no nodes
     assert page.body["data-nodes"] == "5"  # input, relu, delegate call, cos, output
 
     assert cli_main.main(["show", str(pte)]) == 0

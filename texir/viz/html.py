@@ -318,8 +318,9 @@ def _pte_model(pte: Any) -> dict[str, Any]:
         writer: dict[int, int] = {}
         part_base = len(partitions)
         for i, d in enumerate(plan.delegates):
+            # A .pte holds the backend's blob, not the delegated nodes: the label counts calls.
             partitions.append({"tag": f"{plan.name}:delegate#{i}", "backend": d.id,
-                               "color": partition_color(part_base + i), "nodes": 0})
+                               "color": partition_color(part_base + i), "calls": 0})
         for k, v in enumerate(plan.inputs):
             writer[v] = b.add(f"in[{k}]", "user input", _detail(
                 ("input", f"[{k}] value %{v}"), ("value", _value(plan.values[v], program))), [])
@@ -332,7 +333,7 @@ def _pte_model(pte: Any) -> dict[str, Any]:
                 if isinstance(arg, s.DelegateCall):
                     part = part_base + arg.delegate_index
                     if 0 <= part - part_base < len(plan.delegates):
-                        partitions[part]["nodes"] += 1
+                        partitions[part]["calls"] += 1
                     node = b.add(plan.delegates[arg.delegate_index].id if 0 <= arg.delegate_index < len(plan.delegates) else "delegate",
                                  "delegate call", _detail(("instruction", text)), preds, part)
                 elif isinstance(arg, s.KernelCall):

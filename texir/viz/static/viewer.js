@@ -235,7 +235,11 @@
       swatch.className = "swatch";
       swatch.style.background = p.color;
       li.appendChild(swatch);
-      li.appendChild(document.createTextNode(p.tag + " \u2014 " + p.backend + " (" + p.nodes + " ops)"));
+      // a lowered module knows its delegated nodes; a .pte delegate only how often it is called
+      const count = p.nodes !== undefined ? p.nodes : p.calls;
+      const unit = p.nodes !== undefined ? "node" : "call";
+      li.appendChild(document.createTextNode(
+        p.tag + " \u2014 " + p.backend + " (" + count + " " + unit + (count === 1 ? "" : "s") + ")"));
       if (p.graph !== undefined) li.addEventListener("click", () => show(p.graph));
       parts.appendChild(li);
     });
