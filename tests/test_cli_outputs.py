@@ -72,6 +72,22 @@ def test_sigint_in_a_fresh_process_exits_130(tmp_path: Path) -> None:
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "texir lower: interrupted" and "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+    # importing ExecuTorch's XNNPACK partitioner (torchao with it) printed nothing of theirs
+    assert done.stderr.strip().splitlines() == ["texir lower: interrupted"], done.stderr
+
+
+def test_third_party_noise_is_quiet_only_inside_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from texir.cli.main import _QUIET_LOGGERS, _quiet_third_parties
+
+    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
+    before = [logger.level for logger in loggers]
+    with _quiet_third_parties():
+        for logger in loggers:
+            logger.warning("noise")
+    assert capsys.readouterr().err == ""
+    assert [logger.level for logger in loggers] == before  # the user's process keeps its settings
 
 
 @pytest.mark.parametrize("flag", ["--etrecord", "-o", "--snapshot"])
