@@ -164,3 +164,31 @@ def test_etrecord_misuse_is_one_line(argv: list[str], message: str, tmp_path: Pa
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+POOL = """\
+import torch
+
+
+class Pool(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.avg_pool2d(x, 2, ceil_mode=True).relu()
+
+
+def build():
+    return Pool().eval(), (torch.randn(1, 2, 5, 5),)
+"""
+
+
+def test_explain_gives_the_executorch_partitioners_own_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "pool.py").write_text(POOL, encoding="utf-8")
+    assert main(["lower", f"{tmp_path / 'pool.py'}:build", "--partitioner", "xnnpack", "--no-cache",
+                 "--explain", "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert [(d["backend"], len(d["nodes"])) for d in report["delegates"]] == [("XnnpackBackend", 1)]
+    (pool,) = report["undelegated"]
+    assert pool["target"] == "aten::avg_pool2d.default" and pool["reason"] == "not_tagged"
+    assert pool["detail"] == "XnnpackPartitioner: ceil mode is not supported"  # its WhyNoPartition log
+    assert {e["status"] for e in report["explain"]} == {"delegated", "not delegated"}
+    assert "WhyNoPartition" not in captured.err  # collected, not printed

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -12,7 +15,7 @@ from texir.adapters.executorch.deps import require_executorch
 from texir.adapters.executorch.edge_program import graph_modules, to_edge_exported_program
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.targets import canonical_target
-from texir.ir import BackendNodeMeta, CompileSpec, Program
+from texir.ir import BackendNodeMeta, CallFunction, CompileSpec, Program
 from texir.lowering.errors import PartitionerError
 from texir.lowering.plan import DelegationSpec, PartitionPlan, node_key, walk_keyed_graphs
 
@@ -28,6 +31,40 @@ def _json(value: Any) -> str | None:
         return None
 
 
+class _WhyNotCollector(logging.Handler):
+    """Keeps the reasons ExecuTorch partitioners log with `WhyNoPartition` (a DEBUG record whose
+    message has `node` and `reason`), and passes every other record on as the logger would have."""
+
+    def __init__(self, passes_from: int) -> None:
+        super().__init__(logging.DEBUG)
+        self.passes_from = passes_from
+        self.reasons: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        node, reason = getattr(record.msg, "node", None), getattr(record.msg, "reason", None)
+        if node is not None and isinstance(reason, str):  # read now: the object is reused
+            self.reasons.setdefault(str(getattr(node, "name", node)), reason)
+        elif record.levelno >= self.passes_from:
+            logging.getLogger().handle(record)
+
+
+@contextlib.contextmanager
+def _why_not_partitioned() -> Iterator[dict[str, str]]:
+    """While inside, ExecuTorch's loggers collect why-not reasons (node name -> reason)."""
+    logger = logging.getLogger("executorch")
+    collector = _WhyNotCollector(logger.getEffectiveLevel())
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(collector)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        yield collector.reasons
+    finally:
+        logger.removeHandler(collector)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
 class ExecutorchPartitioner:
     """Runs an ExecuTorch partitioner on the edge form of a texir program and returns its tags as
     a texir `PartitionPlan`; the backends it names are registered with texir lowering. Metadata the
@@ -41,9 +78,16 @@ class ExecutorchPartitioner:
             )
         self.partitioner = partitioner
         self.name = type(partitioner).__name__
+        self._why_not: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"executorch_partitioner({self.name})"
+
+    def explain(self, node: CallFunction) -> str | None:
+        """The reason the partitioner logged for leaving `node` out in its last run (ExecuTorch's
+        `WhyNoPartition`), or None when it gave none."""
+        reason = self._why_not.get(node.name)
+        return f"{self.name}: {reason}" if reason else None
 
     def _asked(self, program: Program) -> tuple[torch.export.ExportedProgram, set[Any], Any] | None:
         """`program` as an ExportedProgram and the partitioner's `ops_to_not_decompose` of it: the op
@@ -107,7 +151,9 @@ class ExecutorchPartitioner:
             (path, node.name): set(node.meta) for path, gm in graph_modules(ep.graph_module) for node in gm.graph.nodes
         }
         try:
-            result = self.partitioner.partition(ep)
+            with _why_not_partitioned() as reasons:
+                result = self.partitioner.partition(ep)
+            self._why_not = dict(reasons)
         except Exception as exc:  # any failure of foreign code becomes one typed error
             raise PartitionerError(
                 f"ExecuTorch partitioner {self.name} raised {type(exc).__name__}: {exc}"
