@@ -94,6 +94,25 @@ def test_texir_partitioner_turning_a_node_down_gets_it_decomposed() -> None:
     torch.testing.assert_close(to_exported_program(lowered).module()(*args), model(*args))
 
 
+def test_the_report_says_what_was_turned_down_and_what_stayed_undelegated() -> None:
+    import tests.lowering_helpers  # noqa: F401  # registers texir-test
+    from texir.ir.names import CALL_DELEGATE, GETITEM
+    from texir.lowering import lower_with_edge
+
+    done = lower_with_edge(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None)
+    report = done.report
+    assert report.not_decomposed == (LINEAR,)
+    (turned,) = report.turned_down
+    assert turned.target == LINEAR and "_KeepsLinearButNotDynamicWeights" in turned.partitioner
+    (delegate,) = report.delegates
+    assert delegate.backend == "texir-test" and delegate.module == "lowered_module_0" and not delegate.cache_hit
+    outside = [n for n in done.program.graph.nodes if isinstance(n, CallFunction)
+               and n.target not in (CALL_DELEGATE, GETITEM)]
+    assert [u.node for u in report.undelegated] == [n.name for n in outside] and outside
+    assert all(u.reason == "not_tagged" and "not tagged by the partitioner" in u.detail for u in report.undelegated)
+    assert done.seen == (done.edge,) and done.program == lower(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None)
+
+
 class _Bad(_KeepsLinearButNotDynamicWeights):
     def __init__(self, answer: Any) -> None:
         self.answer = answer
