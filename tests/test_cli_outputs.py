@@ -193,3 +193,29 @@ def test_a_rename_that_fails_undoes_the_others(tmp_path: Path, monkeypatch: pyte
             monkeypatch.setattr(os, "replace", replace)
             outputs.commit()
     assert _files(tmp_path) == {"a.bin": OLD}
+
+
+def test_an_error_after_a_swallowed_ctrl_c_exits_as_interrupted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import contextlib
+    import signal
+
+    import texir.cli.cmd_lower as cmd_lower
+
+    def run(args: object) -> int:
+        with contextlib.suppress(KeyboardInterrupt):  # lands where it is swallowed
+            signal.raise_signal(signal.SIGINT)
+        raise TexirError("a worker process died")  # what --jobs workers killed by the same Ctrl-C give
+
+    monkeypatch.setattr(cmd_lower, "run", run)
+    assert main(["lower", MODEL]) == 130
+    assert capsys.readouterr().err.strip() == "texir lower: interrupted"
+
+    def finishes(args: object) -> int:
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        return 0
+
+    monkeypatch.setattr(cmd_lower, "run", finishes)
+    assert main(["lower", MODEL]) == 130  # not 0: the interrupt was noticed after all

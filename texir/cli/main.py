@@ -86,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise KeyboardInterrupt
             return code
     except TexirError as exc:
+        if interrupts.interrupted():  # e.g. --jobs workers killed by the same Ctrl-C
+            print(f"texir {args.command}: interrupted", file=sys.stderr)
+            return 130
         print(f"texir {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
