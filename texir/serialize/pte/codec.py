@@ -55,6 +55,8 @@ ELEMENT_SIZE: dict[s.ScalarType, int] = {
     s.ScalarType.HALF: 2,
     s.ScalarType.FLOAT: 4,
     s.ScalarType.DOUBLE: 8,
+    s.ScalarType.COMPLEX64: 8,
+    s.ScalarType.COMPLEX128: 16,
     s.ScalarType.BOOL: 1,
     s.ScalarType.QINT8: 1,
     s.ScalarType.QUINT8: 1,

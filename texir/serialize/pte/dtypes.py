@@ -17,6 +17,7 @@ DTYPE_TO_SCALAR_TYPE: dict[DType, ScalarType] = {
     DType.float8_e5m2: ScalarType.FLOAT8E5M2, DType.float8_e4m3fn: ScalarType.FLOAT8E4M3FN,
     DType.float8_e5m2fnuz: ScalarType.FLOAT8E5M2FNUZ, DType.float8_e4m3fnuz: ScalarType.FLOAT8E4M3FNUZ,
     DType.uint16: ScalarType.UINT16, DType.uint32: ScalarType.UINT32, DType.uint64: ScalarType.UINT64,
+    DType.complex64: ScalarType.COMPLEX64, DType.complex128: ScalarType.COMPLEX128,
 }
 
 SCALAR_TYPE_TO_DTYPE: dict[ScalarType, DType] = {v: k for k, v in DTYPE_TO_SCALAR_TYPE.items()}

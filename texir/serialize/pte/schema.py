@@ -92,7 +92,9 @@ class _Table(Struct, frozen=True, kw_only=True):
 
 
 class ScalarType(enum.IntEnum):
-    """See scalar_type.fbs (byte). Values 8-10 and 18-21 are not declared there."""
+    """See scalar_type.fbs (byte). Values 8 and 18-21 are not declared there; 9 and 10 neither,
+    but ExecuTorch's emitter writes them for complex tensors (exir's scalar_type.py) and its
+    portable FFT kernels read them."""
 
     BYTE = 0
     CHAR = 1
@@ -102,6 +104,8 @@ class ScalarType(enum.IntEnum):
     HALF = 5
     FLOAT = 6
     DOUBLE = 7
+    COMPLEX64 = 9
+    COMPLEX128 = 10
     BOOL = 11
     QINT8 = 12
     QUINT8 = 13
