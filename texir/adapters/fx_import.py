@@ -19,6 +19,7 @@ from torch.utils._sympy.numbers import int_oo
 
 from texir._io import gc_paused
 from texir.adapters import delegate_op
+from texir.adapters.core_aten import check_core_aten
 from texir.adapters.decompositions import edge_decomposition_table
 from texir.adapters.local_decompose import decompose_locally
 from texir.adapters.specs import NEG_INF_MIN, dump_spec
@@ -483,11 +484,13 @@ def _symbol_hints(ep: ExportedProgram) -> dict[str, int]:
 
 
 def from_exported_program(
-    ep: ExportedProgram, *, decompose: bool = False, keep: Sequence[str] = ()
+    ep: ExportedProgram, *, decompose: bool = False, keep: Sequence[str] = (), allow_non_core: bool = False
 ) -> ir.Program:
     """Convert an ExportedProgram to a Program. With `decompose`, first decompose it as
     ExecuTorch's edge lowering does (`edge_decomposition_table`: core ATen, plus the ops the
-    ExecuTorch runtime has no kernel for), keeping the ops named in `keep`."""
+    ExecuTorch runtime has no kernel for), keeping the ops named in `keep`; then, unless
+    `allow_non_core`, refuse an op ExecuTorch's `to_edge` refuses (`NonCoreOperatorError` naming
+    the node: `texir.adapters.core_aten`)."""
     if not isinstance(ep, ExportedProgram):
         raise ConversionError(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if decompose:
@@ -502,6 +505,8 @@ def from_exported_program(
                 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
                                         category=FutureWarning)
                 ep = ep.run_decompositions(edge_decomposition_table(keep))
+        if not allow_non_core:
+            check_core_aten(ep, keep)
     with gc_paused(), torch._C.DisableTorchFunctionSubclass():
         # (Reading a FakeTensor's attributes goes through __torch_function__ otherwise: 2x slower.)
         return _convert_from(ep)

@@ -40,6 +40,7 @@ def lower(
     cache: CacheChoice = "default",
     jobs: int = 1,
     order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
 ) -> Program: ...
 
 
@@ -51,6 +52,7 @@ def lower(
     cache: CacheChoice = "default",
     jobs: int = 1,
     order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
 ) -> dict[str, Program]: ...
 
 
@@ -61,6 +63,7 @@ def lower(
     cache: CacheChoice = "default",
     jobs: int = 1,
     order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
 ) -> Program | dict[str, Program]:
     """Lower an ExportedProgram or Program (or a mapping method name -> one) with `partitioners`
     (a sequence for every method, or a mapping method name -> sequence), in order.
@@ -79,14 +82,20 @@ def lower(
     `order` (default "executorch") places nodes as ExecuTorch's to_backend does, so that
     delegate blobs and debug maps are byte-equal to ExecuTorch's; "program" keeps the program's
     order (each delegate call at its partition's place), one graph sort per partition cheaper.
-    Pure: the input is not modified."""
+    An op outside core ATen left after decomposition and not kept by a partitioner is a
+    `NonCoreOperatorError` naming the node, as ExecuTorch's `to_edge` refuses it;
+    `allow_non_core=True` emits it anyway (`texir.adapters.core_aten`: the risk that it fails or
+    aborts at run time). Pure: the input is not modified."""
     check_node_order(order)
     options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
     if isinstance(program, Mapping):
-        return {name: done.program for name, done in _lower_methods(program, partitioners, options, order).items()}
+        return {
+            name: done.program
+            for name, done in _lower_methods(program, partitioners, options, order, allow_non_core).items()
+        }
     if isinstance(partitioners, Mapping):
         raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
-    return _lower_one("forward", program, tuple(partitioners), options, order).program
+    return _lower_one("forward", program, tuple(partitioners), options, order, allow_non_core).program
 
 
 @overload
@@ -97,6 +106,7 @@ def lower_with_edge(
     cache: CacheChoice = "default",
     jobs: int = 1,
     order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
 ) -> Lowered: ...
 
 
@@ -108,6 +118,7 @@ def lower_with_edge(
     cache: CacheChoice = "default",
     jobs: int = 1,
     order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
 ) -> dict[str, Lowered]: ...
 
 
@@ -118,6 +129,7 @@ def lower_with_edge(
     cache: CacheChoice = "default",
     jobs: int = 1,
     order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
 ) -> Lowered | dict[str, Lowered]:
     """`lower`, with what it did (per method for a mapping): a `texir.lowering.report.Lowered`
     holding the lowered `program`, the `edge` program it partitioned (decomposed, with the to_edge
@@ -129,10 +141,10 @@ def lower_with_edge(
     check_node_order(order)
     options = PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
     if isinstance(program, Mapping):
-        return _lower_methods(program, partitioners, options, order)
+        return _lower_methods(program, partitioners, options, order, allow_non_core)
     if isinstance(partitioners, Mapping):
         raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
-    return _lower_one("forward", program, tuple(partitioners), options, order)
+    return _lower_one("forward", program, tuple(partitioners), options, order, allow_non_core)
 
 
 def _lower_methods(
@@ -140,17 +152,23 @@ def _lower_methods(
     partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
     options: PreprocessOptions,
     order: NodeOrder,
+    allow_non_core: bool,
 ) -> dict[str, Lowered]:
     if isinstance(partitioners, Mapping):
         unknown = sorted(set(partitioners) - set(program))
         if unknown:
             raise PartitionerError(f"partitioners given for methods {unknown} that are not among {sorted(program)}")
-        return {name: _lower_one(name, p, tuple(partitioners.get(name, ())), options, order) for name, p in program.items()}
-    return {name: _lower_one(name, p, tuple(partitioners), options, order) for name, p in program.items()}
+        return {name: _lower_one(name, p, tuple(partitioners.get(name, ())), options, order, allow_non_core) for name, p in program.items()}
+    return {name: _lower_one(name, p, tuple(partitioners), options, order, allow_non_core) for name, p in program.items()}
 
 
 def _lower_one(
-    method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions, order: NodeOrder
+    method: str,
+    source: Source,
+    partitioners: tuple[Partitioner, ...],
+    options: PreprocessOptions,
+    order: NodeOrder,
+    allow_non_core: bool,
 ) -> Lowered:
     # Imported here: the adapters pull in torch, and `texir --help` stays torch-free.
     from texir.adapters.tensors import digest_memo
@@ -158,11 +176,16 @@ def _lower_one(
     # The program is converted twice (for ops_to_not_decompose, then decomposed), over the same
     # weights: each weight is hashed once.
     with digest_memo():
-        return _lower_one_memo(method, source, partitioners, options, order)
+        return _lower_one_memo(method, source, partitioners, options, order, allow_non_core)
 
 
 def _lower_one_memo(
-    method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions, order: NodeOrder
+    method: str,
+    source: Source,
+    partitioners: tuple[Partitioner, ...],
+    options: PreprocessOptions,
+    order: NodeOrder,
+    allow_non_core: bool,
 ) -> Lowered:
     from torch.export import ExportedProgram
 
@@ -209,7 +232,7 @@ def _lower_one_memo(
         for name in names:
             keep.setdefault(name, repr(partitioner))
     # the key of a reused decomposition is the program itself, not the renamed one shown above
-    program = _decomposed(ep, source if isinstance(source, Program) else None, sorted(keep), options.cache)
+    program = _decomposed(ep, source if isinstance(source, Program) else None, sorted(keep), options.cache, allow_non_core)
     program, turned_down = _decompose_turned_down(method, program, partitioners, keep)
     for edge_pass in TO_EDGE_PASSES:
         program = edge_pass(program)
@@ -230,7 +253,8 @@ def _lower_one_memo(
 
 
 def _decomposed(
-    ep: ExportedProgram | None, aten: Program | None, keep: list[str], cache: PreprocessCache | None
+    ep: ExportedProgram | None, aten: Program | None, keep: list[str], cache: PreprocessCache | None,
+    allow_non_core: bool = False,
 ) -> Program:
     """The program decomposed keeping `keep`; with a cache, the decomposition of a program of the
     same structure (weights aside) is reused (`texir.lowering.decompose_memo`)."""
@@ -249,8 +273,9 @@ def _decomposed(
         if aten is None:  # pragma: no cover - _lower_one_memo sets one of the two
             raise PartitionerError("internal error: nothing to decompose; please report")
         ep = to_exported_program(aten)
-    program = from_exported_program(ep, decompose=True, keep=keep)
-    if cache is not None and key is not None and aten is not None:
+    program = from_exported_program(ep, decompose=True, keep=keep, allow_non_core=allow_non_core)
+    if cache is not None and key is not None and aten is not None and not allow_non_core:
+        # (only programs that passed the core-ATen check are reused, so a reuse needs no check)
         template = template_of(program, aten)
         if template is not None:
             cache.store_decomposition(key, template)
