@@ -11,11 +11,17 @@ given a `getitem`, used or not; the decomposed node's stack, module path and ori
 The program converted to texir's IR equals the retraced one: tests/test_local_decompose.py checks
 it on every zoo model where this applies, against torch's own result.
 
+Where the retrace and a direct run would part, this follows the retrace: a functional composite op
+the table does not name (`upsample_nearest2d.vec`) is kept whole, as export keeps it, not run
+through its composite kernel; an `alias` a decomposition makes of an earlier value (`t` of a 1-D
+tensor, `detach`) stays a node, and only one of a tensor the same decomposition made disappears.
+
 Anything it cannot do that way answers None (saying why) and the caller retraces: a mutated input
-or buffer, an in-place op on a value something else reads or on a view, nested graphs, dynamic
-shapes, tensor-subclass weights, tensor constants made inside a decomposition, ops whose result
-functionalization rewrites (`alias` from factory decompositions, `lift_fresh_copy`), ops returning
-neither tensors nor nothing."""
+or buffer, an in-place op on a value something else reads or on a view, in-place ops that
+functionalization rewrites specially (`resize_`), nested graphs, dynamic shapes, tensor-subclass
+weights, tensor constants made inside a decomposition, `lift_fresh_copy` inside a decomposition,
+ops returning neither tensors nor nothing. tests/test_opinfo_differential.py checks the result
+against ExecuTorch's `to_edge` over torch's operator database."""
 
 from __future__ import annotations
 
@@ -49,6 +55,10 @@ _LIFT_FRESH_COPY = torch.ops.aten.lift_fresh_copy.default
 _FUNCTIONALIZED = frozenset({_ALIAS, torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default})
 """Ops the retrace's functionalization drops or rewrites depending on where they come from."""
 
+_SPECIAL_FUNCTIONALIZATION = frozenset({"resize_", "resize_as_", "set_", "_resize_output_"})
+"""In-place ops functionalization does not replace by their functional twins (`resize_` becomes
+`as_strided` there, not `resize`, which ExecuTorch's runtime has no kernel for)."""
+
 _INPUT_ORDER = {"PARAMETER": 0, "CONSTANT_TENSOR": 1, "BUFFER": 2, "USER_INPUT": 3}
 """The inputs this handles, in the order the retrace lifts them."""
 
@@ -65,11 +75,13 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.table = table
         self.kept = kept
         self.kept_cache: dict[OpOverload, bool] = {}
+        self.preserved_cache: dict[OpOverload, bool] = {}
         self.fake_mode = fake_mode
         self.graph = torch.fx.Graph()
         self.nodes: dict[int, torch.fx.Node] = {}  # id(fake tensor) -> the node it is the value of
         self.alive: list[Any] = []  # keeps those tensors alive, so their ids stay theirs
         self.source: torch.fx.Node | None = None
+        self.fresh: set[int] = set()  # ids of the tensors the current node's decomposition made
         self.inputs: dict[torch.fx.Node, Any] = {}  # weights' values without autograd state
 
     def bind(self, value: Any, node: torch.fx.Node) -> None:
@@ -87,7 +99,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         kwargs = kwargs or {}
         if func is torch.ops.prim.device.default:
             return func(*args, **kwargs)
-        if not self.keeps(func):
+        if not self.keeps(func) and not self.preserved(func):
             decomposition = self.table.get(func)
             if decomposition is not None:
                 with self:
@@ -99,6 +111,15 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
                     return out
         return self.record(func, args, kwargs)
 
+    def preserved(self, func: OpOverload) -> bool:
+        """A functional composite op the table does not name: the retrace keeps it whole
+        (`upsample_nearest2d.vec`), wherever it is called; running its composite kernel here would
+        not."""
+        found = self.preserved_cache.get(func)
+        if found is None:
+            found = self.preserved_cache[func] = func not in self.table and _preservable_composite(func)
+        return found
+
     def keeps(self, func: OpOverload) -> bool:
         found = self.kept_cache.get(func)
         if found is None:
@@ -107,17 +128,19 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
 
     def record(self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False) -> Any:
         """A node for `func`; `whole` when it is the program's own node, not one of a decomposition."""
-        if func is _ALIAS and not whole:
-            # A decomposition's alias (factories' new_ones and zeros_like, detach) leaves no node
-            # after the retrace's functionalization: the value is the aliased tensor's. (Nothing
-            # here mutates, so sharing the node is exact.)
+        if func is _ALIAS and not whole and id(args[0]) in self.fresh:
+            # An alias of a tensor the same decomposition made (factories' new_ones, zeros_like)
+            # leaves no node after the retrace's functionalization: the value is the aliased
+            # tensor's. (Nothing here mutates, so sharing the node is exact.) An alias of an
+            # earlier value (`t` of a 1-D tensor, detach, alias_copy) stays a node, as there.
             with self.fake_mode, torch.no_grad():
                 val = func(*args)
             self.bind(val, self.node_of(args[0]))
+            self.fresh.add(id(val))  # (an alias of it is dropped too)
             return val
         if func is _LIFT_FRESH_COPY and whole:  # a tensor constant's copy: the retrace gives clone
             func = torch.ops.aten.clone.default
-        if func._schema.is_mutable or (func in _FUNCTIONALIZED and not whole):
+        if func._schema.is_mutable or (func in _FUNCTIONALIZED and func is not _ALIAS and not whole):
             raise _Retrace(f"{func} mutates, or is one functionalization rewrites")
         node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, self.node_of, (args, kwargs))
         node = self.graph.create_node(
@@ -129,11 +152,13 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.annotate(node, val)
         if isinstance(val, torch.Tensor):
             self.bind(val, node)
+            self.fresh.add(id(val))
         elif isinstance(val, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in val):
             for i, item in enumerate(val):  # tracing gives every result its getitem
                 got = self.graph.create_node("call_function", operator.getitem, (node, i), {}, name="getitem")
                 self.annotate(got, item)
                 self.bind(item, got)
+                self.fresh.add(id(item))
         elif val is not None or func._schema.returns:
             raise _Retrace(f"{func} returns {type(val).__name__}")
         return val
@@ -149,6 +174,12 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         node.meta["from_node"] = [NodeSource(source, "texir.local_decompose", NodeSourceAction.CREATE)]
         if val is not None:  # an assertion has no value, and no entry
             node.meta["val"] = val
+
+
+def _preservable_composite(func: OpOverload) -> bool:
+    from torch._export.utils import _is_preservable_cia_op
+
+    return bool(_is_preservable_cia_op(func))
 
 
 def _functional(node: torch.fx.Node) -> OpOverload | None:
@@ -186,6 +217,8 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
     ):
         # (A composite in-place op, like dropout_, is decomposed as it is: in eval mode it is the
         # identity, and anything it mutates reaches the recorder, which refuses it.)
+        if target.overloadpacket.__name__ in _SPECIAL_FUNCTIONALIZATION:
+            raise _Retrace(f"{target} is functionalized specially (not as its functional twin)")
         twin = _functional(node)
         if twin is None:
             raise _Retrace(f"{target} mutates a value something else can see")
@@ -198,7 +231,7 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         return rec.inputs.get(got, got.meta["val"])
 
     args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
-    if rec.keeps(target) or target in (_ALIAS, _LIFT_FRESH_COPY):
+    if rec.keeps(target) or rec.preserved(target) or target in (_ALIAS, _LIFT_FRESH_COPY):
         val = rec.record(target, args, kwargs, whole=True)  # kept whole (an alias or constant copy: the program's own)
     else:
         decomposition = rec.table.get(target)
@@ -274,6 +307,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str]) -> ExportedProgram:
         for node in graph.nodes:
             if node.op == "call_function":
                 rec.source = node
+                rec.fresh.clear()
                 env[node] = _decompose_node(rec, node, env)
     except Exception as exc:  # noqa: BLE001 - anything unforeseen goes to the retrace, which answers for it
         where = rec.source.name if rec.source is not None else "?"
