@@ -55,6 +55,7 @@ SAME_AS_RETRACE = {
     # ...while an alias of a value the same decomposition made still leaves none
     "block_diag": (lambda a, b: torch.block_diag(a, b), (1, 5), (2, 5)),
     "new_ones": (lambda x: x.new_ones(3) + x, (3,)),
+    "detach_in_place": (lambda x: x.clone().detach_() * 2, (3,)),  # (transformers' GPT-2 and BERT)
 }
 
 

@@ -120,6 +120,10 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             found = self.preserved_cache[func] = func not in self.table and _preservable_composite(func)
         return found
 
+    def in_place_source(self) -> bool:
+        target = self.source.target if self.source is not None else None
+        return isinstance(target, OpOverload) and target._schema.is_mutable
+
     def keeps(self, func: OpOverload) -> bool:
         found = self.kept_cache.get(func)
         if found is None:
@@ -128,11 +132,12 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
 
     def record(self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False) -> Any:
         """A node for `func`; `whole` when it is the program's own node, not one of a decomposition."""
-        if func is _ALIAS and not whole and id(args[0]) in self.fresh:
-            # An alias of a tensor the same decomposition made (factories' new_ones, zeros_like)
-            # leaves no node after the retrace's functionalization: the value is the aliased
-            # tensor's. (Nothing here mutates, so sharing the node is exact.) An alias of an
-            # earlier value (`t` of a 1-D tensor, detach, alias_copy) stays a node, as there.
+        if func is _ALIAS and not whole and (id(args[0]) in self.fresh or self.in_place_source()):
+            # An alias of a tensor the same decomposition made (factories' new_ones, zeros_like),
+            # or one an in-place op's decomposition makes (detach_), leaves no node after the
+            # retrace's functionalization: the value is the aliased tensor's. (Nothing here
+            # mutates, so sharing the node is exact.) An alias of an earlier value (`t` of a 1-D
+            # tensor, detach, alias_copy) stays a node, as there.
             with self.fake_mode, torch.no_grad():
                 val = func(*args)
             self.bind(val, self.node_of(args[0]))
