@@ -39,7 +39,8 @@ def test_undelegated_programs_map_every_instruction_like_executorch(model: ZooMo
     from executorch.exir import EdgeCompileConfig, to_edge
 
     theirs = to_edge(_export(model)[0], compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch()
-    ours = emit_with_debug(from_exported_program(_export(model)[0], decompose=True))
+    # (both without the core-ATen check: norms' var_mean is outside core ATen)
+    ours = emit_with_debug(from_exported_program(_export(model)[0], decompose=True, allow_non_core=True))
     assert _maps(ours) == _maps(theirs)
     assert ours.debug_handle_map()["forward"]  # every model runs at least one handled instruction
 

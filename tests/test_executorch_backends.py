@@ -41,9 +41,10 @@ EXECUTORCH_FAILS: dict[str, Failure] = {
         "ExecuTorch's to_edge retraces the training-mode batch norm's in-place stats update on parameters "
         "that require grad; texir converts the exported graph without retracing"),
     "norms": Failure(
-        r"aten\.var_mean\.correction is not in Core ATen opset", None,
-        "ExecuTorch's verifier rejects var_mean, which the XNNPACK partitioner asked to keep undecomposed "
-        "and then did not take; texir decomposes what no partitioner took"),
+        r"aten\.var_mean\.correction is not in Core ATen opset",
+        r"NonCoreOperatorError.*node 'var_mean': aten::var_mean\.correction is not a core ATen operator",
+        "var_mean is outside core ATen and no decomposition removes it: ExecuTorch's verifier rejects it, "
+        "and texir refuses it too, naming the node (allow_non_core=True emits it)"),
     "cond_closure_nested": Failure(
         r"aten_linear_default", r"KeptOpNotDelegatedError.*true_graph_0/true_graph_0/aten_linear_default",
         "linear inside a cond branch is kept undecomposed for XNNPACK but the partitioner does not enter "
