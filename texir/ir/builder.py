@@ -56,7 +56,8 @@ class GraphBuilder:
         self._handles.append(handle)
         self._ancestors.append(ancestor)
         self._fn_names.append(None if fn is None else fn[0])
-        if prov.stack_trace is None and not prov.nn_module_stack and not prov.source_fn_stack and fn is None:
+        if prov.stack_trace is None and not prov.nn_module_stack and not prov.source_fn_stack and fn is None \
+                and prov.custom is None:
             self._locs.append(None)
             # An empty Provenance records nothing: the graph keeps no table for it alone.
             if handle is not None or ancestor is not None:
@@ -67,6 +68,7 @@ class GraphBuilder:
                 nn_module_stack=prov.nn_module_stack,
                 source_fn_stack=prov.source_fn_stack,
                 torch_fn_type=None if fn is None else fn[1],
+                custom=prov.custom,
             )
             self._locs.append(self._locations.setdefault(where, len(self._locations)))
             self._any_prov = True

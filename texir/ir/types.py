@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 # Bump on any schema change by the rules in tests/test_schema_version.py.
-SCHEMA_VERSION: tuple[int, int] = (2, 1)
+SCHEMA_VERSION: tuple[int, int] = (2, 2)
 
 
 # gc=False: IR objects are immutable and built bottom-up, so they can never form reference cycles;
@@ -209,6 +209,9 @@ class Provenance(_Frozen, frozen=True, kw_only=True):
     source_fn_stack: tuple[SourceFn, ...] = ()
     torch_fn: tuple[str, str] | None = None
     """(call name, function type), e.g. ``("add_25", "method_descriptor.add")``."""
+    custom: str | None = None
+    """FX ``meta["custom"]`` as JSON text (torch.export keeps it through retraces and serializes it so):
+    what quantizers record for partitioners, e.g. Arm's ``_arm_annotation_info``."""
 
 
 class Location(_Frozen, frozen=True, kw_only=True):
@@ -219,6 +222,8 @@ class Location(_Frozen, frozen=True, kw_only=True):
     source_fn_stack: tuple[SourceFn, ...] = ()
     torch_fn_type: str | None = None
     """Second half of `Provenance.torch_fn`; the first half (unique per call) is a column."""
+    custom: str | None = None
+    """`Provenance.custom`: FX ``meta["custom"]`` as JSON text."""
 
 
 class ProvenanceTable(_Frozen, frozen=True, kw_only=True):
@@ -383,6 +388,7 @@ class Graph(_Frozen, frozen=True, kw_only=True):
             nn_module_stack=where.nn_module_stack,
             source_fn_stack=where.source_fn_stack,
             torch_fn=None if name is None or where.torch_fn_type is None else (name, where.torch_fn_type),
+            custom=where.custom,
         )
 
     def debug_handles(self) -> tuple[int | None, ...]:
