@@ -15,6 +15,7 @@ from torch._ops import OpOverload, OpOverloadPacket
 
 from texir.adapters.targets import canonical_target, resolve_target
 from texir.errors import UnsupportedError
+from texir.ir import CallFunction, Program
 
 __all__ = [
     "EXTRA_EDGE_DECOMPOSITIONS",
@@ -24,8 +25,10 @@ __all__ = [
     "functional_names",
     "functional_overload",
     "functionalize",
+    "functionally_decomposed_ops",
     "graph_modules",
     "has_subclass_state",
+    "must_decompose_functionally",
 ]
 
 EXTRA_EDGE_DECOMPOSITIONS: tuple[str, ...] = ("aten::linalg_vector_norm.default",)
@@ -60,6 +63,40 @@ def edge_decomposition_table(keep: Iterable[str] = ()) -> dict[OpOverload | OpOv
     for name in keep:
         table.pop(_op(name), None)
     return table
+
+
+def must_decompose_functionally(op: Any) -> bool:
+    """Whether `ep.run_decompositions({})` decomposes `op`: a CompositeImplicitAutograd op that torch
+    will not preserve (it may alias or mutate, like batch_norm, or is a metadata function); every
+    other op it keeps."""
+    from torch._export.utils import _is_preservable_cia_op
+
+    if not isinstance(op, OpOverload) or op.namespace != "aten":
+        return False
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):  # type: ignore[no-untyped-call]  # OpOverload.name is untyped
+        return False
+    return not _is_preservable_cia_op(op)
+
+
+def functionally_decomposed_ops(program: Program) -> list[str]:
+    """The ops of `program` (a texir Program, nested graphs included) that `run_decompositions({})`
+    decomposes (`must_decompose_functionally`), by canonical name, sorted."""
+    found: set[str] = set()
+    pending = [program.graph]
+    while pending:
+        graph = pending.pop()
+        pending.extend(s.graph for s in graph.subgraphs)
+        for node in graph.nodes:
+            if not isinstance(node, CallFunction) or node.target in found:
+                continue
+            target = node.target
+            try:
+                op = resolve_target(target)
+            except UnsupportedError:
+                continue
+            if must_decompose_functionally(op):
+                found.add(target)
+    return sorted(found)
 
 
 def functional_overload(op: OpOverload) -> OpOverload | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -243,6 +244,8 @@ class _ToFx:
             meta["source_fn_stack"] = [(s.name, s.target) for s in prov.source_fn_stack]
         if prov.torch_fn is not None:
             meta["torch_fn"] = prov.torch_fn
+        if prov.custom is not None:
+            meta["custom"] = json.loads(prov.custom)
         if prov.debug_handle is not None:
             meta["debug_handle"] = prov.debug_handle
         if prov.ancestor is not None:

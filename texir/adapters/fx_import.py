@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -40,7 +41,11 @@ from texir.ir import types as ir
 from texir.ir.builder import GraphBuilder
 from texir.ir.literals import literal_arg
 
-__all__ = ["from_exported_program"]
+__all__ = ["CustomMetaError", "from_exported_program"]
+
+
+class CustomMetaError(ConversionError):
+    """A node's ``meta["custom"]`` holds a value that is not JSON data."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -220,7 +225,10 @@ class _FromFx:
             sources = tuple(ir.SourceFn(name=s[0], target=_str_of(s[1])) for s in source_fn)
         torch_fn = meta.get("torch_fn")
         stack_trace = meta.get("stack_trace")
-        if handle is None and not frames and not sources and torch_fn is None and stack_trace is None:
+        custom = meta.get("custom")
+        custom_text = None if custom is None else _custom_json(custom, node)
+        if handle is None and not frames and not sources and torch_fn is None and stack_trace is None \
+                and custom_text is None:
             return None
         return ir.Provenance(
             debug_handle=handle[0] if handle else None,
@@ -229,6 +237,7 @@ class _FromFx:
             nn_module_stack=frames,
             source_fn_stack=sources,
             torch_fn=(str(torch_fn[0]), str(torch_fn[1])) if torch_fn else None,
+            custom=custom_text,
         )
 
     # -- arguments ---------------------------------------------------------------------------
@@ -337,6 +346,29 @@ class _FromFx:
                 "(tensors must be lifted: use torch.export.export, not a traced GraphModule)"
             )
         return ir.GetAttr(name=node.name, target=target), meta
+
+
+_TORCH_MARKERS = "_torchdynamo_disable"
+"""Keys torch's own retrace writes into a node's `meta["custom"]` (the dict is shared along a
+decomposition) when it runs dynamo-disabled helpers, depending on what the process ran before: noise,
+dropped so that the IR does not depend on process history."""
+
+
+def _custom_json(value: Any, node: torch.fx.Node) -> str | None:
+    """`node.meta["custom"]` as JSON text, as torch.export's serializer writes it (json.dumps: a dict
+    subclass such as Arm's ArmAnnotationInfo is written as the mapping it is); None when empty."""
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if not (isinstance(k, str) and k.startswith(_TORCH_MARKERS))}
+        if not value:
+            return None
+    try:
+        return json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError) as exc:
+        raise CustomMetaError(
+            f"node {node.name!r} ({node.op} {node.target}): meta['custom'] is not JSON data ({exc}); texir "
+            "carries it as JSON, as torch.export's serializer does: store only dicts, lists, strings, numbers, "
+            "booleans and None there"
+        ) from None
 
 
 def _unsupported_target_message(node: torch.fx.Node) -> str:

@@ -26,6 +26,7 @@ against ExecuTorch's `to_edge` over torch's operator database."""
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -38,12 +39,17 @@ from torch.export.graph_signature import ExportGraphSignature, OutputKind, Outpu
 from torch.fx.traceback import NodeSource, NodeSourceAction
 from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_decomposed
 
-from texir.adapters.decompositions import edge_decomposition_table, functional_overload, has_subclass_state
+from texir.adapters.decompositions import (
+    edge_decomposition_table,
+    functional_overload,
+    has_subclass_state,
+    must_decompose_functionally,
+)
 from texir.adapters.targets import canonical_target
 
-__all__ = ["decompose_locally"]
+__all__ = ["decompose_locally", "functional_program"]
 
-_COPIED_META = ("stack_trace", "nn_module_stack", "torch_fn", "source_fn_stack")
+_COPIED_META = ("stack_trace", "nn_module_stack", "torch_fn", "source_fn_stack", "custom")
 """What texir's IR reads of a node's metadata besides its value and origin (`from_node`); the
 retrace copies these from the node it decomposes onto every node it creates for it."""
 
@@ -70,10 +76,13 @@ class _Retrace(Exception):
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
     """Records the ATen ops a decomposition calls as nodes of `graph`, values as fake tensors."""
 
-    def __init__(self, table: Mapping[Any, Callable[..., Any]], kept: set[str], fake_mode: Any) -> None:
+    def __init__(
+        self, table: Mapping[Any, Callable[..., Any]], kept: set[str], fake_mode: Any, *, functional_only: bool = False
+    ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
         self.table = table
         self.kept = kept
+        self.functional_only = functional_only
         self.kept_cache: dict[OpOverload, bool] = {}
         self.preserved_cache: dict[OpOverload, bool] = {}
         self.fake_mode = fake_mode
@@ -127,7 +136,11 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
     def keeps(self, func: OpOverload) -> bool:
         found = self.kept_cache.get(func)
         if found is None:
-            found = self.kept_cache[func] = canonical_target(func) in self.kept
+            if self.functional_only:  # run_decompositions({}): torch keeps every CIA op it may preserve
+                found = not must_decompose_functionally(func)
+            else:
+                found = canonical_target(func) in self.kept
+            self.kept_cache[func] = found
         return found
 
     def record(self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False) -> Any:
@@ -252,20 +265,22 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
 
 
 def decompose_locally(
-    ep: ExportedProgram, keep: Sequence[str] = (), *, why: list[str] | None = None
+    ep: ExportedProgram, keep: Sequence[str] = (), *, why: list[str] | None = None, functional_only: bool = False
 ) -> ExportedProgram | None:
     """`ep` decomposed for the edge (`edge_decomposition_table`, keeping the ops named in `keep`)
     without torch's retrace, or None when it needs one (see the module docstring); then `why`, if
-    given, receives the reason."""
+    given, receives the reason. With `functional_only`, decomposed as `ep.run_decompositions({})`
+    decomposes it instead (what ExecuTorch shows partitioners' `ops_to_not_decompose`): only the
+    composite ops torch will not preserve, in-place ops made functional."""
     try:
-        return _rewrite(ep, set(keep))
+        return _rewrite(ep, set(keep), functional_only=functional_only)
     except _Retrace as exc:
         if why is not None:
             why.append(str(exc))
         return None
 
 
-def _rewrite(ep: ExportedProgram, kept: set[str]) -> ExportedProgram:
+def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = False) -> ExportedProgram:
     sig = ep.graph_signature
     if ep.range_constraints:
         raise _Retrace("dynamic shapes")
@@ -282,7 +297,8 @@ def _rewrite(ep: ExportedProgram, kept: set[str]) -> ExportedProgram:
     fake_mode = detect_fake_mode([n.meta.get("val") for n in placeholders])
     if fake_mode is None:
         raise _Retrace("no fake values on the inputs")
-    rec = _Recorder(edge_decomposition_table(kept), kept, fake_mode)
+    table = {} if functional_only else edge_decomposition_table(kept)
+    rec = _Recorder(table, kept, fake_mode, functional_only=functional_only)
     env: dict[torch.fx.Node, Any] = {}
     # Inputs take their final names after the calls are named, as export renames the retrace's
     # placeholders at the end.
@@ -347,3 +363,17 @@ def _rewrite(ep: ExportedProgram, kept: set[str]) -> ExportedProgram:
         example_inputs=ep.example_inputs,
         constants=ep.constants,
     )
+
+
+def functional_program(ep: ExportedProgram) -> ExportedProgram:
+    """`ep.run_decompositions({})`, what ExecuTorch shows partitioners' `ops_to_not_decompose`:
+    without the retrace where `decompose_locally(functional_only=True)` can (the same program)."""
+    local = decompose_locally(ep, functional_only=True)
+    if local is not None:
+        return local
+    with warnings.catch_warnings():
+        # torch's own LeafSpec deprecation inside run_decompositions: noise a caller cannot act on
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
+        functional: ExportedProgram = ep.run_decompositions({})
+    return functional

@@ -189,7 +189,13 @@ def _lower_one_memo(
 ) -> Lowered:
     from torch.export import ExportedProgram
 
-    from texir.adapters.decompositions import functional_names, functionalize, has_subclass_state
+    from texir.adapters.decompositions import (
+        functional_names,
+        functionalize,
+        functionally_decomposed_ops,
+        has_subclass_state,
+    )
+    from texir.adapters.local_decompose import functional_program
     from texir.adapters.fx_export import to_exported_program
     from texir.adapters.fx_import import from_exported_program
     from texir.edge import TO_EDGE_PASSES
@@ -206,23 +212,35 @@ def _lower_one_memo(
         )
     if ep is not None and has_subclass_state(ep):
         ep = functionalize(ep)  # torchao's quantized weights unwrapped, as ExecuTorch's first retrace does
+    aten, ep = _transformed_before_decomposition(method, aten, ep, partitioners)
     keep: dict[str, str] = {}
+    shown: Program | None = None
     for partitioner in partitioners:
         if getattr(partitioner, "ops_to_not_decompose", None) is None:
             continue
-        if aten is None:
-            assert ep is not None  # one of the two is set above
-            # Partitioners are asked about the functional program. Renaming in-place ops to their
-            # functional twins gives them that without a retrace (ExecuTorch retraces here); the
-            # decomposition below functionalizes for real.
-            renames = functional_names(ep)
-            if renames is None:
-                ep = functionalize(ep)
-                aten = from_exported_program(ep)
+        if shown is None:
+            # Partitioners are asked about the program as ExecuTorch's run_decompositions({}) leaves
+            # it: functional, the composite ops torch will not preserve (batch_norm) decomposed.
+            # Renaming in-place ops to their functional twins gives the first without a retrace;
+            # the second is a local decomposition, only for programs that have such ops.
+            if aten is None:
+                assert ep is not None  # one of the two is set above
+                renames = functional_names(ep)
+                if renames is None:
+                    ep = functionalize(ep)
+                    aten = shown = from_exported_program(ep)
+                else:
+                    aten = from_exported_program(ep)
+                    shown = _renamed_targets(aten, renames)
             else:
-                aten = _renamed_targets(from_exported_program(ep), renames)
+                shown = aten
+            if functionally_decomposed_ops(shown):
+                ep = functional_program(ep if ep is not None else to_exported_program(aten))
+                aten = shown = from_exported_program(ep)
+            if shown.dialect == "TRAINING":  # what run_decompositions gives back says "ATEN"
+                shown = msgspec.structs.replace(shown, dialect="ATEN")
         try:
-            names = tuple(partitioner.ops_to_not_decompose(aten))  # type: ignore[attr-defined]  # checked above
+            names = tuple(partitioner.ops_to_not_decompose(shown))  # type: ignore[attr-defined]  # checked above
         except TexirError:
             raise
         except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
@@ -232,7 +250,7 @@ def _lower_one_memo(
         for name in names:
             keep.setdefault(name, repr(partitioner))
     # the key of a reused decomposition is the program itself, not the renamed one shown above
-    program = _decomposed(ep, source if isinstance(source, Program) else None, sorted(keep), options.cache, allow_non_core)
+    program = _decomposed(ep, aten if ep is None else None, sorted(keep), options.cache, allow_non_core)
     program, turned_down = _decompose_turned_down(method, program, partitioners, keep)
     for edge_pass in TO_EDGE_PASSES:
         program = edge_pass(program)
@@ -250,6 +268,39 @@ def _lower_one_memo(
         not_decomposed=sorted(keep), turned_down=turned_down,
     )
     return Lowered(program=program, edge=edge, seen=tuple(seen), report=report)
+
+
+def _transformed_before_decomposition(
+    method: str, aten: Program | None, ep: ExportedProgram | None, partitioners: tuple[Partitioner, ...]
+) -> tuple[Program | None, ExportedProgram | None]:
+    """The program after each partitioner's optional `transform_for_pre_decomposition(program)`
+    (ExecuTorch's hook of that name, run before any decomposition), as (Program, None) when one
+    changed it, else as given."""
+    from texir.adapters.fx_import import from_exported_program
+
+    for partitioner in partitioners:
+        hook = getattr(partitioner, "transform_for_pre_decomposition", None)
+        if hook is None:
+            continue
+        current = aten if aten is not None else from_exported_program(ep) if ep is not None else None
+        if current is None:  # pragma: no cover - _lower_one_memo sets one of the two
+            raise PartitionerError("internal error: nothing to transform; please report")
+        try:
+            changed = hook(current)
+        except TexirError:
+            raise
+        except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
+            raise PartitionerError(
+                f"method {method!r}: {partitioner!r}.transform_for_pre_decomposition raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(changed, Program):
+            raise PartitionerError(
+                f"method {method!r}: {partitioner!r}.transform_for_pre_decomposition returned "
+                f"{type(changed).__name__}, not a texir Program"
+            )
+        if changed is not current:
+            aten, ep = changed, None
+    return aten, ep
 
 
 def _decomposed(

@@ -40,21 +40,64 @@ def executorch_edge_target(op: torch._ops.OpOverload) -> Any:
 
 
 def to_edge_exported_program(program: Program) -> ExportedProgram:
-    """`program` (in the to_edge form: texir.lowering.lower gives it) as an ExportedProgram whose
-    call_function targets are ExecuTorch edge operators, with value metadata, module stacks, debug
-    handles and the program's `backend_meta` notes in `node.meta`."""
+    """`program` (in the to_edge form: texir.lowering.lower gives it) as the edge-dialect
+    ExportedProgram ExecuTorch builds (dialect "EDGE", its edge verifier, the kept ops as
+    `preserve_ops`), call_function targets ExecuTorch edge operators, with value metadata, module
+    stacks, debug handles, `meta["custom"]` and the program's `backend_meta` notes in `node.meta`."""
     require_executorch("texir.adapters.executorch.to_edge_exported_program")
     ep = to_exported_program(program)
     notes: dict[str, dict[str, Any]] = {}
     for note in program.backend_meta:
         notes.setdefault(note.node, {})[note.key] = json.loads(note.value)
+    kept: dict[str, torch._ops.OpOverload] = {}
     for _, gm in graph_modules(ep.graph_module):
         for node in gm.graph.nodes:
             if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+                if _kept_from_decomposition(node.target):
+                    kept.setdefault(str(node.target), node.target)
                 node.target = executorch_edge_target(node.target)
         gm.recompile()
     for node in ep.graph_module.graph.nodes:
         found = notes.get(node.name)
         if found:
             node.meta.update(found)
-    return ep
+    return _as_edge_dialect(ep, [kept[k] for k in sorted(kept)])
+
+
+def _kept_from_decomposition(op: torch._ops.OpOverload) -> bool:
+    """An ATen op that the edge decomposition leaves only when a partitioner asks to keep it (not
+    core ATen, not a view-copy); ExecuTorch's verifier then needs it in `preserve_ops`."""
+    if op.namespace != "aten" or op.is_view:
+        return False
+    return torch.Tag.core not in op.tags and torch.Tag.view_copy not in op.tags
+
+
+def _as_edge_dialect(ep: ExportedProgram, preserve_ops: list[torch._ops.OpOverload]) -> ExportedProgram:
+    """`ep` rebuilt as ExecuTorch's `_generate_edge_program` builds the edge program partitioners
+    and backends are shown: with `EXIREdgeDialectVerifier(class_only=True, preserve_ops=...)`,
+    so `ep.dialect == "EDGE"` and `ep.validate()` checks what ExecuTorch's checks (Arm's TOSA
+    backend calls it). Building it validates it, as in ExecuTorch."""
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
+
+    verifier = EXIREdgeDialectVerifier(
+        edge_compile_config=EdgeCompileConfig(), class_only=True, preserve_ops=preserve_ops
+    )
+    gm = ep.graph_module
+    try:
+        return ExportedProgram(
+            root=gm,
+            graph=gm.graph,
+            graph_signature=ep.graph_signature,
+            state_dict=ep.state_dict,
+            range_constraints=ep.range_constraints,
+            module_call_graph=ep.module_call_graph,
+            example_inputs=ep.example_inputs,
+            constants=ep.constants,
+            verifiers=[verifier],
+        )
+    except Exception as exc:  # ExecuTorch's SpecViolationError and friends: one typed error
+        raise UnsupportedError(
+            f"the program is not valid edge dialect for ExecuTorch's verifier ({type(exc).__name__}: {exc}); "
+            "lower it with texir.lowering.lower, which decomposes it as ExecuTorch's to_edge does"
+        ) from exc

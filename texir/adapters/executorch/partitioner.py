@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -79,6 +79,11 @@ class ExecutorchPartitioner:
         self.partitioner = partitioner
         self.name = type(partitioner).__name__
         self._why_not: dict[str, str] = {}
+        self.transform_for_pre_decomposition: Callable[[Program], Program] | None = None
+        """ExecuTorch's `transform_for_pre_decomposition` hook on texir programs, when the partitioner
+        overrides it (`lower` runs it before any decomposition, as ExecuTorch does); else None."""
+        if _overrides_pre_decomposition(partitioner):
+            self.transform_for_pre_decomposition = self._pre_decomposition
 
     def __repr__(self) -> str:
         return f"executorch_partitioner({self.name})"
@@ -88,6 +93,26 @@ class ExecutorchPartitioner:
         `WhyNoPartition`), or None when it gave none."""
         reason = self._why_not.get(node.name)
         return f"{self.name}: {reason}" if reason else None
+
+    def _pre_decomposition(self, program: Program) -> Program:
+        """`program` after the partitioner's `transform_for_pre_decomposition` (on its ATen
+        ExportedProgram); `program` itself when the hook left it as it was."""
+        from texir.adapters.fx_import import from_exported_program
+
+        ep = to_exported_program(program)
+        try:
+            out = self.partitioner.transform_for_pre_decomposition(ep)
+        except Exception as exc:  # any failure of foreign code becomes one typed error
+            raise PartitionerError(
+                f"ExecuTorch partitioner {self.name}.transform_for_pre_decomposition raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(out, torch.export.ExportedProgram):
+            raise PartitionerError(
+                f"ExecuTorch partitioner {self.name}.transform_for_pre_decomposition returned "
+                f"{type(out).__name__}, not an ExportedProgram"
+            )
+        changed = from_exported_program(out)
+        return program if changed == program else changed
 
     def _asked(self, program: Program) -> tuple[torch.export.ExportedProgram, set[Any], Any] | None:
         """`program` as an ExportedProgram and the partitioner's `ops_to_not_decompose` of it: the op
@@ -212,6 +237,16 @@ class ExecutorchPartitioner:
         used_tags = set(tags.values())
         used = [(tag, spec) for tag, spec in specs.items() if tag in used_tags]
         return PartitionPlan.build(tags, used, backend_meta=notes)
+
+
+def _overrides_pre_decomposition(partitioner: Any) -> bool:
+    try:
+        from executorch.exir.backend.partitioner import Partitioner
+    except ImportError:
+        return False
+    base = getattr(Partitioner, "transform_for_pre_decomposition", None)
+    own = getattr(type(partitioner), "transform_for_pre_decomposition", None)
+    return own is not None and own is not base
 
 
 def executorch_partitioner(partitioner: Any) -> ExecutorchPartitioner:
