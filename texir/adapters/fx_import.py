@@ -225,8 +225,7 @@ class _FromFx:
             sources = tuple(ir.SourceFn(name=s[0], target=_str_of(s[1])) for s in source_fn)
         torch_fn = meta.get("torch_fn")
         stack_trace = meta.get("stack_trace")
-        custom = meta.get("custom")
-        custom_text = None if custom is None else _custom_json(custom, node)
+        custom_text = None if (custom := meta.get("custom")) is None else _custom_json(custom, node)
         if handle is None and not frames and not sources and torch_fn is None and stack_trace is None \
                 and custom_text is None:
             return None
@@ -349,14 +348,11 @@ class _FromFx:
 
 
 _TORCH_MARKERS = "_torchdynamo_disable"
-"""Keys torch's own retrace writes into a node's `meta["custom"]` (the dict is shared along a
-decomposition) when it runs dynamo-disabled helpers, depending on what the process ran before: noise,
-dropped so that the IR does not depend on process history."""
+"""Keys torch's retrace adds to `meta["custom"]` depending on what the process ran before: dropped."""
 
 
 def _custom_json(value: Any, node: torch.fx.Node) -> str | None:
-    """`node.meta["custom"]` as JSON text, as torch.export's serializer writes it (json.dumps: a dict
-    subclass such as Arm's ArmAnnotationInfo is written as the mapping it is); None when empty."""
+    """`meta["custom"]` as JSON text, as torch.export serializes it (json.dumps; None when empty)."""
     if isinstance(value, dict):
         value = {k: v for k, v in value.items() if not (isinstance(k, str) and k.startswith(_TORCH_MARKERS))}
         if not value:

@@ -210,8 +210,7 @@ class Provenance(_Frozen, frozen=True, kw_only=True):
     torch_fn: tuple[str, str] | None = None
     """(call name, function type), e.g. ``("add_25", "method_descriptor.add")``."""
     custom: str | None = None
-    """FX ``meta["custom"]`` as JSON text (torch.export keeps it through retraces and serializes it so):
-    what quantizers record for partitioners, e.g. Arm's ``_arm_annotation_info``."""
+    """FX ``meta["custom"]`` as JSON text, as torch.export serializes it (e.g. Arm's quantizer notes)."""
 
 
 class Location(_Frozen, frozen=True, kw_only=True):
@@ -222,8 +221,7 @@ class Location(_Frozen, frozen=True, kw_only=True):
     source_fn_stack: tuple[SourceFn, ...] = ()
     torch_fn_type: str | None = None
     """Second half of `Provenance.torch_fn`; the first half (unique per call) is a column."""
-    custom: str | None = None
-    """`Provenance.custom`: FX ``meta["custom"]`` as JSON text."""
+    custom: str | None = None  # `Provenance.custom`
 
 
 class ProvenanceTable(_Frozen, frozen=True, kw_only=True):
