@@ -82,6 +82,7 @@ PROVENANCES = st.one_of(st.none(), st.builds(
     stack_trace=st.one_of(st.none(), TEXT), torch_fn=_FN,
     nn_module_stack=st.lists(st.builds(ModuleFrame, key=IDENT, path=IDENT, type=TEXT), max_size=2).map(tuple),
     source_fn_stack=st.lists(st.builds(SourceFn, name=IDENT, target=TEXT), max_size=1).map(tuple),
+    custom=st.one_of(st.none(), st.sampled_from(['{"_arm_annotation_info": {"quantized": true}}', "{}"])),
 ))
 OPTIONAL_METAS = st.one_of(st.none(), METAS)
 TARGETS = st.sampled_from(["aten::add.Tensor", "higher_order::cond", "my::op.default"])

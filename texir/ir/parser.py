@@ -310,17 +310,17 @@ class _Parser:
             c.expect(":")
             fields: dict[str, object] = {}
             while c.eat(" "):
-                key = c.match(WORD, "nn_module_stack, source_fn_stack or torch_fn_type")
+                key = c.match(WORD, "nn_module_stack, source_fn_stack, torch_fn_type or custom")
                 c.expect("=")
                 value = c.literal()
                 if key == "nn_module_stack":
                     fields[key] = tuple(ModuleFrame(key=k, path=p, type=t) for k, p, t in value)  # type: ignore[attr-defined]  # a list of triples
                 elif key == "source_fn_stack":
                     fields[key] = tuple(SourceFn(name=n, target=t) for n, t in value)  # type: ignore[attr-defined]  # a list of pairs
-                elif key == "torch_fn_type":
+                elif key in ("torch_fn_type", "custom"):
                     fields[key] = value
                 else:
-                    c.fail("nn_module_stack, source_fn_stack or torch_fn_type")
+                    c.fail("nn_module_stack, source_fn_stack, torch_fn_type or custom")
             c.end()
             locations.append(Location(**fields))  # type: ignore[arg-type]  # parsed above
             return
@@ -486,6 +486,7 @@ def _provenance(fields: dict[str, object], locations: list[Location]) -> Provena
         nn_module_stack=where.nn_module_stack,
         source_fn_stack=where.source_fn_stack,
         torch_fn=None if fn is None or where.torch_fn_type is None else (fn, where.torch_fn_type),  # type: ignore[arg-type]  # a str
+        custom=where.custom,
     )
 
 

@@ -209,6 +209,8 @@ def _format_location(loc: Location) -> str:
         parts.append(f"source_fn_stack={[(f.name, f.target) for f in loc.source_fn_stack]!r}")
     if loc.torch_fn_type is not None:
         parts.append(f"torch_fn_type={loc.torch_fn_type!r}")
+    if loc.custom is not None:
+        parts.append(f"custom={loc.custom!r}")
     return " ".join(parts)  # stack traces are not spelled out (see the module docstring)
 
 
