@@ -155,22 +155,17 @@ def functional_names(ep: torch.export.ExportedProgram) -> dict[str, str] | None:
 
 
 def functionalize(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """`ep` with in-place and out= ops replaced by their functional forms (as ExecuTorch does before
-    it asks partitioners which ops to keep: a partitioner that keeps `hardswish` must see
-    `hardswish`, not `hardswish_`), and tensor-subclass weights (torchao's quantized tensors)
-    unwrapped into the plain tensors they hold. `ep` itself when it has neither."""
-    if has_subclass_state(ep):
-        unwrapped: torch.export.ExportedProgram = ep.run_decompositions({})
-        return unwrapped
-    for module in ep.graph_module.modules():
-        graph = getattr(module, "graph", None)
-        if not isinstance(graph, torch.fx.Graph):
-            continue
-        for node in graph.nodes:
-            if node.op == "call_function" and isinstance(node.target, OpOverload) and node.target._schema.is_mutable:
-                functional: torch.export.ExportedProgram = ep.run_decompositions({})
-                return functional
-    return ep
+    """`ep.run_decompositions({})`, what ExecuTorch's to_edge_transform_and_lower runs before it asks
+    partitioners which ops to keep: in-place and out= ops replaced by their functional forms,
+    tensor-subclass weights (torchao's quantized tensors) unwrapped into the plain tensors they
+    hold, the composites torch does not preserve (contiguous, reshape) run through their kernels.
+    `texir.adapters.local_decompose.functionalize_locally` gives the same without the retrace where
+    it can."""
+    with warnings.catch_warnings():
+        # torch's own LeafSpec deprecation inside run_decompositions: noise a caller cannot act on
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+        functional: torch.export.ExportedProgram = ep.run_decompositions({})
+    return functional
 
 
 def graph_modules(gm: torch.fx.GraphModule, prefix: str = "") -> list[tuple[str, torch.fx.GraphModule]]:

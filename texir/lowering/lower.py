@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal, Union, overload
 import msgspec
 
 from texir.errors import TexirError
-from texir.ir import CallFunction, Graph, Program
+from texir.ir import CallFunction, Program
 from texir.lowering.api import _describe, call_partitioner
 from texir.lowering.delegate import NodeOrder, PreprocessOptions, check_node_order, lower_plan_explained
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
@@ -189,13 +189,7 @@ def _lower_one_memo(
 ) -> Lowered:
     from torch.export import ExportedProgram
 
-    from texir.adapters.decompositions import (
-        functional_names,
-        functionalize,
-        functionally_decomposed_ops,
-        has_subclass_state,
-    )
-    from texir.adapters.local_decompose import functional_program
+    from texir.adapters.decompositions import functionalize, has_subclass_state
     from texir.adapters.fx_export import to_exported_program
     from texir.adapters.fx_import import from_exported_program
     from texir.edge import TO_EDGE_PASSES
@@ -213,6 +207,8 @@ def _lower_one_memo(
     if ep is not None and has_subclass_state(ep):
         ep = functionalize(ep)  # torchao's quantized weights unwrapped, as ExecuTorch's first retrace does
     aten, ep = _transformed_before_decomposition(method, aten, ep, partitioners)
+    if ep is not None:
+        ep = _functional(ep)  # ExecuTorch's to_edge_transform_and_lower always starts so
     keep: dict[str, str] = {}
     shown: Program | None = None
     for partitioner in partitioners:
@@ -221,22 +217,10 @@ def _lower_one_memo(
         if shown is None:
             # Partitioners are asked about the program as ExecuTorch's run_decompositions({}) leaves
             # it: functional, the composite ops torch will not preserve (batch_norm) decomposed.
-            # Renaming in-place ops to their functional twins gives the first without a retrace;
-            # the second is a local decomposition, only for programs that have such ops.
-            if aten is None:
-                assert ep is not None  # one of the two is set above
-                renames = functional_names(ep)
-                if renames is None:
-                    ep = functionalize(ep)
-                    aten = shown = from_exported_program(ep)
-                else:
-                    aten = from_exported_program(ep)
-                    shown = _renamed_targets(aten, renames)
-            else:
-                shown = aten
-            if functionally_decomposed_ops(shown):
-                ep = functional_program(ep if ep is not None else to_exported_program(aten))
-                aten = shown = from_exported_program(ep)
+            if ep is None:
+                assert aten is not None  # one of the two is set above
+                ep = _functional(to_exported_program(aten))
+            shown = from_exported_program(ep)
             if shown.dialect == "TRAINING":  # what run_decompositions gives back says "ATEN"
                 shown = msgspec.structs.replace(shown, dialect="ATEN")
         try:
@@ -249,7 +233,7 @@ def _lower_one_memo(
             ) from exc
         for name in names:
             keep.setdefault(name, repr(partitioner))
-    # the key of a reused decomposition is the program itself, not the renamed one shown above
+    # the key of a reused decomposition is the functional program, not the one shown above
     program = _decomposed(ep, aten if ep is None else None, sorted(keep), options.cache, allow_non_core)
     program, turned_down = _decompose_turned_down(method, program, partitioners, keep)
     for edge_pass in TO_EDGE_PASSES:
@@ -323,7 +307,7 @@ def _decomposed(
     if ep is None:
         if aten is None:  # pragma: no cover - _lower_one_memo sets one of the two
             raise PartitionerError("internal error: nothing to decompose; please report")
-        ep = to_exported_program(aten)
+        ep = _functional(to_exported_program(aten))
     program = from_exported_program(ep, decompose=True, keep=keep, allow_non_core=allow_non_core)
     if cache is not None and key is not None and aten is not None and not allow_non_core:
         # (only programs that passed the core-ATen check are reused, so a reuse needs no check)
@@ -331,6 +315,18 @@ def _decomposed(
         if template is not None:
             cache.store_decomposition(key, template)
     return program
+
+
+def _functional(ep: ExportedProgram) -> ExportedProgram:
+    """`ep` as ExecuTorch's to_edge_transform_and_lower first makes it (`run_decompositions({})`):
+    functional, tensor-subclass weights unwrapped, the composites torch does not preserve
+    (contiguous, reshape) run through their kernels. The decomposition proper starts from it, as
+    ExecuTorch's does: decomposing the exported program at once gives other nodes (a `contiguous`
+    after an op that the decomposition makes contiguous leaves no clone), other names and other
+    debug handles. Without the retrace where `texir.adapters.local_decompose` can."""
+    from texir.adapters.local_decompose import functional_program
+
+    return functional_program(ep)
 
 
 def _decompose_turned_down(
@@ -383,22 +379,6 @@ def _decompose_turned_down(
     notes = tuple(TurnedDown(node=n, target=kept[n], partitioner=p) for n, p in sorted(turned_down.items()))
     decomposed = decompose_nodes(to_exported_program(program), sorted(turned_down), sorted(keep))
     return from_exported_program(decomposed), notes
-
-
-def _renamed_targets(program: Program, names: Mapping[str, str]) -> Program:
-    if not names:
-        return program
-
-    def graph(g: Graph) -> Graph:
-        nodes = tuple(
-            msgspec.structs.replace(n, target=names[n.target])
-            if isinstance(n, CallFunction) and n.target in names else n
-            for n in g.nodes
-        )
-        subgraphs = tuple(msgspec.structs.replace(s, graph=graph(s.graph)) for s in g.subgraphs)
-        return msgspec.structs.replace(g, nodes=nodes, subgraphs=subgraphs)
-
-    return msgspec.structs.replace(program, graph=graph(program.graph))
 
 
 def _check_kept_ops_delegated(method: str, program: Program, keep: Mapping[str, str]) -> None:
