@@ -123,7 +123,7 @@ def test_linalg_vector_norm_is_decomposed_and_emits(retrace: bool) -> None:
 
 
 def test_block_diag_leaves_no_empty_full() -> None:
-    """ExecuTorch's PruneEmptyTensorsPass drops zero-width `cat` inputs: `prune_empty_cat_inputs`."""
+    """ExecuTorch's PruneEmptyTensorsPass drops zero-width `cat` inputs: `prune_empty_tensors`."""
     ep = _export(lambda a, b, c: torch.block_diag(a, b, c), torch.randn(1, 5), torch.randn(2, 5), torch.randn(3, 5))
     program = lower(ep, [], cache=None)
     ops = _ops(program)

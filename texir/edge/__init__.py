@@ -18,11 +18,12 @@ import msgspec
 from texir.edge._rewrite import EdgeError, rewrite_graph, rewrite_program
 from texir.edge.debug_handles import compact_debug_handles
 from texir.edge.dim_order import DIM_ORDER_OPS, to_dim_order_ops
-from texir.edge.empty_tensors import prune_empty_cat_inputs
+from texir.edge.empty_tensors import prune_empty_tensors
 from texir.edge.graph_asserts import ASSERT_TARGETS, remove_graph_asserts
 from texir.edge.mixed_dtype import CAST_TARGET, MIXED_TYPE_OPS, cast_mixed_operands
 from texir.edge.names import edge_name_base, edge_node_names
 from texir.edge.noop import remove_noop_ops
+from texir.edge.empty_tensors import prune_empty_tensors
 from texir.edge.scalar_tensor import LIFTED_PREFIX, lift_scalar_operands
 from texir.edge.sym_to_tensor import SCALAR_TENSOR_TARGET, sym_operands_to_tensors
 from texir.edge.unused_state import remove_unused_state
@@ -50,7 +51,7 @@ __all__ = [
     "edge_node_names",
     "insert_write_back",
     "lift_scalar_operands",
-    "prune_empty_cat_inputs",
+    "prune_empty_tensors",
     "sym_operands_to_tensors",
     "remove_graph_asserts",
     "remove_noop_ops",
@@ -69,7 +70,7 @@ DEFAULT_PASSES: tuple[EdgePass, ...] = (
     remove_graph_asserts,  # to_edge: RemoveGraphAssertsPass
     cast_mixed_operands,  # to_edge: RemoveMixedTypeOperators
     remove_noop_ops,  # to_edge: RemoveNoopPass
-    prune_empty_cat_inputs,  # to_edge: PruneEmptyTensorsPass
+    prune_empty_tensors,  # to_edge: PruneEmptyTensorsPass
     replace_view_ops,  # to_edge: view ops -> *_copy
     to_dim_order_ops,  # to_edge: MemoryFormatOpsPass
     compact_debug_handles,  # to_edge: DebugHandleGeneratorPass (after the removals)

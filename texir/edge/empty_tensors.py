@@ -1,85 +1,93 @@
-"""Drop empty tensors from concatenations (exir's PruneEmptyTensorsPass).
-
-A `cat` input with no elements adds nothing to the result; torch's decompositions make such inputs
-(`block_diag` pads each block with zero-width `full`s). ExecuTorch's to_edge removes them from the
-`cat` and the nodes that made them when nothing else reads them; so does this pass. (A `cat` whose
-inputs are all empty is left as it is: ExecuTorch turns it into a `full`, and texir does not yet.)"""
+"""Drop empty tensors from `cat` operands, and what computed only them (exir's PruneEmptyTensorsPass)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from texir.edge._rewrite import Entry, Forward, MetaLookup, rewrite_program
-from texir.ir.types import Argument, CallFunction, Graph, ListArg, Node, Output, Program, Provenance, Ref, TensorMeta, TupleArg, ValueMeta
+from texir.ir.analysis import iter_refs, node_inputs
+from texir.ir.builder import GraphBuilder
+from texir.ir.types import (
+    CallFunction,
+    DTypeArg,
+    Graph,
+    IntArg,
+    ListArg,
+    Program,
+    Ref,
+    Subgraph,
+    TensorMeta,
+)
 
-__all__ = ["CAT_TARGETS", "prune_empty_cat_inputs"]
+__all__ = ["CAT", "prune_empty_tensors"]
 
-CAT_TARGETS = frozenset({"aten::cat.default"})
-
-
-def _refs(arg: Argument) -> Iterator[str]:
-    if isinstance(arg, Ref):
-        yield arg.name
-    elif isinstance(arg, (ListArg, TupleArg)):
-        for item in arg.items:
-            yield from _refs(item)
-
-
-def _empty(meta: ValueMeta | None) -> bool:
-    return isinstance(meta, TensorMeta) and any(isinstance(d, int) and d == 0 for d in meta.shape)
-
-
-class _Prune:
-    """Rewrites each cat without its empty inputs; `dropped` collects those inputs' names."""
-
-    def __init__(self) -> None:
-        self.meta_of = MetaLookup()
-        self.dropped: set[tuple[int, str]] = set()
-
-    def __call__(self, node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph) -> Forward | Sequence[Entry] | None:
-        if not isinstance(node, CallFunction) or node.target not in CAT_TARGETS or not node.args:
-            return None
-        tensors = node.args[0]
-        if not isinstance(tensors, ListArg) or not all(isinstance(t, Ref) for t in tensors.items):
-            return None
-        kept = [t for t in tensors.items if not (isinstance(t, Ref) and _empty(self.meta_of(graph, t.name)))]
-        if len(kept) == len(tensors.items) or not kept:
-            return None
-        self.dropped.update((id(graph), t.name) for t in tensors.items if isinstance(t, Ref) and t not in kept)
-        new = msgspec.structs.replace(node, args=(ListArg(items=tuple(kept)), *node.args[1:]))
-        return ((new, meta, prov),)
+CAT = "aten::cat.default"
+_FULL = "aten::full.default"
 
 
-def _uses(graph: Graph) -> Counter[str]:
-    used: Counter[str] = Counter()
+def _is_empty(meta: object) -> bool:
+    """Statically empty: some dimension is the integer 0 (a symbolic one is assumed not to be)."""
+    return isinstance(meta, TensorMeta) and any(d == 0 for d in meta.shape if isinstance(d, int))
+
+
+def _prune(graph: Graph) -> Graph:
+    metas = {node.name: graph.meta(node) for node in graph.nodes}
+    replaced: dict[str, CallFunction] = {}
+    dropped: list[str] = []
     for node in graph.nodes:
-        if isinstance(node, (CallFunction, Output)):
-            for arg in node.args:
-                used.update(_refs(arg))
-        if isinstance(node, CallFunction):
-            for _, arg in node.kwargs:
-                used.update(_refs(arg))
-    return used
+        if not isinstance(node, CallFunction) or node.target != CAT or not node.args:
+            continue
+        operands = node.args[0]
+        if not isinstance(operands, ListArg):
+            continue
+        kept = tuple(a for a in operands.items if not (isinstance(a, Ref) and _is_empty(metas.get(a.name))))
+        if len(kept) == len(operands.items):
+            continue
+        meta = metas.get(node.name)
+        if kept:
+            replaced[node.name] = msgspec.structs.replace(node, args=(ListArg(items=kept), *node.args[1:]))
+        elif isinstance(meta, TensorMeta) and all(isinstance(d, int) for d in meta.shape):
+            # every operand empty: a zero-filled tensor of the result's shape (exir writes full)
+            shape = ListArg(items=tuple(IntArg(value=int(d)) for d in meta.shape))
+            replaced[node.name] = CallFunction(
+                name=node.name, target=_FULL, args=(shape, IntArg(value=0)),
+                kwargs=(("dtype", DTypeArg(value=meta.dtype)),), meta_id=node.meta_id,
+            )
+        else:
+            continue
+        dropped.extend(a.name for a in operands.items if a not in kept and isinstance(a, Ref))
+    subgraphs = tuple(Subgraph(name=s.name, graph=_prune(s.graph)) for s in graph.subgraphs)
+    if not replaced and all(a.graph is b.graph for a, b in zip(subgraphs, graph.subgraphs)):
+        return graph
+    # What computed only the dropped operands goes too (exir eliminates dead code after).
+    uses: Counter[str] = Counter()
+    for node in graph.nodes:
+        for name in node_inputs(replaced.get(node.name, node)):
+            uses[name] += 1
+    by_name = {node.name: node for node in graph.nodes}
+    dead: set[str] = set()
+    work = list(dropped)
+    while work:
+        name = work.pop()
+        producer = by_name.get(name)
+        if name in dead or uses[name] or not isinstance(producer, CallFunction):
+            continue
+        dead.add(name)
+        for arg in (*producer.args, *(v for _, v in producer.kwargs)):
+            for ref in iter_refs(arg):
+                uses[ref] -= 1
+                work.append(ref)
+    builder = GraphBuilder()
+    for node, meta, prov in graph.entries():
+        if node.name not in dead:
+            builder.add(replaced.get(node.name, node), meta, prov)
+    return builder.build(subgraphs)
 
 
-def prune_empty_cat_inputs(program: Program) -> Program:
-    """`program` with empty tensors dropped from its `cat`s, and the nodes that made them when
-    nothing else reads them (in nested graphs too)."""
-    prune = _Prune()
-    pruned = rewrite_program(program, prune)
-    if pruned is program:
-        return program
-    names = {name for _, name in prune.dropped}
-    uses: dict[int, Counter[str]] = {}
-
-    def dead(node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph) -> Forward | Sequence[Entry] | None:
-        if not isinstance(node, CallFunction) or node.name not in names:
-            return None
-        if id(graph) not in uses:
-            uses[id(graph)] = _uses(graph)
-        return () if uses[id(graph)][node.name] == 0 else None
-
-    return rewrite_program(pruned, dead)
+def prune_empty_tensors(program: Program) -> Program:
+    """`program` with statically empty operands left out of every `cat` (in nested graphs too); a
+    `cat` of empty operands only becomes `full` of its shape with zeros. Nodes that computed only
+    the dropped operands are removed."""
+    graph = _prune(program.graph)
+    return program if graph is program.graph else msgspec.structs.replace(program, graph=graph)
