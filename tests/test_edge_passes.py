@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import check_golden
-from texir.adapters import from_exported_program
+from texir.adapters import from_exported_program, to_exported_program
 from texir.edge import (
     DEFAULT_PASSES,
     EDGE_DIALECT,
@@ -21,6 +21,7 @@ from texir.edge import (
     cast_mixed_operands,
     compact_debug_handles,
     insert_write_back,
+    prune_empty_tensors,
     remove_graph_asserts,
     remove_noop_ops,
     remove_unused_state,
@@ -61,6 +62,12 @@ class FullSlice(torch.nn.Module):
         return torch.narrow(x, 1, 0, 3).relu() + x[:, 1:].sum()
 
 
+class CatEmpty(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        empty = x[:, 3:]  # (2, 0), as Phi-3's q[..., rotary_dim:] with a full rotary
+        return torch.cat([x.relu(), empty.neg()], -1), torch.cat([empty, empty * 2], -1)
+
+
 class Counter(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -88,6 +95,7 @@ ARGS: dict[str, tuple[Callable[[], torch.nn.Module], tuple[Any, ...]]] = {
     "casts": (Casts, (torch.randn(2, 3), torch.ones(2, 3, dtype=torch.int64))),
     "views": (Views, (torch.randn(2, 3),)),
     "full_slice": (FullSlice, (torch.randn(2, 3),)),
+    "cat_empty": (CatEmpty, (torch.randn(2, 3),)),
     "counter": (Counter, (torch.randn(2, 3),)),
     "formats": (Formats, (torch.randn(1, 2, 3, 4),)),
     "sym_operand": (SymOperand, (torch.randn(4, 3),)),
@@ -109,6 +117,7 @@ CASES = [
     ("remove_graph_asserts", remove_graph_asserts, "casts", False),
     ("cast_mixed_operands", cast_mixed_operands, "casts", True),
     ("remove_noop_ops", remove_noop_ops, "full_slice", True),
+    ("prune_empty_tensors", prune_empty_tensors, "cat_empty", True),
     ("replace_view_ops", replace_view_ops, "views", True),
     ("to_dim_order_ops", to_dim_order_ops, "formats", True),
     ("insert_write_back", insert_write_back, "counter", True),
@@ -155,6 +164,15 @@ def test_each_pass_does_what_its_exir_counterpart_does() -> None:
     slices = [t for t in _targets(program("full_slice")) if t == "aten::slice.Tensor"]
     kept = [t for t in _targets(remove_noop_ops(program("full_slice"))) if t == "aten::slice.Tensor"]
     assert len(slices) == 2 and len(kept) == 1  # the whole-tensor slice goes, the partial one stays
+    pruned = prune_empty_tensors(program("cat_empty"))
+    cats = [n for n in call_nodes(pruned.graph) if n.target == "aten::cat.default"]
+    assert [len(getattr(c.args[0], "items")) for c in cats] == [1]  # the empty operand left out
+    (full,) = [n for n in call_nodes(pruned.graph) if n.target == "aten::full.default"]  # all-empty cat: zeros
+    assert [getattr(d, "value") for d in getattr(full.args[0], "items")] == [2, 0]
+    assert not {"aten::neg.default", "aten::mul.Tensor", "aten::slice.Tensor"} & set(_targets(pruned))
+    x = torch.randn(2, 3)
+    got = to_exported_program(pruned).module()(x)
+    torch.testing.assert_close(got, CatEmpty()(x))
     views = _targets(replace_view_ops(program("views")))
     assert "aten::view_copy.default" in views and "aten::permute_copy.default" in views
     assert not {"aten::view.default", "aten::permute.default"} & set(views)
