@@ -29,7 +29,7 @@ class RealModel:
     name: str
     build: Callable[[], tuple[nn.Module, tuple[Any, ...]]]
     family: str
-    """"torchvision", "transformers", "pt2e" or "torchao"."""
+    """"torchvision", "transformers", "block" (a hand-written module), "pt2e" or "torchao"."""
 
 
 def _seeded(make: Callable[[], nn.Module]) -> nn.Module:
@@ -77,8 +77,39 @@ def _convnext() -> tuple[nn.Module, tuple[Any, ...]]:
     return _seeded(lambda: ConvNeXt(blocks, num_classes=10)), _image()
 
 
+def _lraspp() -> tuple[nn.Module, tuple[Any, ...]]:
+    """torchvision's LR-ASPP segmentation head (its input is named `input`, like the builtin) on a
+    narrow dilated MobileNetV3-Small: the structure of lraspp_mobilenet_v3_large at a fraction of
+    the size."""
+    ensure_torchvision_ops()
+    from torchvision.models import mobilenet_v3_small
+    from torchvision.models.segmentation.lraspp import _lraspp_mobilenetv3
+
+    return _seeded(lambda: _lraspp_mobilenetv3(mobilenet_v3_small(width_mult=0.5, dilated=True), 4)), _image(32)
+
+
+class _AttentionBlock(nn.Module):
+    """Multi-head self-attention written out by hand, heads merged back with `reshape(b, t, -1)`
+    after a transpose (a `view` of a non-contiguous value, so reshape copies first)."""
+
+    def __init__(self, dim: int = 32, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in self.qkv(x).chunk(3, -1))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(a.transpose(1, 2).reshape(b, t, -1))  # type: ignore[no-any-return]
+
+
+def _attention_block() -> tuple[nn.Module, tuple[Any, ...]]:
+    return _seeded(_AttentionBlock), (torch.randn(2, 12, 32, generator=torch.Generator().manual_seed(4)),)
+
+
 # ------------------------------------------------------------------------------------------------
-# transformers (tiny configs; eager attention; the wrapper returns the main tensor output)
+# transformers (tiny configs; eager attention unless noted; the wrapper returns the main tensor output)
 
 
 class _Output(nn.Module):
@@ -95,16 +126,27 @@ class _Output(nn.Module):
 
 
 def _hf(config_cls: str, model_cls: str, field: str, *, input: str = "input_ids",
-        call: dict[str, Any] | None = None, **config: Any) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
+        call: dict[str, Any] | None = None, attention: str = "eager", encoder: bool = False,
+        **config: Any) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
     def build() -> tuple[nn.Module, tuple[Any, ...]]:
         ensure_torchvision_ops()
         import transformers
 
         cfg = getattr(transformers, config_cls)(**config)
-        cfg._attn_implementation = "eager"
-        model = _seeded(lambda: getattr(transformers, model_cls)(cfg))
+        cfg._attn_implementation = attention
+
+        def make() -> nn.Module:
+            model: nn.Module = getattr(transformers, model_cls)(cfg)
+            return model.get_encoder() if encoder else model  # type: ignore[operator]  # transformers' PreTrainedModel
+
+        model = _seeded(make)
         wrapped = _Output(model, field, input, dict(call or {})).eval()
-        args = _image(32) if input == "pixel_values" else _tokens()
+        if input == "pixel_values":
+            args: tuple[torch.Tensor, ...] = _image(32)
+        elif input == "input_features":  # log-mel frames: twice the encoder's positions
+            args = (torch.randn(1, cfg.num_mel_bins, 2 * cfg.max_source_positions, generator=torch.Generator().manual_seed(5)),)
+        else:
+            args = _tokens()
         return wrapped, args
 
     return build
@@ -122,6 +164,7 @@ REAL_MODELS: tuple[RealModel, ...] = (
     RealModel("mnasnet0_5", _tv("mnasnet0_5"), "torchvision"),
     RealModel("vit_tiny", _vit, "torchvision"),
     RealModel("convnext_tiny_config", _convnext, "torchvision"),
+    RealModel("lraspp_mobilenet_v3", _lraspp, "torchvision"),
     RealModel("gpt2", _hf("GPT2Config", "GPT2LMHeadModel", "logits", call={"use_cache": False},
                           n_layer=2, n_embd=32, n_head=2, n_positions=32, **_TINY), "transformers"),
     RealModel("llama", _hf("LlamaConfig", "LlamaForCausalLM", "logits", call={"use_cache": False},
@@ -135,6 +178,19 @@ REAL_MODELS: tuple[RealModel, ...] = (
     RealModel("hf_vit", _hf("ViTConfig", "ViTModel", "last_hidden_state", input="pixel_values", image_size=32,
                             patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                             intermediate_size=64), "transformers"),
+    # Phi-3's partial rotary embedding concatenates an empty slice; its rotary runs in a no-grad region
+    RealModel("phi3", _hf("Phi3Config", "Phi3ForCausalLM", "logits", call={"use_cache": False}, hidden_size=32,
+                          intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                          max_position_embeddings=32, pad_token_id=0, **_TINY), "transformers"),
+    # With sdpa, `contiguous` after the attention's transpose is a copy only before decomposition
+    RealModel("whisper_encoder", _hf("WhisperConfig", "WhisperModel", "last_hidden_state", input="input_features",
+                                     attention="sdpa", encoder=True, d_model=32, encoder_layers=1,
+                                     encoder_attention_heads=2, encoder_ffn_dim=64, decoder_layers=1,
+                                     decoder_attention_heads=2, decoder_ffn_dim=64, num_mel_bins=16,
+                                     max_source_positions=16, max_target_positions=16, pad_token_id=0,
+                                     bos_token_id=1, eos_token_id=2, decoder_start_token_id=3, **_TINY),
+              "transformers"),
+    RealModel("attention_block", _attention_block, "block"),
 )
 
 

@@ -1,7 +1,8 @@
 """ExecuTorch's XNNPACK partitioner and backend through texir, against ExecuTorch 1.5.1 itself.
 
-For every model of the zoo, nine torchvision and five transformers architectures (random weights
-from small configs), five pt2e int8 models (static and dynamic) and torchao's 8da4w: texir's `lower(ep, [executorch_partitioner(
+For every model of the zoo, ten torchvision and seven transformers architectures (random weights
+from small configs: LR-ASPP, Phi-3 and a Whisper encoder with sdpa among them), a hand-written attention
+block, five pt2e int8 models (static and dynamic) and torchao's 8da4w: texir's `lower(ep, [executorch_partitioner(
 XnnpackPartitioner())])` + `emit` against ExecuTorch's `to_edge_transform_and_lower(ep,
 [XnnpackPartitioner()]).to_executorch()`. Both `.pte` files run in the ExecuTorch runtime; outputs
 must equal each other and eager; delegate count, named data, kernels and the XNNPACK blobs must be
