@@ -15,6 +15,7 @@ from texir.edge import (
     cast_mixed_operands,
     compact_debug_handles,
     insert_write_back,
+    prune_empty_tensors,
     remove_graph_asserts,
     remove_noop_ops,
     remove_unused_state,
@@ -28,7 +29,7 @@ PASSES: dict[str, Callable[[Program], Program]] = {
     f.__name__: f
     for f in (
         remove_graph_asserts, cast_mixed_operands, remove_noop_ops, replace_view_ops, to_dim_order_ops,
-        insert_write_back, remove_unused_state, sym_operands_to_tensors, compact_debug_handles,
+        insert_write_back, remove_unused_state, sym_operands_to_tensors, compact_debug_handles, prune_empty_tensors,
     )
 }
 

@@ -23,7 +23,6 @@ from texir.edge.graph_asserts import ASSERT_TARGETS, remove_graph_asserts
 from texir.edge.mixed_dtype import CAST_TARGET, MIXED_TYPE_OPS, cast_mixed_operands
 from texir.edge.names import edge_name_base, edge_node_names
 from texir.edge.noop import remove_noop_ops
-from texir.edge.empty_tensors import prune_empty_tensors
 from texir.edge.scalar_tensor import LIFTED_PREFIX, lift_scalar_operands
 from texir.edge.sym_to_tensor import SCALAR_TENSOR_TARGET, sym_operands_to_tensors
 from texir.edge.unused_state import remove_unused_state
