@@ -109,7 +109,7 @@ def test_partitioners_see_the_edge_dialect_and_it_validates() -> None:
 def test_backends_are_given_the_edge_dialect() -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    _, edge = lower_with_edge(_export("conv_bn"), [executorch_partitioner(XnnpackPartitioner())], cache=None)
+    edge = lower_with_edge(_export("conv_bn"), [executorch_partitioner(XnnpackPartitioner())], cache=None).edge
     ep = to_edge_exported_program(edge)
     assert ep.dialect == "EDGE"
     ep.validate()
