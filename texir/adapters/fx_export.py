@@ -516,7 +516,11 @@ class _ToFx:
             raise ConversionError(f"torch rejected the rebuilt ExportedProgram: {exc}") from exc
 
 
-_VERIFIERS: dict[str, type[Verifier]] = {"ATEN": Verifier, "TRAINING": TrainingIRVerifier}
+# EDGE_PARTITIONABLE: texir.edge.pipeline's to_edge rewrites applied (still ATen operators, which is
+# how partitioners and backends read it; texir.adapters.executorch swaps in edge operators).
+_VERIFIERS: dict[str, type[Verifier]] = {
+    "ATEN": Verifier, "TRAINING": TrainingIRVerifier, "EDGE_PARTITIONABLE": Verifier,
+}
 
 _ARG_SPEC_BY_META: dict[type, Any] = {
     ir.TensorMeta: gs.TensorArgument,

@@ -23,13 +23,25 @@ from texir.edge.graph_asserts import ASSERT_TARGETS, remove_graph_asserts
 from texir.edge.mixed_dtype import CAST_TARGET, MIXED_TYPE_OPS, cast_mixed_operands
 from texir.edge.names import edge_name_base, edge_node_names
 from texir.edge.noop import remove_noop_ops
+from texir.edge.pipeline import (
+    EDGE_DIALECT,
+    EMIT_TO_EDGE,
+    PARTITIONABLE_DIALECT,
+    TO_EDGE,
+    TO_EXECUTORCH,
+    DialectError,
+    NamedPass,
+    PassError,
+    run_stage,
+    to_emittable,
+    to_partitionable,
+)
 from texir.edge.scalar_tensor import LIFTED_PREFIX, lift_scalar_operands
 from texir.edge.sym_to_tensor import SCALAR_TENSOR_TARGET, sym_operands_to_tensors
 from texir.edge.unused_state import remove_unused_state
 from texir.edge.view_copy import replace_view_ops
 from texir.edge.write_back import WRITE_BACK_TARGET, insert_write_back
 from texir.ir.types import Program
-from texir.ir.verify import verify
 
 __all__ = [
     "ASSERT_TARGETS",
@@ -39,6 +51,16 @@ __all__ = [
     "EDGE_DIALECT",
     "EdgeError",
     "EdgePass",
+    "DialectError",
+    "EMIT_TO_EDGE",
+    "NamedPass",
+    "PARTITIONABLE_DIALECT",
+    "PassError",
+    "TO_EDGE",
+    "TO_EXECUTORCH",
+    "run_stage",
+    "to_emittable",
+    "to_partitionable",
     "LIFTED_PREFIX",
     "SCALAR_TENSOR_TARGET",
     "MIXED_TYPE_OPS",
@@ -62,49 +84,28 @@ __all__ = [
     "to_edge_program",
 ]
 
-EDGE_DIALECT = "EDGE"
 EdgePass = Callable[[Program], Program]
 
-DEFAULT_PASSES: tuple[EdgePass, ...] = (
-    remove_graph_asserts,  # to_edge: RemoveGraphAssertsPass
-    cast_mixed_operands,  # to_edge: RemoveMixedTypeOperators
-    remove_noop_ops,  # to_edge: RemoveNoopPass
-    prune_empty_tensors,  # to_edge: PruneEmptyTensorsPass
-    replace_view_ops,  # to_edge: view ops -> *_copy
-    to_dim_order_ops,  # to_edge: MemoryFormatOpsPass
-    compact_debug_handles,  # to_edge: DebugHandleGeneratorPass (after the removals)
-    sym_operands_to_tensors,  # to_executorch: SymToTensorPass
-    insert_write_back,  # to_executorch: insert_write_back_for_buffers_pass
-)
-"""ExecuTorch's order. `remove_unused_state` is not among them: ExecuTorch keeps unused state
-unless delegation consumed its users, so it is run by lowering, or added here by the caller."""
+DEFAULT_PASSES: tuple[EdgePass, ...] = tuple(p.fn for p in (*EMIT_TO_EDGE, *TO_EXECUTORCH))
+"""The functions of `EMIT_TO_EDGE` then `TO_EXECUTORCH` (texir.edge.pipeline), in ExecuTorch's order.
+`remove_unused_state` is not among them: ExecuTorch keeps unused state unless delegation consumed its
+users, so it is run by lowering, or added here by the caller."""
 
-
-TO_EDGE_PASSES: tuple[EdgePass, ...] = (
-    remove_graph_asserts,
-    lift_scalar_operands,  # to_edge: ScalarToTensorPass + lift_constant_tensor_pass
-    *DEFAULT_PASSES[1:-2],  # not SymToTensorPass nor write-back: ExecuTorch runs them after partitioning
-    edge_node_names,  # to_edge: the ExportPass retrace names operator nodes after their targets
-)
-"""The rewrites ExecuTorch's to_edge makes before partitioning (`texir.lowering.lower` runs them):
-partitioners see literals in Tensor positions as constants, and nodes named as in ExecuTorch
-('aten_addmm_default'), so backends that print names into their blobs agree. Write-back comes at
-emission. Each pass leaves a program it already rewrote unchanged, so the emitter can run
-`DEFAULT_PASSES` after (plain `emit` keeps lifting literals itself, at their point of use)."""
+TO_EDGE_PASSES: tuple[EdgePass, ...] = tuple(p.fn for p in TO_EDGE)
+"""The functions of `TO_EDGE` (texir.edge.pipeline): what `texir.lowering.lower` runs before
+partitioning."""
 
 
 def to_edge_program(
-    program: Program, *, passes: Sequence[EdgePass] = DEFAULT_PASSES, check: bool = False
+    program: Program, *, passes: Sequence[EdgePass] | None = None, check: bool | None = None
 ) -> Program:
-    """`program` in the edge form: `passes` applied in order, the result marked `dialect="EDGE"`.
-    With `check`, `texir.ir.verify` runs before and after every pass. Pure; an edge program is
-    returned as it is."""
+    """`program` in the edge form the emitter maps, marked `dialect="EDGE"`. By default only the
+    stages it still misses run (`texir.edge.pipeline.to_emittable`); explicit `passes` run in order on
+    a program not yet `EDGE`. `check` (default: TEXIR_VERIFY=1) runs `texir.ir.verify` after every
+    pass; a failing pass is a `PassError` naming it. Pure; an edge program is returned as it is."""
+    if passes is None:
+        return to_emittable(program, check=check)
     if program.dialect == EDGE_DIALECT:
         return program
-    if check:
-        verify(program)
-    for edge_pass in passes:
-        program = edge_pass(program)
-        if check:
-            verify(program)
-    return msgspec.structs.replace(program, dialect=EDGE_DIALECT)
+    stage = tuple(NamedPass(getattr(f, "__name__", repr(f)), f, "(caller's pass)") for f in passes)
+    return msgspec.structs.replace(run_stage(program, stage, check=check), dialect=EDGE_DIALECT)

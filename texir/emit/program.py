@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from texir.edge import to_edge_program
+from texir.edge import to_emittable
 from texir.ir.types import (
     DTYPE_ITEMSIZE,
     BufferInput,
@@ -75,7 +75,7 @@ def emit_with_debug(
     for name, method in methods.items():
         if not isinstance(method, Program):
             raise EmitError(f"method {name!r} is a {type(method).__name__}, not a texir.ir.Program")
-        edge[name] = to_edge_program(method)
+        edge[name] = to_emittable(method)
     if options.share_mutable_buffers:
         state.shared, state.shared_size = shared_state_layout(edge, options.alignment)
     plans = []

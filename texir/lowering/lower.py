@@ -192,7 +192,7 @@ def _lower_one_memo(
     from texir.adapters.decompositions import functionalize, has_subclass_state
     from texir.adapters.fx_export import to_exported_program
     from texir.adapters.fx_import import from_exported_program
-    from texir.edge import TO_EDGE_PASSES
+    from texir.edge import to_partitionable
 
     if isinstance(source, Program):
         aten: Program | None = source
@@ -236,8 +236,7 @@ def _lower_one_memo(
     # the key of a reused decomposition is the functional program, not the one shown above
     program = _decomposed(ep, aten if ep is None else None, sorted(keep), options.cache, allow_non_core)
     program, turned_down = _decompose_turned_down(method, program, partitioners, keep)
-    for edge_pass in TO_EDGE_PASSES:
-        program = edge_pass(program)
+    program = to_partitionable(program)
     edge = program
     seen: list[Program] = []
     passes: list[tuple[str, object, tuple[PartitionSummary, ...]]] = []

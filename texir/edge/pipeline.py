@@ -1,0 +1,166 @@
+"""The edge passes as named stages, and the runner that applies them.
+
+A stage is a tuple of `NamedPass`es, each naming the ExecuTorch pass it mirrors. `run_stage` applies
+one in order: a pass that raises becomes a `PassError` naming it, and with `TEXIR_VERIFY=1` (the test
+suite sets it) `texir.ir.verify` runs after every pass, so a pass that leaves an invalid program is
+named too. A program records the stage it reached in its `dialect`:
+
+- `ATEN` (or `TRAINING`): as converted from torch.export; no edge pass applied.
+- `EDGE_PARTITIONABLE`: ExecuTorch's to_edge rewrites applied (`TO_EDGE`, what `texir.lowering.lower`
+  runs before partitioning); partitioners see this form.
+- `EDGE`: the to_executorch rewrites applied too (`TO_EXECUTORCH`); what the emitter maps to a `.pte`.
+
+`to_emittable` runs only what a program still misses, so the emitter never reruns the to_edge
+rewrites on a lowered program.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import msgspec
+
+from texir.edge._rewrite import EdgeError
+from texir.edge.debug_handles import compact_debug_handles
+from texir.edge.dim_order import to_dim_order_ops
+from texir.edge.empty_tensors import prune_empty_tensors
+from texir.edge.graph_asserts import remove_graph_asserts
+from texir.edge.mixed_dtype import cast_mixed_operands
+from texir.edge.names import edge_node_names
+from texir.edge.noop import remove_noop_ops
+from texir.edge.scalar_tensor import lift_scalar_operands
+from texir.edge.sym_to_tensor import sym_operands_to_tensors
+from texir.edge.view_copy import replace_view_ops
+from texir.edge.write_back import insert_write_back
+from texir.ir.types import Program
+from texir.ir.verify import verify
+
+__all__ = [
+    "ATEN_DIALECTS",
+    "DialectError",
+    "EDGE_DIALECT",
+    "EMIT_TO_EDGE",
+    "NamedPass",
+    "PARTITIONABLE_DIALECT",
+    "PassError",
+    "Stage",
+    "TO_EDGE",
+    "TO_EXECUTORCH",
+    "VERIFY_ENV",
+    "run_stage",
+    "to_emittable",
+    "to_partitionable",
+    "verify_enabled",
+]
+
+ATEN_DIALECTS = frozenset({"ATEN", "TRAINING"})
+PARTITIONABLE_DIALECT = "EDGE_PARTITIONABLE"
+EDGE_DIALECT = "EDGE"
+VERIFY_ENV = "TEXIR_VERIFY"
+
+
+class PassError(EdgeError):
+    """An edge pass failed, or (with TEXIR_VERIFY=1) left a program `texir.ir.verify` rejects."""
+
+    def __init__(self, message: str, *, pass_name: str) -> None:
+        super().__init__(message)
+        self.pass_name = pass_name
+
+
+class DialectError(EdgeError):
+    """A program is not in a dialect the caller takes."""
+
+
+class NamedPass(msgspec.Struct, frozen=True):
+    """One pure `Program -> Program` rewrite, named, with the ExecuTorch pass it mirrors."""
+
+    name: str
+    fn: Callable[[Program], Program]
+    mirrors: str
+
+
+Stage = tuple[NamedPass, ...]
+
+_ASSERTS = NamedPass("remove_graph_asserts", remove_graph_asserts, "RemoveGraphAssertsPass")
+_LIFT = NamedPass("lift_scalar_operands", lift_scalar_operands, "ScalarToTensorPass + lift_constant_tensor_pass")
+_MIXED = NamedPass("cast_mixed_operands", cast_mixed_operands, "RemoveMixedTypeOperators")
+_NOOP = NamedPass("remove_noop_ops", remove_noop_ops, "RemoveNoopPass")
+_EMPTY = NamedPass("prune_empty_tensors", prune_empty_tensors, "PruneEmptyTensorsPass")
+_VIEWS = NamedPass("replace_view_ops", replace_view_ops, "ReplaceViewOpsWithViewCopyOps")
+_DIM_ORDER = NamedPass("to_dim_order_ops", to_dim_order_ops, "MemoryFormatOpsPass")
+_HANDLES = NamedPass("compact_debug_handles", compact_debug_handles, "DebugHandleGeneratorPass")
+_NAMES = NamedPass("edge_node_names", edge_node_names, "ExportPass retrace (edge node names)")
+
+TO_EDGE: Stage = (_ASSERTS, _LIFT, _MIXED, _NOOP, _EMPTY, _VIEWS, _DIM_ORDER, _HANDLES, _NAMES)
+"""ExecuTorch's to_edge rewrites, run before partitioning (`texir.lowering.lower`): partitioners see
+literals in Tensor positions as constants, and nodes named as in ExecuTorch ('aten_addmm_default'),
+so backends that print names into their blobs agree. Leaves `EDGE_PARTITIONABLE`."""
+
+EMIT_TO_EDGE: Stage = tuple(p for p in TO_EDGE if p not in (_LIFT, _NAMES))
+"""`TO_EDGE` as plain `emit` runs it on an ATen program: scalars stay literals (the emitter makes
+them 0-dim constants at their point of use, which keeps the value table's order) and nodes keep
+their names (no partitioner reads them)."""
+
+TO_EXECUTORCH: Stage = (
+    NamedPass("sym_operands_to_tensors", sym_operands_to_tensors, "SymToTensorPass"),
+    NamedPass("insert_write_back", insert_write_back, "insert_write_back_for_buffers_pass"),
+)
+"""ExecuTorch's to_executorch rewrites, run after partitioning (at emission). Leaves `EDGE`."""
+
+
+def verify_enabled() -> bool:
+    """Whether TEXIR_VERIFY asks for `texir.ir.verify` after every pass."""
+    return os.environ.get(VERIFY_ENV, "") not in ("", "0")
+
+
+def run_stage(program: Program, stage: Stage, *, check: bool | None = None) -> Program:
+    """`program` with the passes of `stage` applied in order. `check` (default: TEXIR_VERIFY=1, read
+    once here) verifies the program after every pass. Any failure is a `PassError` naming the pass."""
+    if check is None:
+        check = verify_enabled()
+    for named in stage:
+        try:
+            program = named.fn(program)
+        except Exception as exc:  # a pass's failure of any kind is reported under the pass's name
+            raise PassError(
+                f"edge pass {named.name} (ExecuTorch's {named.mirrors}) failed: {type(exc).__name__}: {exc}",
+                pass_name=named.name,
+            ) from exc
+        if check:
+            try:
+                verify(program)
+            except Exception as exc:
+                raise PassError(
+                    f"edge pass {named.name} (ExecuTorch's {named.mirrors}) left an invalid program: {exc}; "
+                    "this is a texir bug, please report it",
+                    pass_name=named.name,
+                ) from exc
+    return program
+
+
+def to_partitionable(program: Program, *, check: bool | None = None) -> Program:
+    """An ATen `program` with the to_edge rewrites applied, marked `EDGE_PARTITIONABLE`."""
+    _require(program, ATEN_DIALECTS, "texir.edge.pipeline.to_partitionable")
+    return msgspec.structs.replace(run_stage(program, TO_EDGE, check=check), dialect=PARTITIONABLE_DIALECT)
+
+
+def to_emittable(program: Program, *, check: bool | None = None) -> Program:
+    """`program` in the `EDGE` dialect the emitter maps, running only the stages it still misses: an
+    `EDGE` program is returned as it is; an `EDGE_PARTITIONABLE` one gets `TO_EXECUTORCH`; an ATen
+    one `EMIT_TO_EDGE` then `TO_EXECUTORCH`."""
+    if program.dialect == EDGE_DIALECT:
+        return program
+    if program.dialect != PARTITIONABLE_DIALECT:
+        _require(program, ATEN_DIALECTS, "texir.emit")
+        program = run_stage(program, EMIT_TO_EDGE, check=check)
+    return msgspec.structs.replace(run_stage(program, TO_EXECUTORCH, check=check), dialect=EDGE_DIALECT)
+
+
+def _require(program: Program, dialects: frozenset[str], who: str) -> None:
+    if program.dialect not in dialects:
+        raise DialectError(
+            f"{who} takes a program in dialect {' or '.join(sorted(dialects))}, not {program.dialect!r}: "
+            "convert an ExportedProgram with texir.adapters.from_exported_program (ATEN), lower it with "
+            f"texir.lowering.lower ({PARTITIONABLE_DIALECT}), and emit either (emit completes it to {EDGE_DIALECT})"
+        )
