@@ -1,12 +1,17 @@
 """The edge form: ExecuTorch's to_edge / to_executorch rewrites as pure `Program -> Program` passes.
 
-`to_edge_program` runs them in ExecuTorch's order and marks the result `dialect="EDGE"`; the
-emitter (`texir.emit`) maps an edge program to the `.pte` schema and runs this first on anything
-else. Two rewrites stay in the emitter because they depend on how values are laid out in memory,
-which only emission knows: Python scalars in tensor positions become 0-dim constants at the point
-of use (ScalarToTensorPass; the IR has no tensor literals, and lifting them to placeholders would
-reorder the value table), and reshapes of planned or constant tensors become aliases of the same
-memory (ReplaceViewCopyWithViewPass; it needs the base's storage and emitted layout).
+`texir.edge.pipeline` names them in stages (`TO_EDGE` before partitioning, `TO_EXECUTORCH` after) and
+runs them (`run_stage`: a failing pass is named; TEXIR_VERIFY=1 verifies after each pass). A program's
+`dialect` records the stage it reached, so `to_edge_program` / the emitter (`texir.emit`) run only the
+stages still missing before mapping the `EDGE` program to the `.pte` schema.
+
+Two rewrites stay in the emitter because they depend on how values are laid out in memory, which
+only emission knows: in plain `emit` (not after `lower`, whose `TO_EDGE` lifts them) Python scalars
+in tensor positions become 0-dim constants at their point of use, cast for the mixed-dtype ops
+(ScalarToTensorPass and RemoveMixedTypeOperators on scalars; the IR has no tensor literals, and
+lifting them to placeholders would reorder the value table, changing the bytes), and reshapes of
+planned or constant tensors become aliases of the same memory (ReplaceViewCopyWithViewPass; it needs
+the base's storage and emitted layout).
 """
 
 from __future__ import annotations
