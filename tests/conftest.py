@@ -11,6 +11,10 @@ import pytest
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
+# Every edge pass is followed by texir.ir.verify in the tests (texir.edge.pipeline.run_stage), so a
+# pass that breaks the IR is named where it happens; subprocesses inherit it. TEXIR_VERIFY=0 turns it off.
+os.environ.setdefault("TEXIR_VERIFY", "1")
+
 
 def updating_goldens() -> bool:
     return os.environ.get("TEXIR_UPDATE_GOLDENS", "") not in ("", "0")
