@@ -128,17 +128,3 @@ def test_an_emitted_partitionable_program_runs() -> None:
 def test_a_program_in_the_wrong_dialect_is_refused(call: Callable[[Program], object], dialect: str, match: str) -> None:
     with pytest.raises(DialectError, match=match):
         call(msgspec.structs.replace(aten(), dialect=dialect))
-
-
-class Mixed(torch.nn.Module):
-    def forward(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
-        return x * i + 1
-
-
-def test_the_emitter_leaves_tensor_casts_to_the_edge_pass() -> None:
-    from texir.emit.common import EmitError
-
-    mixed = from_exported_program(torch.export.export(Mixed(), (torch.randn(3), torch.arange(3))), decompose=True)
-    emit(mixed)  # the edge pass casts `i` before the multiply
-    with pytest.raises(EmitError, match="'i'.*LONG, not the result's FLOAT.*cast_mixed_operands"):
-        emit(msgspec.structs.replace(mixed, dialect=pipeline.EDGE_DIALECT))

@@ -327,10 +327,8 @@ class MethodEmitter(ControlFlow):
     def promote_operands(
         self, node: CallFunction, target: str, schema: OpSchema, bound: Mapping[str, Argument], *, where: str
     ) -> dict[str, int]:
-        """RemoveMixedTypeOperators for the Python scalars in tensor positions of add/sub/mul/div/
-        minimum: lifted here at their point of use (see `scalar_tensor`), and cast to the computation
-        dtype (the result's). Tensor operands were cast by the edge pass (`cast_mixed_operands`,
-        which every stage leading to `EDGE` runs); one left mixed is refused."""
+        """RemoveMixedTypeOperators: the tensor operands of add/sub/mul/div/minimum are cast to the
+        computation dtype (the result's) first, lifted scalars included, as exir's to_edge does."""
         meta = self.graph.meta(node)
         if target not in MIXED_TYPE_OPS or not isinstance(meta, TensorMeta):
             return {}
@@ -346,16 +344,9 @@ class MethodEmitter(ControlFlow):
                 continue
             index = self.argument(a, arg, where=where)
             value = self.values[index]
-            if isinstance(arg, Ref):
-                if isinstance(value, PendingTensor) and value.scalar_type != want:
-                    raise EmitError(
-                        f"{where}: operand {a.name!r} ({arg.name!r}) is {value.scalar_type.name}, not the result's "
-                        f"{want.name}; the program is marked EDGE without texir.edge.cast_mixed_operands: "
-                        "emit the program before the edge passes (dialect ATEN) so texir runs them"
-                    )
-            elif isinstance(value, PendingTensor) and value.scalar_type != want:
+            if isinstance(value, PendingTensor) and value.scalar_type != want:
                 casts[a.name] = self.cast(index, value, want, where=where)
-            else:
+            elif not isinstance(arg, Ref):
                 casts[a.name] = index  # the lifted constant, emitted once
         return casts
 
