@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import flatbuffers
 
+from texir.serialize.fb_builder import Builder
 from texir.backends.xnnpack import schema as s
 from texir.errors import PteError
 
@@ -98,7 +99,7 @@ def _write_table(b: flatbuffers.Builder, obj: Any) -> int:
 
 def encode_graph(graph: s.XNNGraph) -> bytes:
     """The XN01 flatbuffer of `graph`, as flatc writes it from ExecuTorch's JSON."""
-    b = flatbuffers.Builder(1024)
+    b = Builder(1024)
     try:
         root = _write_table(b, graph)
         b.Finish(root, file_identifier=s.SCHEMA_FILE_IDENTIFIER)

@@ -16,6 +16,7 @@ from typing import NoReturn
 
 import flatbuffers
 
+from texir.serialize.fb_builder import Builder
 from texir._io import atomic_write
 from texir.errors import PteError
 from texir.ir.blob import Blob
@@ -129,7 +130,7 @@ def _encode(bundle: b.BundledProgram) -> bytes:
         for v in (*case.inputs, *case.expected_outputs)
         if isinstance(v.val, b.Tensor)
     )
-    fb = flatbuffers.Builder(data_size + 64 * 1024)
+    fb = Builder(data_size + 64 * 1024)
     try:
         suites = _offsets(fb, [_suite(fb, s) for s in bundle.method_test_suites])
         program = _bytes_vector(fb, bundle.program.view(), _PROGRAM_ALIGN)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import flatbuffers
 
+from texir.serialize.fb_builder import Builder
 from texir.errors import PteError
 from texir.ir.blob import Blob
 from texir.serialize.pte import schema as s
@@ -94,7 +95,7 @@ class _Writer:
     __slots__ = ("b", "strings", "vectors", "evalues", "vtables", "shapes", "tensor_align", "delegate_align")
 
     def __init__(self, tensor_align: int, delegate_align: int, size_hint: int) -> None:
-        self.b = flatbuffers.Builder(max(1024, size_hint))
+        self.b = Builder(max(1024, size_hint))
         self.strings: dict[str, int] = {}
         self.vectors: dict[tuple[str, tuple[object, ...]], int] = {}
         self.evalues: dict[object, int] = {}

@@ -20,6 +20,7 @@ from typing import NoReturn
 
 import flatbuffers
 
+from texir.serialize.fb_builder import Builder
 from texir._io import atomic_write
 from texir.errors import PteError
 from texir.ir.blob import Blob
@@ -107,7 +108,7 @@ def _layout(ptd: PtdFile) -> tuple[bytes, list[tuple[int, Blob]], int]:
 
 
 def _encode(ptd: PtdFile, entry_segment: list[int], offsets: list[int], sizes: list[int]) -> bytes:
-    b = flatbuffers.Builder(1024)
+    b = Builder(1024)
     named = []
     for e, seg in zip(ptd.entries, entry_segment):
         layout = 0
