@@ -1,4 +1,5 @@
-"""`texir lower MODEL --partitioner xnnpack|MODULE:NAME -o model.pte` with ExecuTorch's partitioners,
+"""`texir lower MODEL --partitioner xnnpack|executorch:xnnpack|MODULE:NAME -o model.pte` (texir's
+native XNNPACK, ExecuTorch's partitioners),
 and `texir inspect` on the result: the file runs in ExecuTorch's runtime like the eager model."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def _eager() -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         return module(*args), args
 
 
-@pytest.mark.parametrize("partitioner", ["xnnpack", XNNPACK_CLASS])
+@pytest.mark.parametrize("partitioner", ["xnnpack", "executorch:xnnpack", XNNPACK_CLASS])
 def test_lower_with_an_executorch_partitioner_writes_a_pte_that_runs(
     partitioner: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -133,7 +134,9 @@ def test_etrecord_flag_writes_a_record_inspector_reads_with_the_ptes_etdump(
     from executorch.runtime import Runtime
 
     out, record = tmp_path / "model.pte", tmp_path / "model.etrecord"
-    assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "-o", str(out), "--etrecord", str(record)]) == 0
+    # ExecuTorch's backend: its debug handle map names the ops inside the delegate
+    assert main(["lower", MODEL, "--partitioner", "executorch:xnnpack", "--no-cache", "-o", str(out),
+                 "--etrecord", str(record)]) == 0
     assert f"wrote {record}" in capsys.readouterr().err
     _, args = _eager()
     program = Runtime.get().load_program(out, enable_etdump=True, debug_buffer_size=1 << 24)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import pydantic
 
@@ -21,13 +22,16 @@ examples:
   texir lower models/mlp.py:build --backend texir-reference --ops aten::add.Tensor,aten::mul.Tensor --explain
   texir lower model.pt2 --backend texir-reference --partitioner my_pkg.parts:MyPartitioner --json
   texir lower texir.models:conv_relu_tan -o model.pte          # no --backend: written undelegated
-  texir lower texir.models:conv_relu_tan --partitioner xnnpack -o model.pte     # ExecuTorch's XNNPACK
+  texir lower texir.models:conv_relu_tan --partitioner xnnpack -o model.pte     # texir's native XNNPACK
+  texir lower texir.models:conv_relu_tan --partitioner executorch:xnnpack -o model.pte  # ExecuTorch's
   texir lower model.pt2 --partitioner my_pkg.parts:MyEtPartitioner --jobs 2 -o model.pte
 
 --partitioner MODULE:NAME (or FILE.py:NAME) with --backend ID: a texir partitioner; a class is
 instantiated with the backend id, any other callable is used as the partitioner itself
 (Program -> texir.lowering.PartitionPlan).
---partitioner NAME (xnnpack, vulkan, example) or MODULE:NAME without --backend: an ExecuTorch
+--partitioner xnnpack: texir's native XNNPACK partitioner and backend (texir.backends.xnnpack;
+ExecuTorch's blobs without executorch; ops it does not take stay undelegated).
+--partitioner executorch:NAME, NAME (vulkan, example) or MODULE:NAME without --backend: an ExecuTorch
 partitioner (class built with no arguments, or instance), run like ExecuTorch's
 to_edge_transform_and_lower (needs the executorch extra). Backends' results are cached in memory
 and under $TEXIR_CACHE_DIR (--no-cache to compile everything); --jobs N compiles partitions in N
@@ -38,6 +42,10 @@ preprocess cache had it, seconds. The nodes left undelegated follow, by op (--ex
 why). --json prints the same report. Every output (-o, its .ptd, --snapshot, --etrecord) is checked
 before any work and written all together at the end: an error or Ctrl-C leaves none of them.
 """
+
+NATIVE_PARTITIONERS: Final[dict[str, str]] = {"xnnpack": "texir.backends.xnnpack"}
+"""Short name -> texir module with `partitioner()` and `registered()` (its backend for one lowering);
+`executorch:NAME` names ExecuTorch's partitioner instead."""
 
 
 class LowerOptions(pydantic.BaseModel):
@@ -320,12 +328,18 @@ def _lower_executorch(
     from texir.lowering import lower_with_edge
 
     assert opts.partitioner is not None  # checked in run
-    partitioner = executorch_partitioner_for(opts.partitioner)
-    with progress.phase(f"loading {opts.model}"):
-        source: Any = load_program(opts.model) if is_snapshot_path(opts.model) else load_model(opts.model)
-    cache: Literal["default"] | None = "default" if opts.cache else None
-    with progress.phase(f"lowering with {partitioner!r}"):
-        done = lower_with_edge(source, [partitioner], cache=cache, jobs=opts.jobs)
+    with contextlib.ExitStack() as scope:
+        if opts.partitioner in NATIVE_PARTITIONERS:
+            module = importlib.import_module(NATIVE_PARTITIONERS[opts.partitioner])
+            partitioner = module.partitioner()
+            scope.enter_context(module.registered())  # its backend, for this lowering only
+        else:
+            partitioner = executorch_partitioner_for(opts.partitioner)
+        with progress.phase(f"loading {opts.model}"):
+            source: Any = load_program(opts.model) if is_snapshot_path(opts.model) else load_model(opts.model)
+        cache: Literal["default"] | None = "default" if opts.cache else None
+        with progress.phase(f"lowering with {partitioner!r}"):
+            done = lower_with_edge(source, [partitioner], cache=cache, jobs=opts.jobs)
     return done.program, done.report, list(done.seen), done.edge
 
 
@@ -378,6 +392,9 @@ def executorch_partitioner_for(spec: str) -> Any:
 
     if ":" not in spec:
         return partitioner_by_name(spec)
+    prefix, _, short = spec.partition(":")
+    if prefix == "executorch" and "." not in short:  # executorch:xnnpack, ExecuTorch's own by short name
+        return partitioner_by_name(short)
     target = _load_attr(spec)
     found = as_executorch_partitioner(target)
     if found is None and callable(target) and not isinstance(target, type):

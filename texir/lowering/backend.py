@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 import msgspec
@@ -13,6 +14,7 @@ from texir.lowering.errors import BackendPreprocessError, UnknownBackendError
 __all__ = [
     "Backend",
     "PreprocessResult",
+    "backend_registered",
     "get_backend",
     "lower_with_backend",
     "check_result",
@@ -60,6 +62,23 @@ def register_backend(backend_id: str, backend: Backend, *, replace: bool = False
             f"backend '{backend_id}' is already registered; pass replace=True to override it"
         )
     _REGISTRY[backend_id] = backend
+
+
+@contextlib.contextmanager
+def backend_registered(backend_id: str, backend: Backend) -> Iterator[Backend]:
+    """`backend` registered under `backend_id` for the `with` block only; whatever was registered
+    there before (or nothing) is back afterwards, exceptions included."""
+    if not backend_id:
+        raise UnknownBackendError("backend id must be a non-empty string")
+    previous = _REGISTRY.get(backend_id)
+    _REGISTRY[backend_id] = backend
+    try:
+        yield backend
+    finally:
+        if previous is None:
+            _REGISTRY.pop(backend_id, None)
+        else:
+            _REGISTRY[backend_id] = previous
 
 
 def registered_backends() -> tuple[str, ...]:

@@ -3,6 +3,7 @@ sub-program (float programs; see `serialize.VISITORS` for the ops)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Final
 
@@ -12,9 +13,9 @@ from texir.backends.xnnpack.graph import XGraph, run_passes
 from texir.backends.xnnpack.schema import XNNGraph
 from texir.backends.xnnpack.serialize import VISITORS, Serializer
 from texir.ir import CompileSpec, NamedDataEntry, Program
-from texir.lowering.backend import PreprocessResult, register_backend
+from texir.lowering.backend import Backend, PreprocessResult, backend_registered, register_backend
 
-__all__ = ["BACKEND_ID", "XnnpackNativeBackend", "build_graph", "register"]
+__all__ = ["BACKEND_ID", "XnnpackNativeBackend", "build_graph", "register", "registered"]
 
 BACKEND_ID: Final = "XnnpackBackend"
 """ExecuTorch's id: the runtime's XNNPACK delegate loads these blobs."""
@@ -74,6 +75,13 @@ class XnnpackNativeBackend:
             for key, data in ser.named.items()
         )
         return PreprocessResult(processed_bytes=blob, debug_handle_map=None, named_data=named)
+
+
+def registered() -> contextlib.AbstractContextManager[Backend]:
+    """The native backend registered as `XnnpackBackend` for a `with` block only (the backend
+    registered there before, ExecuTorch's bridge or none, is back afterwards):
+    `with registered(): lower(ep, [partitioner()])`."""
+    return backend_registered(BACKEND_ID, XnnpackNativeBackend())
 
 
 def register(*, replace: bool = True) -> XnnpackNativeBackend:
