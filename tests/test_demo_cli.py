@@ -43,7 +43,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 
 
 def test_default_demo_lowers_to_xnnpack_and_runs_in_executorch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The default path: ExecuTorch's XNNPACK through texir, the .pte run in ExecuTorch's runtime."""
+    """The default path: texir's native XNNPACK, the .pte run in ExecuTorch's runtime."""
     assert _run(["--out-dir", str(tmp_path), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["partitioner"] == "xnnpack" and summary["checked_in"] == "ExecuTorch runtime"
@@ -59,6 +59,11 @@ def test_default_demo_lowers_to_xnnpack_and_runs_in_executorch(tmp_path: Path, c
     program = deserialize_pte_binary(pte).program
     assert [d.id for d in program.execution_plan[0].delegates] == ["XnnpackBackend"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.pte", "demo.snapshot.json"]
+    # ExecuTorch's own partitioner and backend write the very same file
+    theirs = tmp_path / "executorch"
+    assert _run(["--out-dir", str(theirs), "--partitioner", "executorch:xnnpack", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["partitioner"] == "executorch:xnnpack"
+    assert (theirs / "demo.pte").read_bytes() == pte
 
 
 def test_json_summary(demo_run: tuple[Path, dict[str, Any]]) -> None:

@@ -19,13 +19,15 @@ EPILOG = """\
 examples:
   texir demo                      # XNNPACK: writes out/demo.pte and out/demo.snapshot.json, runs the .pte
   texir demo --out-dir /tmp/x --json
+  texir demo --partitioner executorch:xnnpack   # ExecuTorch's XNNPACK partitioner and backend
   texir demo --partitioner ops    # texir's demo backend instead
   texir demo --partitioner whole
 
 The model is texir.models:conv_relu_tan (two conv+relu blocks, then tan; input 4x3x64x64), exported
-with torch.export. By default ExecuTorch's XnnpackPartitioner and XnnpackBackend lower it through
-texir (texir.lowering.lower, as ExecuTorch's to_edge_transform_and_lower): XNNPACK takes the convs
-and relus, tan stays a portable kernel; the .pte then runs in ExecuTorch's runtime and its output is
+with torch.export. By default texir's native XNNPACK partitioner and backend (texir.backends.xnnpack,
+the blobs ExecuTorch's XnnpackBackend writes) lower it with texir.lowering.lower (as ExecuTorch's
+to_edge_transform_and_lower); --partitioner executorch:xnnpack uses ExecuTorch's own partitioner and
+backend instead. XNNPACK takes the convs and relus, tan stays a portable kernel; the .pte then runs in ExecuTorch's runtime and its output is
 compared with eager. With 'ops' or 'whole' the program is delegated to texir's demo backend
 BackendWithDelegateMappingDemo, which fuses each conv+relu into one backend op and splits tan into
 sin, cos and div; the debug handle map says which backend op implements which IR nodes.
@@ -42,7 +44,7 @@ class DemoOptions(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 
     out_dir: Path = Path("out")
-    partitioner: Literal["xnnpack", "ops", "whole"] = "xnnpack"
+    partitioner: Literal["xnnpack", "executorch:xnnpack", "ops", "whole"] = "xnnpack"
     json_output: bool = False
 
 
@@ -57,8 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--out-dir", type=Path, default=Path("out"), metavar="DIR",
                         help="directory for demo.pte and demo.snapshot.json (default ./out)")
-    parser.add_argument("--partitioner", choices=("xnnpack", "ops", "whole"), default="xnnpack",
-                        help="'xnnpack': ExecuTorch's XNNPACK (default); 'ops': convolution/relu/tan partitions "
+    parser.add_argument("--partitioner", choices=("xnnpack", "executorch:xnnpack", "ops", "whole"),
+                        default="xnnpack", help="'xnnpack': texir's native XNNPACK (default); "
+                        "'executorch:xnnpack': ExecuTorch's; 'ops': convolution/relu/tan partitions "
                         "for texir's demo backend; 'whole': the whole program to the demo backend")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_demo(options: DemoOptions) -> dict[str, Any]:
     """Run the demo pipeline and return its summary (what `--json` prints)."""
-    if options.partitioner == "xnnpack":
+    if options.partitioner in ("xnnpack", "executorch:xnnpack"):
         return _run_xnnpack(options)
     # Heavy imports stay here so `texir --help` stays fast.
     import torch
@@ -184,7 +187,7 @@ def _out_dir(options: DemoOptions) -> Path:
 def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
     import torch
 
-    from texir.adapters.executorch import partitioner_by_name, run_pte
+    from texir.adapters.executorch import run_pte
     from texir.emit import emit
     from texir.ir import CallFunction, verify
     from texir.lowering import lower
@@ -199,8 +202,16 @@ def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
         with progress.phase("exporting ConvReLUTan"):
             model, inputs = conv_relu_tan()
             exported = torch.export.export(model, inputs, strict=True)
-        with progress.phase("lowering to XNNPACK"):
-            lowered = lower(exported, [partitioner_by_name("xnnpack")])
+        with progress.phase(f"lowering to XNNPACK ({options.partitioner})"):
+            if options.partitioner == "xnnpack":
+                from texir.backends import xnnpack
+
+                with xnnpack.registered():  # the native backend for this lowering only
+                    lowered = lower(exported, [xnnpack.partitioner()])
+            else:
+                from texir.adapters.executorch import partitioner_by_name
+
+                lowered = lower(exported, [partitioner_by_name("xnnpack")])
             verify(lowered)
         with progress.phase("emitting .pte"):
             data = pte_bytes(emit(lowered))
@@ -226,7 +237,7 @@ def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
     ]
     return {
         "model": "texir.models:conv_relu_tan",
-        "partitioner": "xnnpack",
+        "partitioner": options.partitioner,
         "call_function_nodes": len(delegated) + len(remaining),
         "partitions": partitions,
         "delegated_nodes": delegated,
