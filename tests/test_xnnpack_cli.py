@@ -52,6 +52,11 @@ def test_native_cli_writes_executorchs_pte_and_it_runs(
         expected = module(*args)
     (got,) = run_pte(native.read_bytes(), args)[0]
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    # texir inspect shows the delegate's XNNPACK values and nodes
+    assert main(["inspect", str(native)]) == 0
+    text = capsys.readouterr().out
+    assert "        XNNGraph version=0 externs=2" in text
+    assert "FullyConnected(input1_id=%11, filter_id=%12, bias_id=%13, output_id=%14)  # dh=10" in text
 
 
 _BLOCKED_CLI = """

@@ -227,6 +227,8 @@ def inspect_pte(data: bytes, *, brief: bool = False) -> JsonDict:
                     "compile_specs": [{"key": cs.key, "value": cs.value.hex()} for cs in d.compile_specs],
                 }
             )
+            if d.id == "XnnpackBackend" and blob is not None and not brief:
+                delegates[-1]["xnnpack"] = _xnnpack_nodes(blob)
         planned = sum(1 for v in plan.values if isinstance(v.val, s.Tensor) and v.val.allocation_info)
         constants = sum(
             1 for v in plan.values if isinstance(v.val, s.Tensor) and v.val.data_buffer_idx and not v.val.allocation_info
@@ -264,6 +266,17 @@ def inspect_pte(data: bytes, *, brief: bool = False) -> JsonDict:
         "named_data": [{"key": nd.key, "segment": nd.segment_index} for nd in p.named_data or ()],
         "sizes": _sizes(f),
     }
+
+
+def _xnnpack_nodes(blob: Blob) -> list[str]:
+    """An XNNPACK delegate's values, nodes and constants, one line each (texir.backends.xnnpack)."""
+    from texir.backends.xnnpack.flatbuffer import XnnpackBlobError
+    from texir.backends.xnnpack.inspect import format_blob
+
+    try:
+        return format_blob(blob.tobytes()).splitlines()
+    except XnnpackBlobError as exc:
+        return [f"(not a blob texir reads: {exc})"]
 
 
 def _constants(p: s.Program) -> JsonDict:
@@ -356,6 +369,7 @@ def format_report(r: JsonDict) -> str:
             specs = ", ".join(f"{c['key']}=0x{c['value']}" for c in d["compile_specs"]) or "-"
             lines.append(f"    [{d['index']}] {d['id']} {d['location']}#{d['data_index']} "
                          f"{d['size']} bytes sha256:{d['sha256']} compile_specs: {specs}")
+            lines.extend(f"        {line}" for line in d.get("xnnpack", ()))
         if "values" in m:
             lines.append("  values:")
             lines.extend(f"    %{v['index']} {_fmt_value(v)}" for v in m["values"])
