@@ -16,7 +16,13 @@ and the runtime latency of both .pte files (one process, interleaved, median of 
 number is the median over --repeat fresh processes per side (3; --quick: 1): single fresh-process
 timings vary by 30-40% on this 2-core VM.
 
-Run: .venv/bin/python benchmarks/bench_backends.py [--quick] [--repeat N]
+Also, first, texir's native XNNPACK partitioner and backend (texir.backends.xnnpack, what
+`--partitioner xnnpack` runs; executorch not imported) against ExecuTorch's pipeline: XNNPACK
+preprocess per partition, lowering alone (export excluded) cold and after changing one layer's
+weights, end to end (export -> .pte written) cold and warm, runtime latency; each ratio beside its
+floor, the ratio if native's cost were only torch.export plus writing the file.
+
+Run: .venv/bin/python benchmarks/bench_backends.py [--quick] [--repeat N] [--no-bridge]
 """
 
 from __future__ import annotations
@@ -91,12 +97,14 @@ def _child(side: str, name: str, blocks: int, out: str) -> dict[str, Any]:
     from tests.real_models import ensure_torchvision_ops
 
     ensure_torchvision_ops()
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
     ep, args, export_s = _export(name, blocks)
     base = status("VmRSS")
     reset_peak()
     result: dict[str, Any] = {"export": export_s}
+    if side == "native":
+        return _native_child(ep, name, blocks, out, result, base)
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
     if side == "executorch":
         from executorch.exir import to_edge_transform_and_lower
 
@@ -104,7 +112,9 @@ def _child(side: str, name: str, blocks: int, out: str) -> dict[str, Any]:
         data = bytes(to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
         result["lower"] = time.perf_counter() - start
         result["extra_peak"] = status("VmHWM") - base
+        start = time.perf_counter()
         Path(out).write_bytes(data)
+        result["write"] = time.perf_counter() - start
         again, _, _ = _export(name, blocks)  # ExecuTorch changes the program it lowers: a new export
         start = time.perf_counter()
         to_edge_transform_and_lower(again, partitioner=[XnnpackPartitioner()]).to_executorch()
@@ -125,6 +135,7 @@ def _child(side: str, name: str, blocks: int, out: str) -> dict[str, Any]:
     data, result["lower"] = run(ep, cache=None)
     result["extra_peak"] = status("VmHWM") - base
     result["backend"] = inside[0]
+    result["partitions"] = len(lower(ep, [executorch_partitioner(XnnpackPartitioner())]).lowered_modules)
     Path(out).write_bytes(data)
     _, result["steady"] = run(ep, cache=None)
     cache = PreprocessCache()
@@ -143,6 +154,52 @@ def _child(side: str, name: str, blocks: int, out: str) -> dict[str, Any]:
     return result
 
 
+def _native_child(ep: Any, name: str, blocks: int, out: str, result: dict[str, Any], base: int) -> dict[str, Any]:
+    """texir's native XNNPACK partitioner and backend (no executorch imported): cold, warm, steady,
+    and the seconds inside its preprocess per partition."""
+    from texir.backends import xnnpack
+    from texir.backends.xnnpack.backend import XnnpackNativeBackend
+    from texir.emit import emit
+    from texir.lowering import PreprocessCache, lower
+    from texir.serialize.pte.codec import dumps
+
+    inside = [0.0]
+    original = XnnpackNativeBackend.preprocess
+
+    def timed(self: Any, *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(self, *args)
+        finally:
+            inside[0] += time.perf_counter() - start
+
+    XnnpackNativeBackend.preprocess = timed  # type: ignore[method-assign]  # benchmark instrumentation
+
+    def run(source: Any, **kw: Any) -> tuple[bytes, float]:
+        start = time.perf_counter()
+        with xnnpack.registered():
+            data = dumps(emit(lower(source, [xnnpack.partitioner()], **kw)))
+        return data, time.perf_counter() - start
+
+    data, result["lower"] = run(ep, cache=None)
+    result["extra_peak"] = status("VmHWM") - base
+    result["backend"] = inside[0]
+    with xnnpack.registered():
+        result["partitions"] = len(lower(ep, [xnnpack.partitioner()], cache=None).lowered_modules)
+    start = time.perf_counter()
+    Path(out).write_bytes(data)
+    result["write"] = time.perf_counter() - start
+    _, result["steady"] = run(ep, cache=None)
+    cache = PreprocessCache()
+    run(ep, cache=cache)
+    changed, _, result["warm_export"] = _export(name, blocks, changed=True)
+    before = cache.misses
+    _, result["warm_lower"] = run(changed, cache=cache)
+    result["warm_compiled"] = cache.misses - before
+    result["executorch_imported"] = any(m.split(".")[0] == "executorch" for m in sys.modules)
+    return result
+
+
 def _spawn(side: str, name: str, blocks: int, out: Path) -> dict[str, Any]:
     return spawn(__file__, ["--child", side, name, str(blocks), str(out)], f"{side} {name}")
 
@@ -157,10 +214,50 @@ def _median_runs(side: str, name: str, blocks: int, out: Path, repeat: int) -> d
     return merged
 
 
+def _goal(what: str, ratio: float, goal: float, floor: float) -> str:
+    met = "met" if ratio >= goal else "NOT met"
+    return f"  {what:<44} {ratio:7.1f}x  (goal >= {goal:g}x: {met}; floor {floor:7.1f}x)"
+
+
+def _print_native(label: str, et: dict[str, Any], nv: dict[str, Any], tx: dict[str, Any] | None,
+                  et_pte: bytes, nv_pte: bytes, args: tuple[Any, ...]) -> None:
+    """Native vs ExecuTorch's pipeline, each ratio ExecuTorch / native beside its floor: the ratio
+    if native's cost were torch.export plus writing the file alone (lowering alone: the write)."""
+    et_e2e = et["export"] + et["lower"] + et["write"]
+    nv_e2e = nv["export"] + nv["lower"] + nv["write"]
+    nv_warm = nv["warm_export"] + nv["warm_lower"] + nv["write"]
+    floor_e2e = et_e2e / (nv["export"] + nv["write"])
+    floor_lower = et["lower"] / max(nv["write"], 1e-9)
+    print(f"\n{label}  ({nv['partitions']} XNNPACK partition(s); native .pte "
+          f"{'==' if nv_pte == et_pte else '!='} ExecuTorch's; executorch imported by native: "
+          f"{nv['executorch_imported']})")
+    print(f"  ExecuTorch  export {et['export']:6.2f} s  lower+serialize {et['lower']:7.3f} s  write {et['write']:.4f} s  "
+          f"e2e {et_e2e:7.2f} s")
+    print(f"  native      export {nv['export']:6.2f} s  lower+emit      {nv['lower']:7.3f} s  write {nv['write']:.4f} s  "
+          f"e2e {nv_e2e:7.2f} s;  warm (one layer changed, {nv['warm_compiled']} partition(s) compiled) "
+          f"lower {nv['warm_lower']:.3f} s;  second lowering {nv['steady']:.3f} s")
+    nv_pp = nv["backend"] / max(nv["partitions"], 1)
+    if tx is not None:
+        et_pp = tx["backend"] / max(tx["partitions"], 1)
+        print(f"  preprocess per partition: ExecuTorch's {et_pp * 1e3:8.2f} ms, native {nv_pp * 1e3:8.3f} ms")
+        print(_goal("XNNPACK preprocess per partition", et_pp / nv_pp, 50, float("inf")))
+    else:
+        print(f"  preprocess per partition: native {nv_pp * 1e3:8.3f} ms (--no-bridge: ExecuTorch's not timed)")
+    print(_goal("lowering alone, cold (export excluded)", et["lower"] / nv["lower"], 15, floor_lower))
+    print(_goal("lowering alone, warm (one layer changed)", et["lower"] / nv["warm_lower"], 30, floor_lower))
+    print(_goal("end to end (export -> .pte written), cold", et_e2e / nv_e2e, 6, floor_e2e))
+    print(_goal("end to end, warm", et_e2e / nv_warm, 10, floor_e2e))
+    et_lat, nv_lat = _latencies(et_pte, nv_pte, args)
+    print(f"  runtime latency native/ExecuTorch {nv_lat / et_lat:5.2f} ({nv_lat * 1e3:.2f} vs {et_lat * 1e3:.2f} ms, "
+          "one process, interleaved, median of 300)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=None, help="fresh processes per side (default 3, --quick 1)")
+    parser.add_argument("--no-bridge", action="store_true",
+                        help="skip texir through ExecuTorch's backend (then no preprocess-per-partition ratio)")
     parser.add_argument("--child", nargs=4, metavar=("SIDE", "MODEL", "BLOCKS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -170,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     repeat = args.repeat or (1 if args.quick else 3)
     models = [("mlp", 20), ("gpt2", 0)] if args.quick else [("mobilenet_v2", 0), ("gpt2", 0), ("mlp", 100)]
     print(f"XNNPACK end to end (export + lower + .pte), each side in a fresh process, median of {repeat}; "
-          "ratio = ExecuTorch / texir")
+          "ratio = ExecuTorch / native")
     sys.path.insert(0, ROOT)
     from tests.real_models import ensure_torchvision_ops
 
@@ -179,12 +276,19 @@ def main(argv: list[str] | None = None) -> int:
         label = f"mlp x{blocks}" if name == "mlp" else name
         with tempfile.TemporaryDirectory(prefix="bench_backends_") as tmp:
             et = _median_runs("executorch", name, blocks, Path(tmp) / "executorch.pte", repeat)
+            nv = _median_runs("native", name, blocks, Path(tmp) / "native.pte", repeat)
+            et_pte, nv_pte = (Path(tmp) / "executorch.pte").read_bytes(), (Path(tmp) / "native.pte").read_bytes()
+            if args.no_bridge:
+                _print_native(label, et, nv, None, et_pte, nv_pte,
+                              _model(name, blocks)[1])
+                continue
             tx = _median_runs("texir", name, blocks, Path(tmp) / "texir.pte", repeat)
-            et_pte, tx_pte = (Path(tmp) / "executorch.pte").read_bytes(), (Path(tmp) / "texir.pte").read_bytes()
+            tx_pte = (Path(tmp) / "texir.pte").read_bytes()
+        _print_native(label, et, nv, tx, et_pte, nv_pte, _model(name, blocks)[1])
         et["latency"], tx["latency"] = _latencies(et_pte, tx_pte, _model(name, blocks)[1])
         et_e2e, tx_e2e = et["export"] + et["lower"], tx["export"] + tx["lower"]
         warm_e2e = tx["warm_export"] + tx["warm_lower"]
-        print(f"\n{label}")
+        print("  texir through ExecuTorch's XNNPACK backend (executorch:xnnpack), ratio ExecuTorch / texir:")
         print(f"  ExecuTorch      e2e {et_e2e:7.2f} s  (lower+serialize {et['lower']:6.2f} s)  "
               f"extra peak {et['extra_peak'] / 2**20:7.1f} MiB  runtime {et['latency'] * 1e3:7.2f} ms")
         print(f"  texir cold      e2e {tx_e2e:7.2f} s  (lower+emit      {tx['lower']:6.2f} s)  "
