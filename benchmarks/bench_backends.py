@@ -257,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=None, help="fresh processes per side (default 3, --quick 1)")
+    parser.add_argument("--models", default=None, metavar="NAME,...",
+                        help="only these of mobilenet_v2, gpt2, mlp (the MLP with 100 blocks; --quick: 20)")
     parser.add_argument("--no-bridge", action="store_true",
                         help="skip texir through ExecuTorch's backend (then no preprocess-per-partition ratio)")
     parser.add_argument("--child", nargs=4, metavar=("SIDE", "MODEL", "BLOCKS", "OUT"), help=argparse.SUPPRESS)
@@ -267,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     repeat = args.repeat or (1 if args.quick else 3)
     models = [("mlp", 20), ("gpt2", 0)] if args.quick else [("mobilenet_v2", 0), ("gpt2", 0), ("mlp", 100)]
+    if args.models:
+        models = [m for m in models if m[0] in args.models.split(",")]
     print(f"XNNPACK end to end (export + lower + .pte), each side in a fresh process, median of {repeat}; "
           "ratio = ExecuTorch / native")
     sys.path.insert(0, ROOT)
