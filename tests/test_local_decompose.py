@@ -12,7 +12,7 @@ from tests.real_models import QUANTIZED, REAL_MODELS, ensure_torchvision_ops, re
 from tests.zoo import ZOO, cached_export
 from texir.adapters import from_exported_program
 from texir.adapters.decompositions import edge_decomposition_table
-from texir.adapters.local_decompose import decompose_locally, functionalize_locally
+from texir.adapters.local_decompose import decompose_locally
 from texir.ir import Program
 
 XNNPACK_KEEP = ("aten::linear.default",)
@@ -98,7 +98,7 @@ def test_local_functionalization_equals_torchs_empty_table_retrace(name: str) ->
     `reshape` through their kernels (a copy where the value is not contiguous yet)."""
     ep = _export(name)
     before = _fingerprint(ep)
-    local = functionalize_locally(ep)
+    local = decompose_locally(ep, functional_only=True)
     assert local is not None and _fingerprint(ep) == before
     assert _converted(local) == _converted(ep.run_decompositions({}))
     targets = {str(n.target) for n in local.graph.nodes}

@@ -159,7 +159,7 @@ def functionalize(ep: torch.export.ExportedProgram) -> torch.export.ExportedProg
     partitioners which ops to keep: in-place and out= ops replaced by their functional forms,
     tensor-subclass weights (torchao's quantized tensors) unwrapped into the plain tensors they
     hold, the composites torch does not preserve (contiguous, reshape) run through their kernels.
-    `texir.adapters.local_decompose.functionalize_locally` gives the same without the retrace where
+    `texir.adapters.local_decompose.functional_program` gives the same without the retrace where
     it can."""
     with warnings.catch_warnings():
         # torch's own LeafSpec deprecation inside run_decompositions: noise a caller cannot act on
