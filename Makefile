@@ -10,6 +10,10 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	# tosa-tools (Arm's TOSA serializer, ExecuTorch's ethos-u extra) pins flatbuffers 25.2.10, whose
+	# builder lays out ExecuTorch's own .pte/.bpte files differently from 25.12.19: installed
+	# without its pin so the oracle keeps the layout every byte-equality test was made against.
+	$(PY) -m pip install --quiet --no-deps 'tosa-tools==2026.5.0'
 	touch $(STAMP)
 
 demo: $(STAMP)
