@@ -219,3 +219,24 @@ def test_an_error_after_a_swallowed_ctrl_c_exits_as_interrupted(
 
     monkeypatch.setattr(cmd_lower, "run", finishes)
     assert main(["lower", MODEL]) == 130  # not 0: the interrupt was noticed after all
+
+
+def test_a_swallowed_ctrl_c_does_not_stop_code_that_runs_after_the_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SIGINT a command swallowed is that command's: a checkpoint reached later, outside any
+    command (library code in the same process, e.g. the next test), does not raise."""
+    import contextlib
+    import signal
+
+    import texir.cli.cmd_lower as cmd_lower
+
+    def finishes(args: object) -> int:
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        return 0
+
+    monkeypatch.setattr(cmd_lower, "run", finishes)
+    assert main(["lower", MODEL]) == 130
+    capsys.readouterr()
+    interrupts.checkpoint("library code after the command")  # must not raise KeyboardInterrupt

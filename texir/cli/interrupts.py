@@ -30,6 +30,9 @@ _mode: _Mode = "raise"
 _received = False
 _count = 0
 _hook: Callable[[int, str], None] | None = None
+_active = False
+"""Inside `guarded()`: only a command's own checkpoints act on the SIGINT it received (a swallowed
+one must not stop library code that runs after the command, e.g. in the same test process)."""
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
@@ -44,18 +47,18 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 @contextlib.contextmanager
 def guarded() -> Iterator[None]:
     """Run a command under texir's SIGINT handler (main thread only; elsewhere nothing changes)."""
-    global _mode, _received, _count
+    global _mode, _received, _count, _active
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.getsignal(signal.SIGINT)
-    _mode, _received, _count = "raise", False, 0
+    _mode, _received, _count, _active = "raise", False, 0, True
     signal.signal(signal.SIGINT, _on_sigint)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        _mode = "raise"
+        _mode, _active = "raise", False
 
 
 def interrupted() -> bool:
@@ -80,7 +83,7 @@ def checkpoint(label: str) -> None:
                 return
             else:
                 signal.raise_signal(signal.SIGINT)
-    if _received and _mode == "raise":
+    if _active and _received and _mode == "raise":
         raise KeyboardInterrupt
 
 
