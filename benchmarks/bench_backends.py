@@ -77,11 +77,12 @@ def _export(name: str, blocks: int, changed: bool = False) -> tuple[Any, tuple[A
 def _latencies(a: bytes, b: bytes, args: tuple[Any, ...], runs: int = 300) -> tuple[float, float]:
     """Median time of one `forward` of two .pte files, measured in this process, interleaved (so
     both see the same machine state)."""
-    from executorch.runtime import Runtime
     from torch.utils import _pytree as pytree
 
+    from texir.adapters.executorch import load_method
+
     flat = pytree.tree_leaves(args)
-    methods = [Runtime.get().load_program(data).load_method("forward") for data in (a, b)]
+    methods = [load_method(data) for data in (a, b)]  # each kept alive with its program
     times: list[list[float]] = [[], []]
     for _ in range(runs):
         for i, method in enumerate(methods):

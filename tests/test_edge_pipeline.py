@@ -106,10 +106,9 @@ def test_emit_runs_only_the_missing_stage(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_an_emitted_partitionable_program_runs() -> None:
-    pytest.importorskip("executorch")
-    from executorch.runtime import Runtime
+    from texir.adapters.executorch import load_method
 
-    method = Runtime.get().load_program(dumps(emit(to_partitionable(aten())))).load_method("forward")
+    method = load_method(dumps(emit(to_partitionable(aten()))))
     x = torch.randn(2, 3)
     model = Small()
     for _ in range(2):

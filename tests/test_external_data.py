@@ -261,12 +261,18 @@ def test_ptd_segments_honour_entry_alignment_and_round_trip() -> None:
     assert contents["a"] == (b"\x01" * 8, (int(ScalarType.FLOAT), [2], [0])) and contents["c"][0] == b"\x01" * 8
 
 
-def test_init_mutable_buffers_without_a_payload_is_refused() -> None:
+def test_init_mutable_buffers_without_a_payload_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     import msgspec
+
+    from texir.errors import IRError
 
     program = from_exported_program(_export(*_model()), decompose=True)
     hollow = msgspec.structs.replace(
         program, state=tuple(e for e in program.state if e.target != "count")
     )
+    # With verification on (the test suite's default) the input itself is refused before any pass runs.
+    with pytest.raises(IRError, match=r"BufferInput 'b_count'.*'count' missing from program.state"):
+        emit(hollow, EmitOptions(init_mutable_buffers=True))
+    monkeypatch.delenv("TEXIR_VERIFY", raising=False)
     with pytest.raises(EmitError, match=r"mutable buffer 'count' should get its initial value"):
         emit(hollow, EmitOptions(init_mutable_buffers=True))

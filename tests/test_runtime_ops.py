@@ -26,9 +26,9 @@ MISSING_IN_RUNTIME = {"topk": "aten::sort.values"}
 
 
 def _registry() -> frozenset[str]:
-    from executorch.runtime import Runtime
+    from texir.adapters.executorch.runtime import runtime
 
-    return frozenset(Runtime.get().operator_registry.operator_names)
+    return frozenset(runtime().operator_registry.operator_names)
 
 
 def test_checked_in_table_equals_the_runtime_registry() -> None:

@@ -22,6 +22,7 @@ from texir._io import gc_paused
 from texir.adapters import delegate_op
 from texir.adapters.core_aten import check_core_aten
 from texir.adapters.decompositions import edge_decomposition_table
+from texir.adapters.fx_signature import argument_spec, input_spec, output_spec
 from texir.adapters.local_decompose import decompose_locally
 from texir.adapters.specs import NEG_INF_MIN, dump_spec
 from texir.adapters.targets import canonical_target
@@ -39,7 +40,6 @@ from texir.adapters.tensors import (
 from texir.errors import ConversionError, UnsupportedError
 from texir.ir import types as ir
 from texir.ir.builder import GraphBuilder
-from texir.ir.literals import literal_arg
 
 __all__ = ["CustomMetaError", "from_exported_program"]
 
@@ -421,73 +421,6 @@ def _custom_obj_fqn(val: Any) -> str:
     return str(fqn)
 
 
-def _argument_spec(spec: Any, where: str) -> ir.Argument:
-    if isinstance(spec, gs.ConstantArgument):
-        return _literal_arg(spec.value, where)
-    name = getattr(spec, "name", None)
-    if not isinstance(name, str):
-        raise UnsupportedError(f"{where}: argument spec {spec!r} is not supported")
-    return ir.Ref(name=name)
-
-
-def _literal_arg(value: Any, where: str) -> ir.Argument:
-    try:
-        return literal_arg(value)
-    except TypeError:
-        raise UnsupportedError(
-            f"{where}: constant {value!r} of type {type(value).__name__} is not supported"
-        ) from None
-
-
-def _input_spec(spec: gs.InputSpec) -> ir.InputSpec:
-    kind = spec.kind
-    name = getattr(spec.arg, "name", "")
-    where = f"signature input {name!r}"
-    if kind is gs.InputKind.USER_INPUT:
-        return ir.UserInput(arg=_argument_spec(spec.arg, where))
-    if kind is gs.InputKind.TOKEN:
-        return ir.TokenInput(name=name)
-    target = spec.target
-    if target is None:
-        raise ConversionError(f"{where}: {kind.name} input without a target")
-    if kind is gs.InputKind.PARAMETER:
-        return ir.ParameterInput(name=name, target=target)
-    if kind is gs.InputKind.BUFFER:
-        return ir.BufferInput(name=name, target=target, persistent=bool(spec.persistent))
-    if kind is gs.InputKind.CONSTANT_TENSOR:
-        return ir.ConstantTensorInput(name=name, target=target)
-    if kind is gs.InputKind.CUSTOM_OBJ:
-        return ir.CustomObjInput(name=name, target=target)
-    raise UnsupportedError(f"{where}: input kind {kind.name} is not supported")
-
-
-def _output_spec(spec: gs.OutputSpec) -> ir.OutputSpec:
-    kind = spec.kind
-    name = getattr(spec.arg, "name", "")
-    where = f"signature output {name!r}"
-    if kind is gs.OutputKind.USER_OUTPUT:
-        return ir.UserOutput(arg=_argument_spec(spec.arg, where))
-    if kind is gs.OutputKind.LOSS_OUTPUT:
-        return ir.LossOutput(name=name)
-    if kind is gs.OutputKind.TOKEN:
-        return ir.TokenOutput(name=name)
-    target = spec.target
-    if target is None:
-        raise ConversionError(f"{where}: {kind.name} output without a target")
-    if kind is gs.OutputKind.BUFFER_MUTATION:
-        return ir.BufferMutation(name=name, target=target)
-    if kind is gs.OutputKind.USER_INPUT_MUTATION:
-        return ir.UserInputMutation(name=name, target=target)
-    if kind is gs.OutputKind.GRADIENT_TO_PARAMETER:
-        return ir.GradientToParameter(name=name, target=target)
-    if kind is gs.OutputKind.GRADIENT_TO_USER_INPUT:
-        return ir.GradientToUserInput(name=name, target=target)
-    raise UnsupportedError(
-        f"{where}: output kind {kind.name} is not supported; run ep.run_decompositions() to "
-        "functionalize the program first"
-    )
-
-
 def _bound(value: Any) -> int | None:
     if value in (int_oo, sympy.oo):
         return None
@@ -548,8 +481,8 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
     graph = conv.graph(gm, lowered)
     sig = ep.graph_signature
     signature = ir.GraphSignature(
-        inputs=tuple(_input_spec(s) for s in sig.input_specs),
-        outputs=tuple(_output_spec(s) for s in sig.output_specs),
+        inputs=tuple(input_spec(s) for s in sig.input_specs),
+        outputs=tuple(output_spec(s) for s in sig.output_specs),
     )
     # Buffers are the state a running program writes to (in place, or through ep.module()'s
     # write-back), so their payload is copied; parameters and constants are aliased zero-copy.
@@ -594,8 +527,8 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
             s = entry.signature
             where = f"module_call_graph entry {entry.fqn!r}"
             signature_ir = ir.ModuleCallSignature(
-                inputs=tuple(_argument_spec(a, where) for a in s.inputs),
-                outputs=tuple(_argument_spec(a, where) for a in s.outputs),
+                inputs=tuple(argument_spec(a, where) for a in s.inputs),
+                outputs=tuple(argument_spec(a, where) for a in s.outputs),
                 in_spec=dump_spec(s.in_spec, where),
                 out_spec=dump_spec(s.out_spec, where),
                 forward_arg_names=tuple(s.forward_arg_names) if s.forward_arg_names is not None else None,

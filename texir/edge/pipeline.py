@@ -116,9 +116,12 @@ def verify_enabled() -> bool:
 
 def run_stage(program: Program, stage: Stage, *, check: bool | None = None) -> Program:
     """`program` with the passes of `stage` applied in order. `check` (default: TEXIR_VERIFY=1, read
-    once here) verifies the program after every pass. Any failure is a `PassError` naming the pass."""
+    once here) verifies the input and the program after every pass. An invalid input raises the
+    verifier's `IRError`; any later failure is a `PassError` naming the pass."""
     if check is None:
         check = verify_enabled()
+    if check:
+        verify(program)  # an invalid input is the caller's error (IRError naming the field), not a pass's
     for named in stage:
         try:
             program = named.fn(program)

@@ -13,7 +13,7 @@ from texir.adapters.executorch.deps import require_executorch
 from texir.errors import TexirError
 from texir.serialize import bpte
 
-__all__ = ["CaseResult", "LoadedMethod", "RuntimeRunError", "load_method", "run_pte", "verify_bpte"]
+__all__ = ["CaseResult", "LoadedMethod", "RuntimeRunError", "load_method", "run_pte", "runtime", "verify_bpte"]
 
 
 class RuntimeRunError(TexirError):
@@ -36,16 +36,27 @@ class LoadedMethod:
         return self._method.execute(inputs)
 
 
+def runtime() -> Any:
+    """ExecuTorch's runtime (`executorch.runtime.Runtime.get()`) with the quantized kernels registered.
+
+    The pip wheel registers the `quantized_decomposed::*.out` kernels only once
+    `executorch.kernels.quantized` is imported; before that a quantized program fails to load with
+    "missing operator". Importing it first gives every caller the same operator registry, whatever the
+    process imported before."""
+    require_executorch("running a .pte")
+    import executorch.kernels.quantized  # noqa: F401  (registers the quantized kernels with the runtime)
+    from executorch.runtime import Runtime
+
+    return Runtime.get()
+
+
 def load_method(
     source: bytes | str | Path, method: str = "forward", *, data_path: str | Path | None = None
 ) -> LoadedMethod:
     """Load `method` of the `.pte` `source` (bytes or a path; `data_path`: its `.ptd`) in
     ExecuTorch's runtime, kept alive with its program."""
-    require_executorch("running a .pte")
-    from executorch.runtime import Runtime
-
     try:
-        program = Runtime.get().load_program(source, data_path=data_path)
+        program = runtime().load_program(source, data_path=data_path)
         loaded = program.load_method(method)
     except Exception as exc:  # the runtime reports load failures as RuntimeError with an error code
         raise RuntimeRunError(f"ExecuTorch's runtime could not load method {method!r}: {exc}") from exc
