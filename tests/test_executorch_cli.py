@@ -26,7 +26,7 @@ def _eager() -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         return module(*args), args
 
 
-@pytest.mark.parametrize("partitioner", ["xnnpack", "executorch:xnnpack", XNNPACK_CLASS])
+@pytest.mark.parametrize("partitioner", ["executorch:xnnpack", XNNPACK_CLASS])  # bare `xnnpack` is native
 def test_lower_with_an_executorch_partitioner_writes_a_pte_that_runs(
     partitioner: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -62,7 +62,8 @@ def test_table_and_parallel_jobs_give_the_same_file(tmp_path: Path, capsys: pyte
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--partitioner", "nosuch"], "--partitioner 'nosuch' is not a known ExecuTorch partitioner; known: example, vulkan, xnnpack"),
+        (["--partitioner", "nosuch"], "--partitioner 'nosuch' is not a known partitioner; texir's own: xnnpack; ExecuTorch's (NAME or executorch:NAME): coreml, ethos-u, example, openvino, tosa, vulkan, webgpu, xnnpack"),
+        (["--partitioner", "executorch:nosuch"], "--partitioner 'nosuch' is not a known ExecuTorch partitioner; known: coreml, ethos-u"),
         (["--partitioner", "xnnpack", "--backend", "x"], "drop --backend"),
         (["--partitioner", "xnnpack", "--jobs", "0"], "--jobs: Input should be greater than or equal to 1"),
         (["--partitioner", "xnnpack", "--tag-constants"], "are for texir partitioners"),
@@ -185,7 +186,7 @@ def build():
 
 def test_explain_gives_the_executorch_partitioners_own_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "pool.py").write_text(POOL, encoding="utf-8")
-    assert main(["lower", f"{tmp_path / 'pool.py'}:build", "--partitioner", "xnnpack", "--no-cache",
+    assert main(["lower", f"{tmp_path / 'pool.py'}:build", "--partitioner", "executorch:xnnpack", "--no-cache",
                  "--explain", "--json"]) == 0
     captured = capsys.readouterr()
     report = json.loads(captured.out)

@@ -388,9 +388,14 @@ def _write_outputs(
 def executorch_partitioner_for(spec: str) -> Any:
     """The texir partitioner for `--partitioner SPEC` without --backend: a short name or a
     MODULE:NAME naming an ExecuTorch partitioner class, instance, or function returning one."""
-    from texir.adapters.executorch import as_executorch_partitioner, partitioner_by_name
+    from texir.adapters.executorch import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
 
     if ":" not in spec:
+        if spec not in PARTITIONERS:
+            raise LoweringError(
+                f"--partitioner {spec!r} is not a known partitioner; texir's own: {', '.join(sorted(NATIVE_PARTITIONERS))}; "
+                f"ExecuTorch's (NAME or executorch:NAME): {', '.join(sorted(PARTITIONERS))}; or give MODULE:CLASS"
+            )
         return partitioner_by_name(spec)
     prefix, _, short = spec.partition(":")
     if prefix == "executorch" and "." not in short:  # executorch:xnnpack, ExecuTorch's own by short name
