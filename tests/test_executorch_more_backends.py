@@ -91,16 +91,19 @@ def _compare(
 ) -> list[Delegate]:
     """texir's delegates equal ExecuTorch's (or both fail alike); returns texir's."""
     mine_partitioners, their_partitioners = make_partitioners(), make_partitioners()
+    # Built outside the try: a failure to build the inputs is the test's own, never "ExecuTorch's
+    # failure that texir must share" (it would fail both sides alike and pass with no delegates).
+    mine_ep, their_ep = make_ep(), make_ep()
     try:
-        theirs, _ = _executorch(make_ep(), their_partitioners)
+        theirs, _ = _executorch(their_ep, their_partitioners)
     except Exception as exc:  # ExecuTorch's own failure: texir must fail on the same root cause
         with pytest.raises(Exception) as caught:
-            lower(make_ep(), [executorch_partitioner(p) for p in mine_partitioners], cache=None)
+            lower(mine_ep, [executorch_partitioner(p) for p in mine_partitioners], cache=None)
         assert type(_root_cause(caught.value)).__name__ == type(_root_cause(exc)).__name__, (
             f"ExecuTorch failed with {exc!r}; texir with {caught.value!r}"
         )
         return []
-    ours = _texir(lower(make_ep(), [executorch_partitioner(p) for p in mine_partitioners], cache=None))
+    ours = _texir(lower(mine_ep, [executorch_partitioner(p) for p in mine_partitioners], cache=None))
     assert len(ours) == len(theirs)
     assert [d[0] for d in ours] == [d[0] for d in theirs]
     for i, (mine, other) in enumerate(zip(ours, theirs)):
@@ -168,19 +171,21 @@ def _tosa_fp() -> list[Any]:
     return [TOSAPartitioner(TosaCompileSpec("TOSA-1.0+FP"))]
 
 
-def _arm_quantized(name: str, compile_spec: Any, quantizer_cls: Any) -> torch.export.ExportedProgram:
-    """The model quantized with Arm's quantizer and exported; quantized once per model and
+def _arm_quantized(name: str, spec_cls: Any, target: str, quantizer_cls: Any) -> torch.export.ExportedProgram:
+    """The model quantized with Arm's quantizer and exported; quantized once per model, target and
     quantizer, each caller given its own copy (ExecuTorch's lowering changes the program it gets)."""
-    return copy.deepcopy(_arm_quantized_once(name, compile_spec, quantizer_cls))
+    return copy.deepcopy(_arm_quantized_once(name, spec_cls, target, quantizer_cls))
 
 
 @functools.cache
-def _arm_quantized_once(name: str, compile_spec: Any, quantizer_cls: Any) -> torch.export.ExportedProgram:
+def _arm_quantized_once(name: str, spec_cls: Any, target: str, quantizer_cls: Any) -> torch.export.ExportedProgram:
+    # keyed by the target string, not the compile spec: Arm's compile specs are dataclasses with
+    # eq=True, hence unhashable
     from executorch.backends.arm.quantizer import get_symmetric_quantization_config
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     module, args = zoo_model(name).build()
-    quantizer = quantizer_cls(compile_spec)
+    quantizer = quantizer_cls(_spec(spec_cls, target))
     quantizer.set_global(get_symmetric_quantization_config())
     graph = torch.export.export(module, args, strict=False).module()
     prepared = prepare_pt2e(graph, quantizer)
@@ -210,7 +215,9 @@ def test_tosa_int_blobs_equal_executorch(name: str) -> None:
     from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
 
     spec = _spec(TosaCompileSpec, "TOSA-1.0+INT")
-    ours = _compare(lambda: _arm_quantized(name, spec, TOSAQuantizer), lambda: [TOSAPartitioner(spec)])
+    ours = _compare(
+        lambda: _arm_quantized(name, TosaCompileSpec, "TOSA-1.0+INT", TOSAQuantizer), lambda: [TOSAPartitioner(spec)]
+    )
     assert ours and {d[0] for d in ours} == {"TOSABackend"}
 
 
@@ -221,7 +228,10 @@ def test_ethos_u55_blobs_equal_executorch(name: str) -> None:
     from executorch.backends.arm.quantizer import EthosUQuantizer
 
     spec = _spec(EthosUCompileSpec, "ethos-u55-128")
-    ours = _compare(lambda: _arm_quantized(name, spec, EthosUQuantizer), lambda: [EthosUPartitioner(spec)])
+    ours = _compare(
+        lambda: _arm_quantized(name, EthosUCompileSpec, "ethos-u55-128", EthosUQuantizer),
+        lambda: [EthosUPartitioner(spec)],
+    )
     assert ours and {d[0] for d in ours} == {"EthosUBackend"}
 
 
