@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.vulkan_patterns import vulkan_pattern_graphs_once  # noqa: F401  (a fixture)
 from tests.zoo import zoo_model
 from texir.adapters.executorch import executorch_partitioner
 from texir.ir import GetAttr, Program
@@ -25,7 +26,7 @@ VULKAN_MODELS = ("mlp", "conv_bn", "attention", "resnet_tiny", "cond_simple", "e
 """A spread of the zoo (linear, conv + batch norm, attention, residual convs, cond, embedding,
 scalar operands, two partitions fused out of program order, a where with a scalar operand, symbolic
 sizes that Vulkan takes as ATen `sym_size` ops); Vulkan's partitioner exports its fusion patterns on
-every call (~3 s), so not all."""
+every call (built once per module here: tests/vulkan_patterns.py), so not all."""
 
 
 def test_ops_executorch_keeps_as_aten_are_the_ones_texir_names_bare() -> None:
@@ -82,6 +83,7 @@ def _export(name: str) -> Callable[[], torch.export.ExportedProgram]:
     return make
 
 
+@pytest.mark.usefixtures("vulkan_pattern_graphs_once")
 @pytest.mark.parametrize("name", VULKAN_MODELS)
 def test_vulkan_blobs_equal_executorch(name: str) -> None:
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner

@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from tests.real_models import real_export
+from tests.vulkan_patterns import vulkan_pattern_graphs_once  # noqa: F401  (a fixture)
 from tests.xnnpack_oracle import run_pte
 from tests.zoo import zoo_model
 from texir.adapters.executorch import executorch_partitioner
@@ -282,21 +283,6 @@ def _webgpu() -> list[Any]:
     from executorch.backends.webgpu.partitioner.partitioner import WebGPUPartitioner
 
     return [WebGPUPartitioner()]
-
-
-@pytest.fixture(scope="module")
-def vulkan_pattern_graphs_once() -> Any:
-    """Vulkan's pattern registry builds its pattern graphs (RoPE, HF RoPE, ...: torch exports of
-    model-independent snippets) anew on each partition and each preprocess, ~25 s per lowering on
-    CI's cores whatever the model. Within this module each is built once and shared by both sides:
-    the same graphs, read-only to the subgraph matcher, so both lowerings see what they would."""
-    from executorch.backends.vulkan.patterns import fusable_patterns
-
-    with pytest.MonkeyPatch.context() as patch:
-        for entry in fusable_patterns.values():
-            if entry.get_graphs_fn is not None:
-                patch.setattr(entry, "get_graphs_fn", functools.cache(entry.get_graphs_fn))
-        yield
 
 
 @pytest.mark.usefixtures("vulkan_pattern_graphs_once")
