@@ -26,8 +26,11 @@ typecheck: $(STAMP)
 browser:
 	sh tests/browser_setup.sh
 
+# Two workers (CI has 2 cores), each taking whole test files so module/session fixtures (one ExecuTorch
+# reference per model) are built once per file; PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP) browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: typecheck pytest
 
