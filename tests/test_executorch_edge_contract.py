@@ -38,6 +38,14 @@ def _op_names(ep: torch.export.ExportedProgram) -> list[str]:
     return sorted({name(n.target) for n in ep.graph.nodes if n.op == "call_function"})
 
 
+def _nodes(ep: torch.export.ExportedProgram) -> list[tuple[str, str, str]]:
+    """Each operator node in order: name, operator, and its arguments as text."""
+    def name(target: Any) -> str:
+        return str(target._op if type(target).__name__ == "EdgeOpOverload" else target)
+
+    return [(n.name, name(n.target), str((n.args, n.kwargs))) for n in ep.graph.nodes if n.op == "call_function"]
+
+
 class _Recording(Partitioner):  # type: ignore[misc]  # ExecuTorch's Partitioner is untyped
     """Tags nothing; records what it is shown. `keep` is returned from ops_to_not_decompose."""
 
@@ -71,6 +79,7 @@ class _Recording(Partitioner):  # type: ignore[misc]  # ExecuTorch's Partitioner
         ep.validate()  # as Arm's TOSA partitioner does
         self.seen["validated"] = True
         self.seen["ops"] = _op_names(ep)
+        self.seen["nodes"] = _nodes(ep)
         self.seen["custom"] = _customs(ep)
         if self.inner is not None:
             return self.inner.partition(ep)
@@ -113,6 +122,46 @@ def test_backends_are_given_the_edge_dialect() -> None:
     ep = to_edge_exported_program(edge)
     assert ep.dialect == "EDGE"
     ep.validate()
+
+
+class _SymBuffer(nn.Module):
+    """An int64 buffer grown by a dynamic size, as transformers' static cache counts its length
+    (`cumulative_length.add_(kv_length)`): add.Tensor(buffer, SymInt) after functionalization."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("seen", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.add_(x.shape[0])
+        return x * 2.0 + self.seen
+
+
+def _sym_buffer() -> torch.export.ExportedProgram:
+    n = torch.export.Dim("n", min=2, max=8)
+    return torch.export.export(_SymBuffer(), (torch.randn(3, 4),), dynamic_shapes=({0: n},), strict=False)
+
+
+def test_a_symint_in_a_tensor_position_is_a_tensor_in_the_edge_program() -> None:
+    """ExecuTorch's to_edge makes the SymInt an int32 scalar_tensor (SymToTensorPass) cast to int64
+    (RemoveMixedTypeOperators) before partitioners see the program; its edge verifier rejects the
+    add.Tensor otherwise. The lowered program runs as eager, the buffer counting across calls."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from texir.adapters.executorch import load_method
+    from texir.emit import emit
+    from texir.serialize.pte import dumps
+
+    ours, theirs, program, _ = _both(_sym_buffer, inner=XnnpackPartitioner)
+    assert theirs["validated"] and ours.get("validated")
+    assert "aten.scalar_tensor.default" in theirs["ops"]
+    assert ours["nodes"] == theirs["nodes"]
+    assert program.lowered_modules  # x * 2.0 went to XNNPACK
+    method, eager = load_method(dumps(emit(program))), _SymBuffer()
+    for rows in (3, 5, 2):
+        x = torch.randn(rows, 4)
+        (got,) = method.execute([x])
+        torch.testing.assert_close(got, eager(x))
 
 
 # --- 2. when partitioners are asked ---------------------------------------------------------------

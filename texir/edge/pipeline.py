@@ -84,6 +84,7 @@ Stage = tuple[NamedPass, ...]
 
 _ASSERTS = NamedPass("remove_graph_asserts", remove_graph_asserts, "RemoveGraphAssertsPass")
 _LIFT = NamedPass("lift_scalar_operands", lift_scalar_operands, "ScalarToTensorPass + lift_constant_tensor_pass")
+_SYM = NamedPass("sym_operands_to_tensors", sym_operands_to_tensors, "SymToTensorPass")
 _MIXED = NamedPass("cast_mixed_operands", cast_mixed_operands, "RemoveMixedTypeOperators")
 _NOOP = NamedPass("remove_noop_ops", remove_noop_ops, "RemoveNoopPass")
 _EMPTY = NamedPass("prune_empty_tensors", prune_empty_tensors, "PruneEmptyTensorsPass")
@@ -92,20 +93,19 @@ _DIM_ORDER = NamedPass("to_dim_order_ops", to_dim_order_ops, "MemoryFormatOpsPas
 _HANDLES = NamedPass("compact_debug_handles", compact_debug_handles, "DebugHandleGeneratorPass")
 _NAMES = NamedPass("edge_node_names", edge_node_names, "ExportPass retrace (edge node names)")
 
-TO_EDGE: Stage = (_ASSERTS, _LIFT, _MIXED, _NOOP, _EMPTY, _VIEWS, _DIM_ORDER, _HANDLES, _NAMES)
+TO_EDGE: Stage = (_ASSERTS, _LIFT, _SYM, _MIXED, _NOOP, _EMPTY, _VIEWS, _DIM_ORDER, _HANDLES, _NAMES)
 """ExecuTorch's to_edge rewrites, run before partitioning (`texir.lowering.lower`): partitioners see
 literals in Tensor positions as constants, and nodes named as in ExecuTorch ('aten_addmm_default'),
-so backends that print names into their blobs agree. Leaves `EDGE_PARTITIONABLE`."""
+so backends that print names into their blobs agree. As in ExecuTorch's to_edge, a SymInt in a Tensor
+position (`buffer.add_(x.shape[0])`) becomes an `aten::scalar_tensor` before the mixed-dtype casts,
+so the partitioners' edge program passes ExecuTorch's edge verifier. Leaves `EDGE_PARTITIONABLE`."""
 
 EMIT_TO_EDGE: Stage = tuple(p for p in TO_EDGE if p not in (_LIFT, _NAMES))
 """`TO_EDGE` as plain `emit` runs it on an ATen program: scalars stay literals (the emitter makes
 them 0-dim constants at their point of use, which keeps the value table's order) and nodes keep
 their names (no partitioner reads them)."""
 
-TO_EXECUTORCH: Stage = (
-    NamedPass("sym_operands_to_tensors", sym_operands_to_tensors, "SymToTensorPass"),
-    NamedPass("insert_write_back", insert_write_back, "insert_write_back_for_buffers_pass"),
-)
+TO_EXECUTORCH: Stage = (NamedPass("insert_write_back", insert_write_back, "insert_write_back_for_buffers_pass"),)
 """ExecuTorch's to_executorch rewrites, run after partitioning (at emission). Leaves `EDGE`."""
 
 

@@ -13,6 +13,7 @@ from texir.ir.builder import GraphBuilder
 from texir.ir.types import (
     Argument,
     BoolArg,
+    BufferInput,
     CallFunction,
     ConstantTensorInput,
     DType,
@@ -45,11 +46,13 @@ def _tensor_of(arg: Argument) -> tuple[DType, bytes] | None:
 
 def lift_scalar_operands(program: Program) -> Program:
     """`program` with each bool/int/float literal that its op's schema types as a Tensor replaced by
-    a new constant placeholder (`_lifted_tensor_constant<i>`, one per use, before the user inputs).
-    The top-level graph only: nested graphs keep their literals for the emitter. Pure."""
+    a new constant placeholder (`_lifted_tensor_constant<i>`, one per use, before the user inputs),
+    numbered on from the program's buffers as ExecuTorch's lift_constant_tensor_pass numbers them
+    (its lifted constants join the buffers). The top-level graph only: nested graphs keep their
+    literals for the emitter. Pure."""
     graph = program.graph
     used = {n.name for n in graph.nodes} | {e.target for e in program.state}
-    counter = 0
+    counter = sum(isinstance(s, BufferInput) for s in program.signature.inputs)
     lifted: list[tuple[Placeholder, TensorMeta, StateEntry]] = []
     body: dict[str, CallFunction] = {}
 
@@ -62,6 +65,7 @@ def lift_scalar_operands(program: Program) -> Program:
             counter += 1
         name = f"{LIFTED_PREFIX}{counter}"
         used.add(name)
+        counter += 1
         dtype, data = found
         meta = TensorMeta(dtype=dtype, shape=(), strides=())
         value = TensorData(meta=meta, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data), data=Blob(data))
