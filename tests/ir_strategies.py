@@ -187,4 +187,11 @@ def programs(draw: Any, depth: int = 1) -> Program:
         graph=graph, signature=GraphSignature(inputs=inputs, outputs=outputs), state=tuple(state),
         range_constraints=tuple(draw(_RANGES)), module_call_graph=tuple(calls), lowered_modules=tuple(lowered),
         dialect=draw(st.sampled_from(["ATEN", "EDGE"])), backend_meta=notes,
+        op_schemas=tuple(sorted(draw(st.sets(st.sampled_from(_CUSTOM_SCHEMAS), max_size=2)))),
     )
+
+
+_CUSTOM_SCHEMAS = (
+    "mylib::scale(Tensor x, float factor=2.) -> Tensor",
+    'mylib::pick(Tensor(a!) x, str mode="it\'s", int[]? dims=None) -> (Tensor(a!) y, Tensor)',
+)

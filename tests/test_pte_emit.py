@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.zoo import cached_export
 from texir.adapters import from_exported_program
-from texir.adapters.op_schemas import is_view, op_schema, out_variant, view_copy_target
+from texir.ir.op_facts import is_view, op_schema, out_variant, view_copy_target
 from texir.ir import (
     CallFunction,
     GraphSignature,

@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
+import msgspec
 import sympy  # type: ignore[import-untyped]  # sympy ships no type information
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
@@ -24,6 +25,7 @@ from texir.adapters.core_aten import check_core_aten
 from texir.adapters.decompositions import edge_decomposition_table
 from texir.adapters.fx_signature import argument_spec, input_spec, output_spec
 from texir.adapters.local_decompose import decompose_locally
+from texir.adapters.op_schemas import recorded_op_schemas
 from texir.adapters.specs import NEG_INF_MIN, dump_spec
 from texir.adapters.targets import canonical_target
 from texir.adapters.tensors import (
@@ -534,15 +536,16 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
                 forward_arg_names=tuple(s.forward_arg_names) if s.forward_arg_names is not None else None,
             )
         calls.append(ir.ModuleCallEntry(fqn=entry.fqn, signature=signature_ir))
-    dialect = ep.dialect
-    return ir.Program(
+    program = ir.Program(
         graph=graph,
         signature=signature,
         state=tuple(state),
         range_constraints=tuple(ranges),
         module_call_graph=tuple(calls),
         lowered_modules=tuple(sorted(lowered, key=lambda e: e.name)),
-        dialect=dialect,
+        dialect=ep.dialect,
     )
+    custom = recorded_op_schemas(program)  # what texir's packaged schema table lacks (custom ops)
+    return msgspec.structs.replace(program, op_schemas=custom) if custom else program
 
 

@@ -112,6 +112,7 @@ def canonicalize_with_names(program: Program) -> tuple[Program, dict[str, dict[s
             (msgspec.structs.replace(m, node=names.get(m.node, m.node)) for m in program.backend_meta),
             key=lambda m: (m.node, m.key),
         )),
+        op_schemas=tuple(sorted(set(program.op_schemas))),
     )
     return canonical, maps
 

@@ -152,6 +152,9 @@ class _Parser:
             calls = tuple(self.module_call(line) for line in self.block(indent + 2))
         if self.peek(indent, "backend_meta:") and self.take(indent, "backend_meta:"):
             backend_meta = tuple(self.backend_meta(line) for line in self.block(indent + 2))
+        op_schemas: tuple[str, ...] = ()
+        if self.peek(indent, "op_schemas:") and self.take(indent, "op_schemas:"):
+            op_schemas = tuple(self.quoted(line) for line in self.block(indent + 2))
         lowered = []
         while line := self.peek(indent, "lowered_module "):
             self.pos += 1
@@ -162,7 +165,7 @@ class _Parser:
         return Program(
             graph=graph, signature=GraphSignature(inputs=inputs, outputs=outputs), state=state,
             range_constraints=range_constraints, module_call_graph=calls, lowered_modules=tuple(lowered),
-            dialect=dialect, backend_meta=backend_meta,
+            dialect=dialect, backend_meta=backend_meta, op_schemas=op_schemas,
         )
 
     def input_spec(self, line: _Line) -> InputSpec:
@@ -406,6 +409,12 @@ class _Parser:
             inputs=inputs.items, outputs=outputs.items, in_spec=in_spec, out_spec=out_spec,
             forward_arg_names=names,
         ))
+
+    def quoted(self, line: _Line) -> str:
+        c = line.cursor()
+        text = c.string()
+        c.end()
+        return text
 
     def backend_meta(self, line: _Line) -> BackendNodeMeta:
         c = line.cursor()

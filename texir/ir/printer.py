@@ -342,6 +342,9 @@ def _format_program_lines(program: Program, indent: str) -> list[str]:
     if program.backend_meta:
         lines.append(f"{indent}backend_meta:")
         lines.extend(f"{indent}  %{m.node} {m.key!r}: {m.value!r}" for m in program.backend_meta)
+    if program.op_schemas:
+        lines.append(f"{indent}op_schemas:")
+        lines.extend(f"{indent}  {text!r}" for text in program.op_schemas)
     for lowered in program.lowered_modules:
         lines.append(f"{indent}lowered_module {lowered.name}:")
         lines.extend(_format_lowered(lowered.module, indent + "  "))

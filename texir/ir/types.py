@@ -4,14 +4,13 @@ Conventions (see STYLE.md):
 - every type is a frozen, keyword-only Struct; sum types are tagged unions on the field ``kind``;
 - references between nodes are by name (`Ref`); a graph is a topologically ordered tuple of nodes;
 - maps are tuples of pairs or of named entries, kept in a fixed order, so every object hashes;
-- each node defines exactly one value, named after the node. Its metadata lives once per graph in a
-  uniqued table (`Graph.metas`, like MLIR's uniqued types) and the node holds its index
-  (`Node.meta_id`); `graph.meta(node)` resolves it. Node provenance is held column-wise
-  (`Graph.provenance`: entry i of each column belongs to ``nodes[i]``), with the parts nodes share
-  (stack trace, module stack, source fn, torch fn type) uniqued as `Location`s; `graph.prov(i)`
-  assembles a node's `Provenance`. Real graphs repeat a few dozen metas and locations over
-  thousands of nodes, so this keeps snapshots ~3x smaller and decoding ~2.5x faster than inline
-  metadata (see benchmarks/bench_ir.py). Build graphs with `texir.ir.GraphBuilder`, which interns.
+- each node defines exactly one value, named after the node. Its metadata lives once per graph in a uniqued table
+  (`Graph.metas`, like MLIR's uniqued types); the node holds its index (`Node.meta_id`), resolved by
+  `graph.meta(node)`. Node provenance is held column-wise (`Graph.provenance`: entry i of each column belongs to
+  ``nodes[i]``), with the parts nodes share (stack trace, module stack, source fn, torch fn type) uniqued as
+  `Location`s; `graph.prov(i)` assembles a node's `Provenance`. Real graphs repeat a few dozen metas and
+  locations over thousands of nodes, so this keeps snapshots ~3x smaller and decoding ~2.5x faster than inline
+  metadata (benchmarks/bench_ir.py). Build graphs with `texir.ir.GraphBuilder`, which interns.
 """
 
 from __future__ import annotations
@@ -25,20 +24,20 @@ from texir.ir.blob import Blob
 
 __all__ = [
     "Argument", "BackendNodeMeta", "BoolArg", "BufferInput", "BufferMutation", "CallFunction", "CompileSpec",
-    "ConstantMethod", "ConstantTensorInput", "CustomObjInput", "CustomObjMeta", "DTYPE_ITEMSIZE", "DType", "DTypeArg",
-    "DebugHandleEntry", "DelegateMeta", "DeviceArg", "Dim", "FloatArg", "FloatValue", "GetAttr",
-    "GradientToParameter", "GradientToUserInput", "Graph", "GraphSignature", "InputSpec", "IntArg",
-    "Layout", "LayoutArg", "ListArg", "Location", "LossOutput", "LoweredBackendModule", "MemoryFormat",
-    "MemoryFormatArg", "ModuleCallEntry", "ModuleCallSignature", "ModuleFrame", "NamedDataEntry", "NamedLoweredModule",
-    "Node", "NoneArg", "NoneMeta", "Output", "OutputSpec", "ParameterInput", "Placeholder", "Program",
-    "Provenance", "ProvenanceTable", "RangeConstraint", "Ref", "SCHEMA_VERSION", "ScalarMeta",
-    "SourceFn", "SpecialFloat", "StateEntry", "StrArg", "Subgraph", "SubgraphMeta", "SymBoolMeta",
-    "SymExprArg", "SymFloatMeta", "SymIntMeta", "TensorData", "TensorMeta", "TokenInput", "TokenMeta",
-    "TokenOutput", "TupleArg", "TupleMeta", "UserInput", "UserInputMutation", "UserOutput", "ValueMeta",
+    "ConstantMethod", "ConstantTensorInput", "CustomObjInput", "CustomObjMeta", "DTYPE_ITEMSIZE", "DType",
+    "DTypeArg", "DebugHandleEntry", "DelegateMeta", "DeviceArg", "Dim", "FloatArg", "FloatValue", "GetAttr",
+    "GradientToParameter", "GradientToUserInput", "Graph", "GraphSignature", "InputSpec", "IntArg", "Layout",
+    "LayoutArg", "ListArg", "Location", "LossOutput", "LoweredBackendModule", "MemoryFormat", "MemoryFormatArg",
+    "ModuleCallEntry", "ModuleCallSignature", "ModuleFrame", "NamedDataEntry", "NamedLoweredModule", "Node",
+    "NoneArg", "NoneMeta", "Output", "OutputSpec", "ParameterInput", "Placeholder", "Program", "Provenance",
+    "ProvenanceTable", "RangeConstraint", "Ref", "SCHEMA_VERSION", "ScalarMeta", "SourceFn", "SpecialFloat",
+    "StateEntry", "StrArg", "Subgraph", "SubgraphMeta", "SymBoolMeta", "SymExprArg", "SymFloatMeta", "SymIntMeta",
+    "TensorData", "TensorMeta", "TokenInput", "TokenMeta", "TokenOutput", "TupleArg", "TupleMeta", "UserInput",
+    "UserInputMutation", "UserOutput", "ValueMeta",
 ]
 
 # Bump on any schema change by the rules in tests/test_schema_version.py.
-SCHEMA_VERSION: tuple[int, int] = (2, 2)
+SCHEMA_VERSION: tuple[int, int] = (2, 3)
 
 
 # gc=False: IR objects are immutable and built bottom-up, so they can never form reference cycles;
@@ -608,3 +607,4 @@ class Program(_Frozen, frozen=True, kw_only=True):
     """Lowered backend modules called from the graph, by `get_attr` target."""
     dialect: str = "ATEN"
     backend_meta: tuple[BackendNodeMeta, ...] = ()
+    op_schemas: tuple[str, ...] = ()  # custom ops' schema strings, sorted (texir.ir.op_facts)

@@ -6,6 +6,7 @@ import operator
 
 from texir.errors import IRError
 from texir.ir.analysis import iter_refs, node_args, output_node
+from texir.ir.op_schema import OpSchemaError, parse_schema
 from texir.ir.types import (
     BufferInput,
     BufferMutation,
@@ -213,6 +214,14 @@ def verify(program: Program) -> None:
                 f"range_constraints[{i}] ('{rc.symbol}'): hint {rc.hint} is outside [{rc.min}, {hi}]; "
                 "give a hint inside the range, or none"
             )
+
+    if list(program.op_schemas) != sorted(set(program.op_schemas)):
+        raise IRError("program.op_schemas: the schema strings must be sorted and unique; sort them")
+    for i, text in enumerate(program.op_schemas):
+        try:
+            parse_schema(text)
+        except OpSchemaError as exc:
+            raise IRError(f"program.op_schemas[{i}]: {exc}; record torch's own str(op._schema)") from exc
 
     for entry in program.lowered_modules:
         try:
