@@ -2,7 +2,7 @@
 tests/golden/edge/<pass>/before.txt is parsed (`texir.ir.parse_program`), run through its pass and
 printed; the result must be after.txt. tests/test_edge_passes.py writes both files from torch
 exports (TEXIR_UPDATE_GOLDENS=1), so the two agree exactly when parsing loses nothing a pass reads.
-(torch is still imported: texir.edge reads op schemas through texir.adapters.op_schemas.)"""
+(texir.edge reads operator schemas from texir.ir.op_facts, never torch: tests/test_torch_free.py.)"""
 
 from __future__ import annotations
 

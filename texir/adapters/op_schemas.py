@@ -4,7 +4,7 @@ Everything below the adapters reads operator schemas from `texir.ir.op_facts` (t
 table of torch's registry, plus a program's own `op_schemas`) and never asks torch. This module
 fills the second source: at import, the schema strings of the operators a program calls that the
 packaged table does not hold (custom ops, ops of namespaces texir does not ship), as torch prints
-them. The facts functions are re-exported here for older callers.
+them.
 """
 
 from __future__ import annotations
@@ -12,24 +12,11 @@ from __future__ import annotations
 import torch
 
 from texir.ir.analysis import walk_graphs
-from texir.ir.op_facts import (
-    SYM_OPS,
-    OpFacts,
-    is_inplace,
-    is_view,
-    op_facts,
-    op_schema,
-    op_table,
-    out_variant,
-    view_copy_target,
-)
-from texir.ir.op_schema import ArgKind, ArgSchema, OpSchema, OpSchemaError, split_target
+from texir.ir.op_facts import op_table
+from texir.ir.op_schema import split_target
 from texir.ir.types import CallFunction, Program
 
-__all__ = [
-    "ArgKind", "ArgSchema", "OpFacts", "OpSchema", "OpSchemaError", "SYM_OPS", "is_inplace", "is_view",
-    "op_facts", "op_schema", "out_variant", "recorded_op_schemas", "view_copy_target",
-]
+__all__ = ["recorded_op_schemas"]
 
 _NOT_OPERATORS = ("higher_order::", "texir::")
 

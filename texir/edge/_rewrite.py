@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 import msgspec
 
-from texir.adapters.op_schemas import op_facts
 from texir.errors import PteError
 from texir.ir.builder import GraphBuilder
 from texir.ir.names import NameAllocator, rename_node, rename_output_spec
+from texir.ir.op_facts import OpTable, op_table
 from texir.ir.types import Argument, CallFunction, Graph, Node, Program, Provenance, Ref, Subgraph, ValueMeta
 
 __all__ = ["EdgeError", "Entry", "Forward", "MetaLookup", "NodeRule", "all_names", "map_tensor_refs",
-           "rewrite_graph", "rewrite_program"]
+           "program_ops", "rewrite_graph", "rewrite_program"]
 
 Entry = tuple[Node, ValueMeta | None, Provenance | None]
 
@@ -92,6 +92,11 @@ def all_names(program: Program) -> NameAllocator:
     return NameAllocator(used)
 
 
+def program_ops(program: Program) -> OpTable:
+    """The operator schemas `program` can call: texir's packaged table plus its own `op_schemas`."""
+    return op_table(program.op_schemas)
+
+
 class MetaLookup:
     """Value metadata by name for the graphs a rule sees (built once per graph)."""
 
@@ -106,10 +111,11 @@ class MetaLookup:
         return entry[1].get(name)
 
 
-def map_tensor_refs(node: CallFunction, fn: Callable[[Ref], Argument]) -> CallFunction | None:
-    """`node` with `fn` applied to each `Ref` argument its op's schema types as a Tensor
-    (positional and keyword); None when the op is unknown or `fn` changed nothing."""
-    facts = op_facts(node.target)
+def map_tensor_refs(node: CallFunction, fn: Callable[[Ref], Argument], table: OpTable) -> CallFunction | None:
+    """`node` with `fn` applied to each `Ref` argument its op's schema (in `table`, the program's
+    `op_table`) types as a Tensor (positional and keyword); None when the op is unknown or `fn`
+    changed nothing."""
+    facts = table.op_facts(node.target)
     if facts is None:
         return None
     positional = [a for a in facts.schema.arguments if not a.kwarg_only]

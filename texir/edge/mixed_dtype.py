@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import msgspec
 
-from texir.edge._rewrite import Entry, Forward, MetaLookup, all_names, map_tensor_refs, rewrite_program
+from texir.edge._rewrite import Entry, Forward, MetaLookup, all_names, map_tensor_refs, program_ops, rewrite_program
+from texir.ir.op_facts import OpTable
 from texir.ir.names import NameAllocator
 from texir.ir.types import (
     Argument,
@@ -33,8 +34,9 @@ CAST_TARGET = "dim_order_ops::_to_dim_order_copy.default"
 
 
 class _Rule:
-    def __init__(self, names: NameAllocator) -> None:
+    def __init__(self, names: NameAllocator, ops: OpTable) -> None:
         self.names = names
+        self.ops = ops
         self.meta_of = MetaLookup()
 
     def __call__(self, node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph) -> Forward | Sequence[Entry] | None:
@@ -56,10 +58,10 @@ class _Rule:
             ))
             return Ref(name=out)
 
-        new = map_tensor_refs(node, cast)
+        new = map_tensor_refs(node, cast, self.ops)
         return None if new is None else (*casts, (new, meta, prov))
 
 
 def cast_mixed_operands(program: Program) -> Program:
     """`program` with a cast node before each mixed-dtype operand of the ops in `MIXED_TYPE_OPS`."""
-    return rewrite_program(program, _Rule(all_names(program)))
+    return rewrite_program(program, _Rule(all_names(program), program_ops(program)))

@@ -7,9 +7,9 @@ import struct
 
 import msgspec
 
-from texir.adapters.op_schemas import op_facts
 from texir.ir.blob import Blob
 from texir.ir.builder import GraphBuilder
+from texir.ir.op_facts import op_table
 from texir.ir.types import (
     Argument,
     BoolArg,
@@ -51,6 +51,7 @@ def lift_scalar_operands(program: Program) -> Program:
     (its lifted constants join the buffers). The top-level graph only: nested graphs keep their
     literals for the emitter. Pure."""
     graph = program.graph
+    ops = op_table(program.op_schemas)
     used = {n.name for n in graph.nodes} | {e.target for e in program.state}
     counter = sum(isinstance(s, BufferInput) for s in program.signature.inputs)
     lifted: list[tuple[Placeholder, TensorMeta, StateEntry]] = []
@@ -75,7 +76,7 @@ def lift_scalar_operands(program: Program) -> Program:
     for node in graph.nodes:
         if not isinstance(node, CallFunction):
             continue
-        facts = op_facts(node.target)
+        facts = ops.op_facts(node.target)
         if facts is None:
             continue
         kinds = {a.name: a.kind for a in facts.schema.in_args}

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from texir.edge._rewrite import Entry, Forward, MetaLookup, all_names, map_tensor_refs, rewrite_program
+from texir.edge._rewrite import Entry, Forward, MetaLookup, all_names, map_tensor_refs, program_ops, rewrite_program
+from texir.ir.op_facts import OpTable
 from texir.ir.names import NameAllocator
 from texir.ir.types import (
     Argument,
@@ -35,8 +36,9 @@ _DTYPE_OF: dict[type, DType] = {SymIntMeta: DType.int32, SymFloatMeta: DType.flo
 
 
 class _Rule:
-    def __init__(self, names: NameAllocator) -> None:
+    def __init__(self, names: NameAllocator, ops: OpTable) -> None:
         self.names = names
+        self.ops = ops
         self.meta_of = MetaLookup()
 
     def __call__(self, node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph) -> Forward | Sequence[Entry] | None:
@@ -55,10 +57,10 @@ class _Rule:
             ))
             return Ref(name=out)
 
-        new = map_tensor_refs(node, coerce)
+        new = map_tensor_refs(node, coerce, self.ops)
         return None if new is None else (*made, (new, meta, prov))
 
 
 def sym_operands_to_tensors(program: Program) -> Program:
     """`program` with an `aten::scalar_tensor` node before each symbolic scalar used as a Tensor."""
-    return rewrite_program(program, _Rule(all_names(program)))
+    return rewrite_program(program, _Rule(all_names(program), program_ops(program)))

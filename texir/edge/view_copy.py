@@ -6,31 +6,13 @@ from collections.abc import Sequence
 
 import msgspec
 
-from texir.adapters.op_schemas import op_facts
-from texir.edge._rewrite import Entry, Forward, rewrite_program
+from texir.edge._rewrite import Entry, Forward, program_ops, rewrite_program
+from texir.edge.strides import contiguous_strides, refresh_strides
 from texir.ir.names import GETITEM
-from texir.ir.types import CallFunction, Dim, Graph, Node, Program, Provenance, Ref, TensorMeta, TupleMeta, ValueMeta
+from texir.ir.op_facts import OpTable
+from texir.ir.types import CallFunction, Graph, Node, Program, Provenance, Ref, TensorMeta, TupleMeta, ValueMeta
 
 __all__ = ["replace_view_ops"]
-
-
-def contiguous_strides(shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
-    """Row-major strides of `shape`; symbolic sizes give sympy-printed products, as torch writes them."""
-    if all(isinstance(d, int) for d in shape):
-        out: list[Dim] = []
-        step = 1
-        for d in reversed(shape):
-            out.append(step)
-            step *= max(int(d), 1)
-        return tuple(reversed(out))
-    import sympy  # type: ignore[import-untyped]  # sympy ships no type information; comes with torch
-
-    sym_out: list[Dim] = []
-    acc = sympy.Integer(1)
-    for d in reversed(shape):
-        sym_out.append(int(acc) if acc.is_Integer else str(acc))
-        acc = acc * (sympy.Integer(d) if isinstance(d, int) else sympy.sympify(d))
-    return tuple(reversed(sym_out))
 
 
 def _copy_meta(meta: ValueMeta | None) -> ValueMeta | None:
@@ -48,17 +30,17 @@ def _copy_meta(meta: ValueMeta | None) -> ValueMeta | None:
     return msgspec.structs.replace(meta, strides=strides, storage_offset=0)
 
 
-def _is_view_with_copy(target: str) -> bool:
-    facts = op_facts(target) if "::" in target and not target.startswith("higher_order::") else None
+def _is_view_with_copy(target: str, ops: OpTable) -> bool:
+    facts = ops.op_facts(target) if "::" in target and not target.startswith("higher_order::") else None
     return facts is not None and facts.is_view and facts.view_copy is not None
 
 
-def _views_in(graph: Graph) -> frozenset[str]:
-    return frozenset(n.name for n in graph.nodes if isinstance(n, CallFunction) and _is_view_with_copy(n.target))
+def _views_in(graph: Graph, ops: OpTable) -> frozenset[str]:
+    return frozenset(n.name for n in graph.nodes if isinstance(n, CallFunction) and _is_view_with_copy(n.target, ops))
 
 
 def _rule(
-    node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph, views: frozenset[str]
+    node: Node, meta: ValueMeta | None, prov: Provenance | None, views: frozenset[str], ops: OpTable
 ) -> Forward | Sequence[Entry] | None:
     if not isinstance(node, CallFunction):
         return None
@@ -69,9 +51,9 @@ def _rule(
             new_meta = _copy_meta(meta)
             return None if new_meta is meta else ((node, new_meta, prov),)
         return None
-    if not _is_view_with_copy(node.target):
+    if not _is_view_with_copy(node.target, ops):
         return None  # a view with no copy variant is left for the emitter to refuse, naming the node
-    facts = op_facts(node.target)
+    facts = ops.op_facts(node.target)
     assert facts is not None and facts.view_copy is not None  # _is_view_with_copy checked both
     return ((msgspec.structs.replace(node, target=facts.view_copy), _copy_meta(meta), prov),)
 
@@ -79,14 +61,15 @@ def _rule(
 def replace_view_ops(program: Program) -> Program:
     """`program` with every view op (view, permute, select, ...) turned into its copy variant, whose
     result is contiguous."""
+    ops = program_ops(program)
     views: dict[int, frozenset[str]] = {}
     relaid: set[str] = set()
 
     def rule(node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph) -> Forward | Sequence[Entry] | None:
         found = views.get(id(graph))
         if found is None:
-            found = views[id(graph)] = _views_in(graph)
-        result = _rule(node, meta, prov, graph, found)
+            found = views[id(graph)] = _views_in(graph, ops)
+        result = _rule(node, meta, prov, found, ops)
         if result is not None and not isinstance(result, Forward) and any(m != meta for _, m, _ in result):
             relaid.add(node.name)
         return result
@@ -94,8 +77,6 @@ def replace_view_ops(program: Program) -> Program:
     rewritten = rewrite_program(program, rule)
     if not relaid:
         return rewritten
-    # Ops reading a value whose layout changed get the strides torch would give them now, as
-    # ExecuTorch's retrace does (an add of two permuted views is permuted; of their copies, not).
-    from texir.adapters.meta_refresh import refresh_strides
-
+    # Ops reading a value whose layout changed get the strides ExecuTorch's retrace gives them (an
+    # add of two permuted views is permuted; of their copies, not), where texir.edge.strides can tell.
     return refresh_strides(rewritten, relaid)

@@ -6,11 +6,11 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
-from texir.adapters import op_schemas as ops
-from texir.adapters.op_schemas import OpSchema
 from texir.errors import PteError
 from texir.ir.analysis import iter_refs
 from texir.ir.blob import Blob
+from texir.ir.op_facts import SYM_OPS
+from texir.ir.op_schema import OpSchema
 from texir.ir.types import (
     DTYPE_ITEMSIZE,
     Argument,
@@ -204,8 +204,8 @@ class MethodEmitter(ControlFlow):
                 f"{where}: control flow ({target}) is not supported by the .pte emitter; "
                 "export with torch.cond, torch.map or torch.scan instead, or delegate the region"
             )
-        if target in ops.SYM_OPS:
-            schema = ops.op_schema(target)
+        if target in SYM_OPS:
+            schema = self.ops.op_schema(target)
             bound = self.bind(node, schema)
             args = [self.argument(a, self._arg_or_default(bound, a, node, where), where=where)
                     for a in schema.arguments]
@@ -215,9 +215,9 @@ class MethodEmitter(ControlFlow):
             return
         if target in ALIASABLE_VIEWS and self.emit_static_view(node, where=where):
             return
-        facts = ops.op_facts(target)
+        facts = self.ops.op_facts(target)
         if facts is None:
-            ops.op_schema(target)  # raises the error that names the unknown operator
+            self.ops.op_schema(target)  # raises the error that names the unknown operator
             raise EmitError(f"{where}: operator {target} is not known to torch")
         kwargs_override: dict[str, Argument] = {}
         forced: tuple[int, ...] | None = None

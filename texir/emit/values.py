@@ -7,7 +7,6 @@ import struct
 from collections.abc import Mapping
 from typing import cast
 
-from texir.adapters.op_schemas import ArgSchema, OpSchema
 from texir.emit.debug import DelegateDebug, MethodDebug
 from texir.emit.memory_plan import (
     Interval,
@@ -16,6 +15,8 @@ from texir.emit.memory_plan import (
     plan_memory,
 )
 from texir.ir.blob import Blob
+from texir.ir.op_facts import op_table
+from texir.ir.op_schema import ArgSchema, OpSchema
 from texir.ir.types import (
     DTYPE_ITEMSIZE,
     Argument,
@@ -97,6 +98,8 @@ class ValueTable:
     def __init__(self, name: str, program: Program, state: ProgramState, options: EmitOptions) -> None:
         self.name = name
         self.program = program
+        self.ops = op_table(program.op_schemas)
+        """The operator schemas the program can call (texir.ir.op_facts)."""
         self.state = state
         self.options = options
         self.bounds = Bounds(program)

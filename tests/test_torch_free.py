@@ -1,0 +1,111 @@
+"""Below the adapters texir runs without torch: importing texir.ir, serialize, lowering, edge, emit
+and backends (every submodule) in a fresh interpreter loads neither torch nor executorch, and the
+edge passes and the emitter take a program from IR text to `.pte` bytes without loading them either
+(operator schemas come from texir.ir.op_facts, strides from texir.edge.strides)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from texir.emit import emit
+from texir.ir import parse_program
+from texir.serialize.pte import dumps
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# x.permute(1, 0) + y as from_exported_program gives it: the view copy makes the add contiguous.
+PROGRAM = """\
+program dialect=ATEN
+  inputs:
+    %x: user_input
+    %y: user_input
+  outputs:
+    %add: user_output
+graph():
+  %x : f32[2, 3] = placeholder
+  %y : f32[3, 2] = placeholder
+  %permute : f32[3, 2]{strides=(1, 3)} = aten::permute.default(%x, [1, 0])
+  %add : f32[3, 2]{strides=(1, 3)} = aten::add.Tensor(%permute, %y)
+  return (%add,)
+"""
+
+SCRIPT = """
+import importlib, pkgutil, sys
+for pkg in ("texir.ir", "texir.serialize", "texir.lowering", "texir.edge", "texir.emit", "texir.backends"):
+    module = importlib.import_module(pkg)
+    for info in pkgutil.walk_packages(module.__path__, pkg + "."):
+        importlib.import_module(info.name)
+from texir.emit import emit
+from texir.ir import parse_program
+from texir.serialize.pte import dumps
+pte = dumps(emit(parse_program(sys.stdin.read())))
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "executorch"))
+sys.stdout.write(repr(loaded) + "\\n" + pte.hex())
+"""
+
+
+def test_pure_layers_neither_import_nor_run_torch() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], input=PROGRAM, capture_output=True, text=True, env=env, cwd=ROOT,
+        timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded, pte = done.stdout.split("\n", 1)
+    assert loaded == "[]", f"torch/executorch loaded below the adapters: {loaded}"
+    # the same bytes as emitted here, where torch is loaded
+    assert bytes.fromhex(pte) == dumps(emit(parse_program(PROGRAM)))
+
+
+def test_view_copies_relayout_their_readers_without_torch() -> None:
+    from texir.edge import to_emittable
+    from texir.ir import TensorMeta
+
+    edge = to_emittable(parse_program(PROGRAM))
+    metas = {n.name: edge.graph.meta(n) for n in edge.graph.nodes}
+    assert [n.target for n in edge.graph.nodes if n.name == "permute"] == ["aten::permute_copy.default"]
+    add = metas["add"]
+    assert isinstance(add, TensorMeta) and add.strides == (2, 1)  # was (1, 3): it read the permuted view
+
+
+def _refreshed(text: str, changed: tuple[str, ...]) -> dict[str, tuple[object, ...]]:
+    from texir.edge.strides import refresh_strides
+    from texir.ir import TensorMeta
+
+    program = refresh_strides(parse_program(text), changed)
+    return {n.name: m.strides for n in program.graph.nodes if isinstance(m := program.graph.meta(n), TensorMeta)}
+
+
+def _program(body: str, inputs: str = "%x: user_input", shapes: str = "  %x : f32[3, 2] = placeholder\n") -> str:
+    return (f"program dialect=ATEN\n  inputs:\n    {inputs}\n  outputs:\n    %out: user_output\ngraph():\n"
+            f"{shapes}{body}  return (%out,)\n")
+
+
+def test_strides_are_recomputed_only_where_inputs_determine_them() -> None:
+    # contiguous inputs: the reader becomes contiguous, and so does its reader
+    text = _program("  %c : f32[3, 2] = aten::permute_copy.default(%x, [0, 1])\n"
+                    "  %r : f32[3, 2]{strides=(1, 3)} = aten::relu.default(%c)\n"
+                    "  %out : f32[3, 2]{strides=(1, 3)} = aten::neg.default(%r)\n")
+    assert _refreshed(text, ("c",)) == {"x": (2, 1), "c": (2, 1), "r": (2, 1), "out": (2, 1)}
+    # an input that is still permuted: torch's layout rules would decide; the node keeps its strides
+    text = _program("  %c : f32[3, 2] = aten::permute_copy.default(%x, [0, 1])\n"
+                    "  %out : f32[3, 2]{strides=(1, 3)} = aten::add.Tensor(%c, %y)\n",
+                    inputs="%x: user_input\n    %y: user_input",
+                    shapes="  %x : f32[3, 2] = placeholder\n  %y : f32[3, 2]{strides=(1, 3)} = placeholder\n")
+    assert _refreshed(text, ("c",))["out"] == (1, 3)
+    # a layout argument chooses the result's layout
+    text = _program("  %c : f32[1, 3, 2, 2] = aten::view_copy.default(%x, [1, 3, 2, 2])\n"
+                    "  %out : f32[1, 3, 2, 2]{strides=(12, 1, 6, 3)} = "
+                    "aten::clone.default(%c, memory_format=torch.channels_last)\n",
+                    shapes="  %x : f32[12] = placeholder\n")
+    assert _refreshed(text, ("c",))["out"] == (12, 1, 6, 3)
+
+
+def test_contiguous_symbolic_strides_keep_their_spelling() -> None:
+    text = _program("  %c : f32[2, s0, 5] = aten::permute_copy.default(%x, [0, 1, 2])\n"
+                    "  %out : f32[2, s0, 5]{strides=(5*Max(1, s0), 5, 1)} = aten::relu.default(%c)\n",
+                    shapes="  %x : f32[2, s0, 5] = placeholder\n")
+    assert _refreshed(text, ("c",))["out"] == ("5*Max(1, s0)", 5, 1)
