@@ -198,3 +198,14 @@ def test_import_records_custom_op_schemas() -> None:
     facts = op_table(program.op_schemas).op_facts("texir_optest::twice.default")
     assert facts is not None and facts.out is not None and facts.out.target == "texir_optest::twice.out"
     assert op_facts("texir_optest::twice.default") is None  # not in the packaged table
+
+
+@pytest.mark.parametrize("decl", ["MemoryFormat m=contiguous_format", "Layout l=strided", "int r=Mean",
+                                  *(f"ScalarType d={n}" for n in ("long", "float", "int", "bool", "half", "double",
+                                                                   "bfloat16", "uint8", "int8", "float32", "cfloat"))])
+def test_enum_defaults_read_as_torch_reports_them(decl: str) -> None:
+    text = f"mylib::f({decl}) -> Tensor"
+    expected = torch._C.parse_schema(text).arguments[0].default_value
+    assert parse_schema(text).arguments[0].default == IntArg(value=expected)
+    # and torch's printed form (the int) reads the same
+    assert parse_schema(str(torch._C.parse_schema(text))).arguments[0].default == IntArg(value=expected)

@@ -218,6 +218,18 @@ def _unquote(text: str) -> str:
     return "".join(out)
 
 
+# The enum names torch's schema parser takes as defaults, and the ints it reports for them (it prints
+# the int: `MemoryFormat? memory_format=contiguous_format` reads back as `=0`).
+_ENUM_DEFAULTS: dict[str, int] = {
+    "contiguous_format": 0, "strided": 0, "Mean": 1,
+    "uint8": 0, "int8": 1, "int16": 2, "short": 2, "int32": 3, "int": 3, "int64": 4, "long": 4,
+    "float16": 5, "half": 5, "float32": 6, "float": 6, "float64": 7, "double": 7, "complex32": 8, "chalf": 8,
+    "complex64": 9, "cfloat": 9, "complex128": 10, "cdouble": 10, "bool": 11, "qint8": 12, "quint8": 13,
+    "qint32": 14, "bfloat16": 15, "quint4x2": 16, "quint2x4": 17, "float8_e5m2": 23, "float8_e4m3fn": 24,
+    "uint16": 27, "uint32": 28, "uint64": 29,
+}
+
+
 def _default(text: str, where: str) -> Argument:
     if text == "None":
         return literal_arg(None)
@@ -229,6 +241,8 @@ def _default(text: str, where: str) -> Argument:
         return ListArg(items=tuple(_default(t, where) for t in _split_top(text[1:-1], where)))
     if re.fullmatch(r"-?\d+", text):
         return literal_arg(int(text))
+    if text in _ENUM_DEFAULTS:
+        return literal_arg(_ENUM_DEFAULTS[text])
     try:
         return literal_arg(float(text))
     except ValueError:
