@@ -18,7 +18,7 @@ import torch
 from texir.ir import literal_arg
 from texir.ir.op_facts import op_facts, op_schema, op_table, out_variant, packaged_schemas, view_copy_target
 from texir.ir.op_schema import OpSchemaError, parse_schema
-from texir.ir.types import Argument, IntArg, ListArg, NoneArg, StrArg
+from texir.ir.types import Argument, IntArg, ListArg, NoneArg, Program, StrArg
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "texir" / "ir" / "op_schemas.json"
@@ -209,3 +209,22 @@ def test_enum_defaults_read_as_torch_reports_them(decl: str) -> None:
     assert parse_schema(text).arguments[0].default == IntArg(value=expected)
     # and torch's printed form (the int) reads the same
     assert parse_schema(str(torch._C.parse_schema(text))).arguments[0].default == IntArg(value=expected)
+
+
+def test_partitions_keep_the_schemas_of_the_ops_they_call() -> None:
+    import msgspec
+
+    from texir.lowering import OpSupportPartitioner, to_backend
+    from texir.lowering import reference_backend as _reference_backend  # noqa: F401  (registers it)
+    from texir.serialize import snapshot
+    from texir.testing.programs import chain_program
+
+    relu = "aten::relu.default(Tensor self) -> Tensor"  # (a stand-in: any recorded string naming a called op)
+    other = "mylib::unused(Tensor x) -> Tensor"
+    program = msgspec.structs.replace(chain_program(), op_schemas=(relu, other))
+    lowered = to_backend(program, OpSupportPartitioner("texir-reference", {"aten::relu.default"}))
+    assert lowered.op_schemas == (relu, other)
+    (module,) = lowered.lowered_modules
+    assert module.module.original_program.op_schemas == (relu,)
+    decoded = snapshot.loads(module.module.processed_bytes)  # the reference backend's blob is the sub-program
+    assert isinstance(decoded, Program) and decoded.op_schemas == (relu,)

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import msgspec
 
 from texir.ir.op_schema import ArgKind, ArgSchema, OpSchema, OpSchemaError, parse_schema, split_target
+from texir.ir.types import CallFunction, Graph
 
 __all__ = [
     "ArgSchema",
@@ -32,6 +33,7 @@ __all__ = [
     "op_table",
     "out_variant",
     "packaged_schemas",
+    "schemas_used_by",
     "view_copy_target",
 ]
 
@@ -199,6 +201,20 @@ class OpTable:
             )
         self._facts[target] = facts
         return facts
+
+
+def schemas_used_by(graph: Graph, schemas: tuple[str, ...]) -> tuple[str, ...]:
+    """The strings of `schemas` (a program's `op_schemas`) naming an operator that `graph` or a
+    nested graph calls: what a sub-program cut from the program keeps."""
+    if not schemas:
+        return ()
+    called: set[str] = set()
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        called.update(n.target.split(".", 1)[0] for n in g.nodes if isinstance(n, CallFunction))
+        stack.extend(s.graph for s in g.subgraphs)
+    return tuple(t for t in schemas if _name_of(t) in called)
 
 
 @functools.cache

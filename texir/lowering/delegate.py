@@ -51,6 +51,7 @@ from texir.ir import (
     build_graph,
 )
 from texir.ir.analysis import node_inputs, value_metas
+from texir.ir.op_facts import schemas_used_by
 from texir.ir.names import (
     CALL_DELEGATE,
     GETITEM,
@@ -422,6 +423,7 @@ def _build_sub_program(
         module_call_graph=sub_program_call_graph(len(part.user_inputs), len(part.user_outputs)),
         dialect=program.dialect,
         backend_meta=tuple(m for n in part.members for m in work.backend_meta.get(n.name, ())),
+        op_schemas=schemas_used_by(sub_graph, program.op_schemas),
     )
 
 
