@@ -14,13 +14,16 @@ it on every zoo model where this applies, against torch's own result.
 Where the retrace and a direct run would part, this follows the retrace: a functional composite op
 the table does not name (`upsample_nearest2d.vec`) is kept whole, as export keeps it, not run
 through its composite kernel; an `alias` a decomposition makes of an earlier value (`t` of a 1-D
-tensor, `detach`) stays a node, and only one of a tensor the same decomposition made disappears.
+tensor, `detach`) stays a node, and only one of a tensor the same decomposition made disappears; an
+in-place `detach_` leaves no node; a kept node export wrote with keywords (`_assert_tensor_metadata`)
+gets the dispatcher's positional form.
 
 Anything it cannot do that way answers None (saying why) and the caller retraces: a mutated input
-or buffer, an in-place op on a value something else reads or on a view, in-place ops that
-functionalization rewrites specially (`resize_`), nested graphs, dynamic shapes, tensor-subclass
-weights, tensor constants made inside a decomposition, `lift_fresh_copy` inside a decomposition,
-ops returning neither tensors nor nothing. tests/test_opinfo_differential.py checks the result
+or buffer, an in-place op on a value something else reads or on a view, a view of a value an
+in-place op wrote (functionalization replays it where it is read: a node named and attributed to
+its reader), in-place ops that functionalization rewrites specially (`resize_`), nested graphs,
+dynamic shapes, tensor-subclass weights, tensor constants made inside a decomposition,
+`lift_fresh_copy` inside a decomposition, ops returning neither tensors nor nothing. tests/test_opinfo_differential.py checks the result
 against ExecuTorch's `to_edge` over torch's operator database."""
 
 from __future__ import annotations
@@ -65,6 +68,10 @@ _SPECIAL_FUNCTIONALIZATION = frozenset({"resize_", "resize_as_", "set_", "_resiz
 """In-place ops functionalization does not replace by their functional twins (`resize_` becomes
 `as_strided` there, not `resize`, which ExecuTorch's runtime has no kernel for)."""
 
+_DETACH_ = torch.ops.aten.detach_.default
+"""An in-place detach: functionalization drops it (the value is its input's), whereas its functional
+twin `detach` stays a node (or becomes `alias` in the edge decomposition)."""
+
 _INPUT_ORDER = {"PARAMETER": 0, "CONSTANT_TENSOR": 1, "BUFFER": 2, "USER_INPUT": 3}
 """The inputs this handles, in the order the retrace lifts them."""
 
@@ -92,6 +99,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.source: torch.fx.Node | None = None
         self.fresh: set[int] = set()  # ids of the tensors the current node's decomposition made
         self.inputs: dict[torch.fx.Node, Any] = {}  # weights' values without autograd state
+        self.written: set[int] = set()  # ids of the values in-place ops (made functional) wrote
 
     def bind(self, value: Any, node: torch.fx.Node) -> None:
         self.nodes[id(value)] = node
@@ -145,6 +153,12 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
 
     def record(self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False) -> Any:
         """A node for `func`; `whole` when it is the program's own node, not one of a decomposition."""
+        if self.written and any(r.alias_info is not None for r in func._schema.returns) and any(
+            id(a) in self.written for a in torch.utils._pytree.tree_leaves((args, kwargs))
+        ):
+            # The retrace's functionalization replays such a view where it is read (a new node,
+            # named and attributed to its reader: other names and debug handles downstream).
+            raise _Retrace(f"{func} views a value an in-place op wrote")
         if func is _ALIAS and not whole and (id(args[0]) in self.fresh or self.in_place_source()):
             # An alias of a tensor the same decomposition made (factories' new_ones, zeros_like),
             # or one an in-place op's decomposition makes (detach_), leaves no node after the
@@ -194,6 +208,34 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             node.meta["val"] = val
 
 
+def _dispatch_form(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`args`, `kwargs` as the dispatcher hands them to the retrace: parameters that are not
+    keyword-only passed positionally (export writes some nodes, `_assert_tensor_metadata`, with
+    keywords), defaults in between filled in and trailing defaults left out."""
+    params = [a for a in func._schema.arguments if not a.kwarg_only]
+    named = [a for a in params[len(args):] if a.name in kwargs]
+    if not named:
+        return args, kwargs
+    out, rest = list(args), dict(kwargs)
+    for param in params[len(args):]:
+        if param.name in rest:
+            out.append(rest.pop(param.name))
+        elif param.has_default_value():
+            out.append(param.default_value)
+        else:  # pragma: no cover - a call without a required parameter does not trace
+            raise _Retrace(f"{func}: parameter {param.name!r} missing")
+    while len(out) > len(args) and _is_default(params[len(out) - 1], out[-1]):
+        out.pop()
+    return tuple(out), rest
+
+
+def _is_default(param: Any, value: Any) -> bool:
+    if not param.has_default_value() or isinstance(value, torch.Tensor):
+        return False
+    default = param.default_value
+    return value is default or (type(value) is type(default) and bool(value == default))
+
+
 def _preservable_composite(func: OpOverload) -> bool:
     from torch._export.utils import _is_preservable_cia_op
 
@@ -240,7 +282,12 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         twin = _functional(node)
         if twin is None:
             raise _Retrace(f"{target} mutates a value something else can see")
+        if target is _DETACH_:  # no node, as after the retrace's functionalization
+            return env[cast(torch.fx.Node, node.args[0])]
         target = twin
+        in_place = True
+    else:
+        in_place = False
 
     def fake(v: Any) -> Any:
         got = env[v]
@@ -250,14 +297,18 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
 
     args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
     if rec.keeps(target) or rec.preserved(target) or target in (_ALIAS, _LIFT_FRESH_COPY):
-        val = rec.record(target, args, kwargs, whole=True)  # kept whole (an alias or constant copy: the program's own)
+        val = rec.record(target, *_dispatch_form(target, args, kwargs), whole=True)  # kept whole (an alias or constant copy: the program's own)
     else:
         decomposition = rec.table.get(target)
         with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
             val = decomposition(*args, **kwargs) if decomposition is not None else target(*args, **kwargs)
     if isinstance(val, torch.Tensor):
+        if in_place:
+            rec.written.add(id(val))
         return rec.node_of(val)
     if isinstance(val, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in val):
+        if in_place:
+            rec.written.update(id(v) for v in val)
         return tuple(rec.node_of(v) for v in val)
     if val is None and not target._schema.returns:
         return None  # an assertion: recorded, no value
