@@ -214,8 +214,10 @@ def test_turned_down_nodes_carry_a_reason() -> None:
 def test_partitioner_options_are_validated() -> None:
     with pytest.raises(PartitionerError, match="per_op_mod"):
         partitioner(per_op_mod=True)
-    with pytest.raises(PartitionerError, match="fp32 only|'fp32' only"):
+    with pytest.raises(PartitionerError, match="takes 'fp32' with optionally 'static_int8'"):
         partitioner(config_precisions=("static_int8",))
+    with pytest.raises(PartitionerError, match="dynamic int8"):
+        partitioner(config_precisions=("fp32", "dynamic_int8"))
 
 
 _BLOCKED_LOWERING = """

@@ -22,6 +22,7 @@ from texir.ir import (
     CallFunction,
     ConstantTensorInput,
     DType,
+    DTypeArg,
     FloatArg,
     IntArg,
     ListArg,
@@ -39,7 +40,7 @@ from texir.ir import (
 )
 from texir.ir.blob import Blob
 
-__all__ = ["Const", "XGraph", "XNode", "run_passes"]
+__all__ = ["Const", "XGraph", "XNode", "fuse_activations", "fuse_batch_norm", "remove_clones"]
 
 CONV = "aten::convolution.default"
 LINEAR = "aten::linear.default"
@@ -50,8 +51,10 @@ CHANNELS_LAST = "channels_last"
 CONTIGUOUS = "contiguous_format"
 _NUMPY: dict[DType, Any] = {
     DType.float32: np.float32, DType.float16: np.float16, DType.float64: np.float64,
-    DType.int32: np.int32, DType.int64: np.int64,
+    DType.int32: np.int32, DType.int64: np.int64, DType.int8: np.int8, DType.uint8: np.uint8,
 }
+IMPLICIT_KEY = "IS_IMPLICIT_Q_DQ_TAG"
+"""The partitioner's note on a q/dq node the backend folds into quantized values (ExecuTorch's tag)."""
 
 
 @dataclass(eq=False)
@@ -91,6 +94,8 @@ class XNode:
     partner: XNode | None = None
     min_max: tuple[float, float] | None = None
     """A fused activation's bounds."""
+    implicit: bool = False
+    """A q/dq node folded into the quantized values around it (emits no XNNPACK node)."""
 
     @property
     def is_call(self) -> bool:
@@ -142,6 +147,8 @@ def _literal(arg: Any, nodes: dict[str, XNode]) -> Any:
         return [_literal(a, nodes) for a in arg.items]
     if isinstance(arg, NoneArg):
         return None
+    if isinstance(arg, DTypeArg):
+        return arg.value
     if isinstance(arg, FloatArg):
         return float(arg.value)
     if isinstance(arg, (IntArg, BoolArg, StrArg, MemoryFormatArg)):
@@ -168,6 +175,7 @@ class XGraph:
         by_name: dict[str, XNode] = {}
         nodes: list[XNode] = []
         handles = graph.debug_handles()
+        implicit = {m.node for m in program.backend_meta if m.key == IMPLICIT_KEY and m.value == "true"}
         for i, node in enumerate(graph.nodes):
             meta = graph.meta(node)
             tmeta = meta if isinstance(meta, (TensorMeta, TupleMeta)) else None
@@ -190,6 +198,7 @@ class XGraph:
                 x = XNode(
                     node.name, node.target, [_literal(a, by_name) for a in node.args],
                     {k: _literal(v, by_name) for k, v in node.kwargs}, tmeta, handles[i],
+                    implicit=node.name in implicit,
                 )
             elif isinstance(node, Output):
                 x = XNode(node.name, "output", [[_literal(a, by_name) for a in node.args]])
@@ -400,152 +409,3 @@ def fuse_activations(g: XGraph) -> None:
         src.min_max = _ACTIVATIONS[act.target](act)
         g.replace_all_uses(act, src)
     g.erase_dead()
-
-
-_NHWC_OPS = {
-    CONV, "aten::upsample_bilinear2d.vec", "aten::mean.dim", "aten::max_pool2d.default", "aten::amax.default",
-    "aten::max.dim", "aten::avg_pool2d.default", "aten::prelu.default",
-}
-_NCHW_OPS = {"aten::squeeze_copy.dim", "aten::unsqueeze_copy.default", LINEAR, "aten::view_copy.default"}
-_BROADCAST = {"aten::add.Tensor", "aten::mul.Tensor", "aten::sub.Tensor", "aten::div.Tensor"}
-
-
-def _is_nhwc_meta(meta: TensorMeta) -> bool:
-    """A tensor strided channels-last and not also contiguous (as torch decides both)."""
-    if len(meta.shape) != 4 or not all(isinstance(d, int) for d in (*meta.shape, *meta.strides)):
-        return False
-    n, c, h, w = (int(d) for d in meta.shape)
-
-    def strided(order: tuple[int, ...]) -> bool:
-        expected = 1
-        for dim in reversed(order):
-            size = int(meta.shape[dim])
-            if size != 1 and int(meta.strides[dim]) != expected:
-                return False
-            expected *= size
-        return True
-
-    return strided((0, 2, 3, 1)) and not strided((0, 1, 2, 3)) and n * c * h * w > 0
-
-
-class _ChannelsLast:
-    """ChannelsLastTaggedReshapePass and RemoveRedundantCopyPass (float graphs)."""
-
-    def __init__(self, g: XGraph) -> None:
-        self.g = g
-
-    def is_nhwc(self, n: XNode) -> bool:
-        return bool(n.nhwc)
-
-    def placeholder_nhwc(self, n: XNode) -> bool:
-        return isinstance(n.meta, TensorMeta) and _is_nhwc_meta(n.meta)
-
-    def can_be_nhwc(self, n: XNode) -> bool:
-        nchw_const = n.const is not None and n.nhwc is False
-        return n.rank == 4 and not nchw_const
-
-    def copy(self, src: XNode, to_nhwc: bool) -> XNode:
-        fmt = CHANNELS_LAST if to_nhwc else CONTIGUOUS
-        node = XNode(f"{src.name}_to_{fmt}", TO_COPY, [src], {"memory_format": fmt}, src.meta, None)
-        node.nhwc = to_nhwc
-        self.g.insert_after(src, node)
-        return node
-
-    def to_format(self, src: XNode, user: XNode, nhwc: bool) -> None:
-        if src.const is not None:
-            if src.nhwc is not None and src.nhwc != nhwc:
-                raise XnnpackUnsupportedError(
-                    f"constant '{src.name}' is used both channels-last and contiguous; XNNPACK cannot store it twice"
-                )
-            src.nhwc = nhwc
-        if src.target == "placeholder":
-            if self.placeholder_nhwc(src) == nhwc:
-                return
-        elif bool(src.nhwc) == nhwc:
-            return
-        if nhwc and not self.can_be_nhwc(src):
-            raise XnnpackUnsupportedError(f"node '{src.name}' cannot be converted to channels-last")
-        partner = src.partner
-        if partner is None:
-            partner = self.copy(src, nhwc)
-        self.g.replace_input(user, src, partner)
-        src.partner, partner.partner = partner, src
-
-    def tag(self) -> None:
-        g = self.g
-        for node in list(g.nodes):
-            inputs = node.inputs() if node.target != "output" else list(node.args[0])
-            if not inputs:
-                if node.rank == 4:
-                    node.nhwc = self.placeholder_nhwc(node)
-                continue
-            if node.target == "output":
-                for out in node.args[0]:
-                    self.to_format(out, node, isinstance(out.meta, TensorMeta) and _is_nhwc_meta(out.meta))
-            elif node.target in _NHWC_OPS:
-                first = node.args[0]
-                for arg in first if isinstance(first, list) else [first]:
-                    if isinstance(arg, XNode):
-                        self.to_format(arg, node, True)
-                node.nhwc = True
-            elif node.target in _NCHW_OPS:
-                for i in node.inputs():
-                    self.to_format(i, node, False)
-            elif node.target == TO_COPY:
-                node.nhwc = node.kwargs.get("memory_format") == CHANNELS_LAST
-            else:
-                layouts = [self.is_nhwc(i) for i in inputs]
-                if all(layouts):
-                    node.nhwc = True
-                elif any(layouts):
-                    if all(self.can_be_nhwc(i) for i in inputs):
-                        for i in inputs:
-                            self.to_format(i, node, True)
-                        node.nhwc = True
-                    else:
-                        for i in inputs:
-                            self.to_format(i, node, False)
-        for n in g.nodes:
-            n.partner = None
-        reconverged = False
-        for node in list(g.nodes):
-            if node.target not in _BROADCAST or len(node.inputs()) != 2:
-                continue
-            a, b = node.inputs()
-            if self.is_nhwc(a) == self.is_nhwc(b):
-                continue
-            nhwc = self.can_be_nhwc(a) and self.can_be_nhwc(b)
-            for i in (a, b):
-                self.to_format(i, node, nhwc)
-            if nhwc:
-                node.nhwc = True
-            reconverged = True
-        if reconverged:
-            for n in g.nodes:
-                n.partner = None
-
-    def remove_redundant(self) -> None:
-        g = self.g
-        for node in list(g.nodes):
-            if node.target != TO_COPY or node not in g.nodes:
-                continue
-            src = node.args[0]
-            if src.target == TO_COPY and (not src.nhwc) != (not node.nhwc) and len(g.users(src)) == 1:
-                g.replace_all_uses(node, src.args[0])
-                g.remove(node)
-                if not g.users(src):
-                    g.remove(src)
-            elif self.is_nhwc(src) == self.is_nhwc(node):
-                g.replace_all_uses(node, src)
-                g.remove(node)
-
-
-def run_passes(g: XGraph) -> XGraph:
-    """ExecuTorch 1.5.1's default XNNPACK pass list, as far as this backend implements it."""
-    remove_clones(g)
-    fuse_batch_norm(g)
-    fuse_activations(g)
-    cl = _ChannelsLast(g)
-    cl.tag()
-    cl.remove_redundant()
-    return g

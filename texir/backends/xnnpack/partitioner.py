@@ -14,7 +14,15 @@ import pydantic
 
 from texir.backends.xnnpack.backend import BACKEND_ID
 from texir.backends.xnnpack.partition_order import torch_partition_order
+from texir.backends.xnnpack.quant_partition import (
+    DQ_PER_TENSOR,
+    IMPLICIT_KEY,
+    Q_PER_TENSOR,
+    QuantPlan,
+    static_quant,
+)
 from texir.ir import (
+    BackendNodeMeta,
     BufferInput,
     CallFunction,
     ConstantTensorInput,
@@ -37,6 +45,7 @@ from texir.lowering.plan import PartitionPlan
 __all__ = ["CHECKS", "KEPT_OPS", "XnnpackNativePartitioner", "partitioner"]
 
 _FLOATS: Final = frozenset({DType.float32, DType.float16})
+_QDQ_DTYPES: Final = _FLOATS | {DType.int8}
 
 
 class _Node:
@@ -68,12 +77,14 @@ Check = Callable[[_Node], str | None]
 
 
 def _common(n: _Node) -> str | None:
-    """Every config's first check: float tensors, one input dtype, no empty or symbolic-only tensors."""
+    """Every config's first check: float tensors (int8 on q/dq nodes too), one input dtype, no
+    empty or symbolic-only tensors."""
     dtypes = set()
+    allowed = _QDQ_DTYPES if n.node.target in (Q_PER_TENSOR, DQ_PER_TENSOR) else _FLOATS
     for ref in _refs(n.node):
         meta = n.metas.get(ref)
         if isinstance(meta, TensorMeta):
-            if meta.dtype not in _FLOATS:
+            if meta.dtype not in allowed:
                 return f"input '{ref}' has dtype {meta.dtype} (XNNPACK float configs take float32/float16)"
             if any(d == 0 for d in meta.shape):
                 return f"input '{ref}' is empty"
@@ -81,7 +92,7 @@ def _common(n: _Node) -> str | None:
     if len(dtypes) > 1:
         return "inputs of mixed dtypes"
     out = n.metas.get(n.node.name)
-    if isinstance(out, TensorMeta) and out.dtype not in _FLOATS:
+    if isinstance(out, TensorMeta) and out.dtype not in allowed:
         return f"output has dtype {out.dtype}"
     return None
 
@@ -263,6 +274,8 @@ def _dim_order(meta: TensorMeta) -> tuple[int, ...]:
 
 
 CHECKS: Final[dict[str, Check]] = {
+    Q_PER_TENSOR: _ok,
+    DQ_PER_TENSOR: _ok,
     "aten::clamp.default": _ok,
     "aten::pow.Tensor_Scalar": _square,
     "aten::constant_pad_nd.default": _pad,
@@ -317,7 +330,9 @@ class _Options(pydantic.BaseModel):
 
     per_op_mode: bool = False
     """One partition per supported node (ExecuTorch's `per_op_mode`)."""
-    config_precisions: tuple[str, ...] = ("fp32",)
+    config_precisions: tuple[str, ...] = ("fp32", "static_int8")
+    """ExecuTorch's precisions the partitioner takes: 'fp32' (always) and 'static_int8' (pt2e
+    static int8, XNNPACKQuantizer's per-tensor or per-channel scheme)."""
 
 
 class XnnpackNativePartitioner:
@@ -330,14 +345,20 @@ class XnnpackNativePartitioner:
     def __repr__(self) -> str:
         return f"texir.backends.xnnpack.partitioner(per_op_mode={self.options.per_op_mode})"
 
+    def _quant(self, program: Program, constants: frozenset[str]) -> QuantPlan:
+        if "static_int8" not in self.options.config_precisions:
+            return QuantPlan(enabled=False)
+        return static_quant(program, constants)
+
     def reasons(self, program: Program) -> dict[str, str]:
         """Every top-level call node the partitioner turns down, with the reason."""
         metas = value_metas(program.graph)
         constants = _constants(program)
+        quant = self._quant(program, constants)
         found = {}
         for node in program.graph.nodes:
             if isinstance(node, CallFunction):
-                why = _verdict(node, metas, constants)
+                why = _verdict(node, metas, constants, quant)
                 if why is not None:
                     found[node.name] = why
         return found
@@ -345,31 +366,35 @@ class XnnpackNativePartitioner:
     def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
         metas = value_metas(program.graph)
         constants = _constants(program)
+        quant = self._quant(program, constants)
         kept = {
             node.target for node in program.graph.nodes
-            if isinstance(node, CallFunction) and node.target in KEPT_OPS and _verdict(node, metas, constants) is None
+            if isinstance(node, CallFunction) and node.target in KEPT_OPS
+            and _verdict(node, metas, constants, quant) is None
         }
         return tuple(sorted(kept))
 
     def nodes_to_decompose(self, program: Program) -> tuple[str, ...]:
         metas = value_metas(program.graph)
         constants = _constants(program)
+        quant = self._quant(program, constants)
         return tuple(
             node.name for node in program.graph.nodes
             if isinstance(node, CallFunction) and node.target in KEPT_OPS
-            and _verdict(node, metas, constants) is not None
+            and _verdict(node, metas, constants, quant) is not None
         )
 
     def __call__(self, program: Program) -> PartitionPlan:
         if self.options.per_op_mode:
             raise PartitionerError("per_op_mode is not implemented by the native XNNPACK partitioner yet")
         constants = _constants(program)
+        quant = self._quant(program, constants)
         fused_bn = _fusable_batch_norms(program, constants)
 
         def supported(node: CallFunction, metas: Mapping[str, ValueMeta]) -> bool:
             if node.name in fused_bn:
                 return True
-            return _verdict(node, metas, constants) is None
+            return _verdict(node, metas, constants, quant) is None
 
         plan = OpSupportPartitioner(BACKEND_ID, supported)(program)
         # Like ExecuTorch's partitioner, only the top-level graph (never inside a cond or map branch).
@@ -385,6 +410,10 @@ class XnnpackNativePartitioner:
                 a = node.args[i] if len(node.args) > i else None
                 if isinstance(a, Ref) and a.name in constants:
                     tags.setdefault(a.name, tag)
+        # The constants of static-int8 patterns (quantized weights, their scales and zero points).
+        for dep, anchor in quant.deps.items():
+            if dep in constants and anchor in tags:
+                tags.setdefault(dep, tags[anchor])
         # Tags named and ordered as torch's CapabilityBasedPartitioner numbers its partitions.
         graph = program.graph
         ids = torch_partition_order(graph, support)
@@ -397,9 +426,13 @@ class XnnpackNativePartitioner:
         renamed = {key: rename.get(tag, tag) for key, tag in tags.items()}
         spec = {tag: s for tag, s in plan.specs if tag in first}
         ordered = sorted(spec, key=lambda tag: first[tag])
+        notes = [
+            BackendNodeMeta(node=name, key=IMPLICIT_KEY, value="true")
+            for name in sorted(quant.implicit) if name in renamed
+        ]
         return PartitionPlan.build(
             renamed, [(rename.get(tag, tag), spec[tag]) for tag in ordered],
-            shared_constants=plan.shared_constants,
+            shared_constants=plan.shared_constants, backend_meta=notes,
         )
 
 
@@ -412,7 +445,17 @@ _CLAIMS: Final[dict[str, tuple[int, ...]]] = {
 }
 
 
-def _verdict(node: CallFunction, metas: Mapping[str, ValueMeta], constants: frozenset[str]) -> str | None:
+def _verdict(node: CallFunction, metas: Mapping[str, ValueMeta], constants: frozenset[str],
+             quant: QuantPlan) -> str | None:
+    refused = quant.refused.get(node.name)
+    if refused is not None:
+        return refused
+    if node.name in quant.gemms:
+        return _common(_Node(node, metas, constants))
+    if node.name in quant.deps:
+        return None  # part of a static-int8 pattern its anchor op takes
+    if not quant.enabled and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR):
+        return "static_int8 is not in config_precisions"
     check = CHECKS.get(node.target)
     if check is None:
         return f"op {node.target} has no XNNPACK config in the native backend"
@@ -462,9 +505,9 @@ def partitioner(**options: object) -> XnnpackNativePartitioner:
         raise PartitionerError(
             f"invalid XNNPACK partitioner option '{'.'.join(str(p) for p in first['loc'])}': {first['msg']}"
         ) from None
-    if set(opts.config_precisions) - {"fp32"}:
+    if set(opts.config_precisions) - {"fp32", "static_int8"} or "fp32" not in opts.config_precisions:
         raise PartitionerError(
-            f"config_precisions {list(opts.config_precisions)}: the native XNNPACK partitioner takes 'fp32' only "
-            "(quantized programs: --partitioner executorch:xnnpack)"
+            f"config_precisions {list(opts.config_precisions)}: the native XNNPACK partitioner takes 'fp32' with "
+            "optionally 'static_int8' (dynamic int8 and 4-bit weights: --partitioner executorch:xnnpack)"
         )
     return XnnpackNativePartitioner(opts)

@@ -12,6 +12,17 @@ import numpy as np
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import CHANNELS_LAST, XGraph, XNode
+from texir.backends.xnnpack.quant import (
+    QDQ_VISITORS,
+    QuantParams,
+    bias_params,
+    from_inputs,
+    from_outputs,
+    from_weights,
+    quantize,
+    schema_params,
+    swapped_axis,
+)
 from texir.ir import DType
 from texir.ir.blob import Blob, digest_all
 
@@ -59,19 +70,24 @@ class Serializer:
         return self.ids[id(n)]
 
     def define(self, n: XNode, *, nhwc: bool = False, swap: bool = False, groups: int = 1,
-               force_fp32: bool = False) -> int:
-        """ExecuTorch's `define_tensor`: the first definition of a value fixes its id and layout."""
+               force_fp32: bool = False, quant: QuantParams | None | str = "auto") -> int:
+        """ExecuTorch's `define_tensor`: the first definition of a value fixes its id and layout.
+        `quant` "auto" takes the params of an implicit dq producing `n` or an implicit q after it."""
         if id(n) in self.ids:
+            return self.ids[id(n)]
+        qp = (from_inputs(self, n) or from_outputs(self, n)) if isinstance(quant, str) else quant
+        if qp is not None and id(qp.q_input) in self.ids:
+            self.ids[id(n)] = self.ids[id(qp.q_input)]
             return self.ids[id(n)]
         nhwc = nhwc or bool(n.nhwc)
         id_out = len(self.values)
-        ext_id, flags = self.externals.get(id(n), (s.INVALID_ID, 0))
+        ext_id, flags = self.external(n, qp)
         if flags == 1:
             self.input_ids.append(id_out)
         elif flags == 2:
             self.output_ids.append(id_out)
         dims = self.g.shape(n) or [1]
-        buffer_idx = self.constant(n, nhwc=nhwc, swap=swap, groups=groups, force_fp32=force_fp32)
+        buffer_idx = self.constant(n, qp, nhwc=nhwc, swap=swap, groups=groups, force_fp32=force_fp32)
         if swap:
             dims = [dims[1] * groups, dims[0] // groups, *dims[2:]]
         if nhwc:
@@ -80,36 +96,68 @@ class Serializer:
                     f"'{n.name}' must be 4-D to be stored channels-last, got dims {dims}", node=n.name)
             dims = [dims[i] for i in NCHW_TO_NHWC]
         dtype = n.tensor.dtype
-        datatype = s.XNNDatatype.xnn_datatype_fp32 if force_fp32 else _DATATYPES.get(dtype)
+        datatype = (qp.datatype(n.name) if qp is not None
+                    else s.XNNDatatype.xnn_datatype_fp32 if force_fp32 else _DATATYPES.get(dtype))
         if datatype is None:
             raise XnnpackUnsupportedError(
-                f"'{n.name}' has dtype {dtype}; the native XNNPACK backend handles float32/float16 values only",
-                node=n.name)
-        self.values.append(s.XValue(xvalue_union=s.XNNTensorValue(
+                f"'{n.name}' has dtype {dtype}; the native XNNPACK backend handles float32/float16 values and "
+                "static int8 quantized ones only", node=n.name)
+        tensor = s.XNNTensorValue(
             datatype=datatype, num_dims=len(dims), dims=tuple(dims), constant_buffer_idx=buffer_idx,
             external_id=ext_id, flags=flags, id_out=id_out,
-        )))
+        )
+        value: s.XNNTensorValue | s.XNNQuantizedTensorValue = tensor
+        if qp is not None:
+            if swap:
+                qp = swapped_axis(qp, len(dims))
+            value = s.XNNQuantizedTensorValue(tensor_value=tensor, quant_params=schema_params(self, qp, qp.axis))
+        self.values.append(s.XValue(xvalue_union=value))
         self.ids[id(n)] = id_out
+        if qp is not None:
+            self.ids[id(qp.q_input)] = id_out
         return id_out
 
-    def constant(self, n: XNode, *, nhwc: bool, swap: bool, groups: int, force_fp32: bool) -> int:
+    def external(self, n: XNode, qp: QuantParams | None) -> tuple[int, int]:
+        """External id and flags (ExecuTorch's `gen_ids_and_flags`): a quantized value is external
+        when the fp32 tensor it quantizes is a graph input, or when its q's only user is the output."""
+        q_in = qp is not None and qp.is_input and qp.q_input.const is None
+        key: XNode | None = None
+        if n.user_input or q_in:
+            key = qp.q_input if (q_in and qp is not None and not n.user_input) else n
+        elif id(n) in self.externals or (qp is not None and qp.is_output):
+            key = n
+            if qp is not None and qp.is_output and id(n) not in self.externals:
+                key = self.g.users(n)[0]
+        if key is None:
+            return s.INVALID_ID, 0
+        if id(key) not in self.externals:
+            raise XnnpackUnsupportedError(f"'{n.name}' should be external but '{key.name}' is neither an input "
+                                          "nor an output of the partition", node=n.name)
+        return self.externals[id(key)]
+
+    def constant(self, n: XNode, qp: QuantParams | None, *, nhwc: bool, swap: bool, groups: int,
+                 force_fp32: bool) -> int:
         """The `constant_data` index of a constant's payload (0 for a non-constant). A payload kept
-        as it is stays the IR's Blob; a transformed one is made once and hashed once."""
-        const = n.const
+        as it is stays the IR's Blob; a transformed one is made once and hashed once. A quantized
+        value's payload is its q input's (pt2e's folded int8 weight, kept; a float bias, quantized)."""
+        const = n.const if qp is None else qp.q_input.const
         if const is None:
             if swap:
                 raise XnnpackUnsupportedError(
                     f"'{n.name}': a depthwise or transposed convolution needs constant weights", node=n.name)
             return 0
-        keep_dtype = const.dtype in (DType.float16, DType.bfloat16) and not force_fp32
+        quantized = qp is not None and const.dtype == qp.dtype
+        keep_dtype = quantized or (const.dtype in (DType.float16, DType.bfloat16) and not force_fp32)
         unchanged = const.array is None and not swap and not (nhwc and _moves(const.shape))
         key: str | None = None
-        if unchanged and (const.dtype == DType.float32 or keep_dtype):
+        if unchanged and (const.dtype == DType.float32 or keep_dtype) and (qp is None or quantized):
             assert const.blob is not None
             blob, key = const.blob, const.sha256 or None
         else:
             arr = const.numpy()
-            if not keep_dtype:
+            if qp is not None and not quantized:
+                arr = quantize(arr, qp, n.name)
+            elif not keep_dtype:
                 arr = arr.astype(np.float32, copy=False)
             if swap:
                 shape = arr.shape
@@ -169,10 +217,14 @@ def _linear(ser: Serializer, n: XNode) -> None:
     x, w = n.args[0], n.args[1]
     b = _arg(n, 2)
     ser.define(x)
-    ser.define(w)
-    bias = ser.define(b) if b is not None else s.INVALID_ID
+    ser.define(w, quant=from_weights(ser, w))
+    bias = ser.define(b, quant=_bias(ser, b, x, w)) if b is not None else s.INVALID_ID
     ser.emit(n, s.XNNFullyConnected(input1_id=ser.id(x), filter_id=ser.id(w), bias_id=bias,
                                     output_id=ser.define(n)), min_max=n.min_max)
+
+
+def _bias(ser: Serializer, b: XNode, x: XNode, w: XNode) -> QuantParams | None:
+    return bias_params(b, from_weights(ser, w), from_inputs(ser, x))
 
 
 TRANSPOSE_WEIGHTS: Final = 1
@@ -207,10 +259,15 @@ def _conv(ser: Serializer, n: XNode) -> None:
     depthwise = gin == 1 and gout % gin == 0 and not transposed
     if len(stride) != 2:
         raise XnnpackUnsupportedError(f"'{n.name}': only 2-D convolutions are supported", node=n.name, op=n.target)
+    wq = from_weights(ser, w)
+    if wq is not None and (transposed or (depthwise and wq.per_channel and wq.axis != 0)):
+        raise XnnpackUnsupportedError(
+            f"'{n.name}': a quantized transposed convolution, or a depthwise one quantized per input channel, is not "
+            "supported by the native XNNPACK backend", node=n.name, op=n.target)
     ser.define(w, nhwc=True, swap=depthwise or bool(transposed), groups=groups if transposed else 1,
-               force_fp32=True)
+               force_fp32=True, quant=wq)
     out = ser.define(n, nhwc=True)
-    bias = ser.define(b, force_fp32=True) if b is not None else s.INVALID_ID
+    bias = ser.define(b, force_fp32=True, quant=_bias(ser, b, x, w)) if b is not None else s.INVALID_ID
     cls = s.XNNDepthwiseConv2d if depthwise else s.XNNConvTranspose2d if transposed else s.XNNConv2d
     ser.emit(n, cls(
         padding_top=padding[0], padding_right=padding[1], padding_bottom=padding[0], padding_left=padding[1],
@@ -474,5 +531,6 @@ VISITORS: Final[dict[str, Visitor]] = {
     "aten::pow.Tensor_Scalar": _unary(s.XNNSquare),
     "aten::clone.default": _copy,
     "dim_order_ops::_clone_dim_order.default": _copy,
+    **QDQ_VISITORS,
 }
 """Node visitor per edge op (canonical op string); an op without one cannot be delegated."""

@@ -1,0 +1,216 @@
+"""Static int8 in the serializer: the quantization parameters of a value as ExecuTorch 1.5.1's
+`QuantParams` derives them from the q/dq nodes around it, the int32 bias XNNPACK needs, and the
+per-tensor q/dq visitors (an implicit q/dq node only shares its input's value id)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from texir.backends.xnnpack import schema as s
+from texir.backends.xnnpack.errors import XnnpackUnsupportedError
+from texir.backends.xnnpack.graph import XNode
+from texir.backends.xnnpack.quant_partition import DQ_PER_CHANNEL, DQ_PER_TENSOR, Q_PER_CHANNEL, Q_PER_TENSOR
+from texir.ir import DType
+from texir.ir.blob import Blob
+
+if TYPE_CHECKING:
+    from texir.backends.xnnpack.serialize import Serializer
+
+__all__ = ["QDQ_VISITORS", "QuantParams", "bias_params", "from_inputs", "from_outputs", "from_weights"]
+
+QUANTS: Final = (Q_PER_TENSOR, Q_PER_CHANNEL)
+DEQUANTS: Final = (DQ_PER_TENSOR, DQ_PER_CHANNEL)
+_INT32_RANGE: Final = (-(2**31), 2**31 - 1)
+
+
+@dataclass(frozen=True)
+class QuantParams:
+    """How one value is quantized (static schemes only)."""
+
+    q_input: XNode
+    """The node whose value this is the quantized form of (for a weight: its constant)."""
+    scale: float | np.ndarray[Any, Any]
+    zero_point: int | np.ndarray[Any, Any]
+    dtype: DType
+    qmin: int
+    qmax: int
+    per_channel: bool = False
+    axis: int = 0
+    is_input: bool = False
+    is_output: bool = False
+
+    def datatype(self, name: str) -> s.XNNDatatype:
+        if self.per_channel:
+            if self.dtype == DType.int32:
+                return s.XNNDatatype.xnn_datatype_qcint32
+            if self.dtype == DType.int8 and (self.qmin, self.qmax) != (-8, 7):
+                return s.XNNDatatype.xnn_datatype_qcint8
+        elif self.dtype == DType.int32:
+            return s.XNNDatatype.xnn_datatype_qint32
+        elif self.dtype == DType.int8:
+            return s.XNNDatatype.xnn_datatype_qint8
+        raise XnnpackUnsupportedError(
+            f"'{name}': {'per-channel' if self.per_channel else 'per-tensor'} {self.dtype} quantization in "
+            f"[{self.qmin}, {self.qmax}] is not supported by the native XNNPACK backend (int8 static only); "
+            "lower it with --partitioner executorch:xnnpack", node=name)
+
+
+def _scalar(v: Any, name: str) -> Any:
+    if isinstance(v, XNode):
+        raise XnnpackUnsupportedError(f"'{name}': quantization parameters computed at run time (dynamic "
+                                      "quantization) are not supported by the native XNNPACK backend", node=name)
+    return v
+
+
+def from_q_dq(node: XNode, users: list[XNode]) -> QuantParams:
+    """ExecuTorch's `QuantParams.from_q_dq_node` for per-tensor and per-channel q/dq."""
+    args = node.args
+    q_input = node.inputs()[0]
+    per_channel = node.target in (Q_PER_CHANNEL, DQ_PER_CHANNEL)
+    scale: Any
+    zero_point: Any
+    if per_channel:
+        if not all(isinstance(a, XNode) and a.const is not None for a in args[1:3]):
+            raise XnnpackUnsupportedError(f"'{node.name}': per-channel scales and zero points must be constants",
+                                          node=node.name, op=node.target)
+        scale, zero_point, axis = args[1].const.numpy(), args[2].const.numpy(), int(args[3])
+    else:
+        scale, zero_point, axis = float(_scalar(args[1], node.name)), int(_scalar(args[2], node.name)), 0
+    dtype = args[-1]
+    if not isinstance(dtype, DType):
+        raise XnnpackUnsupportedError(f"'{node.name}': no quantized dtype argument", node=node.name, op=node.target)
+    return QuantParams(
+        q_input=q_input, scale=scale, zero_point=zero_point, dtype=dtype, qmin=int(args[-3]), qmax=int(args[-2]),
+        per_channel=per_channel, axis=axis, is_input=q_input.target == "placeholder",
+        is_output=any(u.target == "output" for u in users),
+    )
+
+
+def from_inputs(ser: Serializer, n: XNode) -> QuantParams | None:
+    """An implicit dq feeding an op: the params of its q (when that quantizes a constant) or its own."""
+    if n.target not in DEQUANTS or not n.implicit:
+        return None
+    src = n.args[0]
+    if isinstance(src, XNode) and src.target in QUANTS and src.args[0].const is not None:
+        return from_q_dq(src, ser.g.users(src))
+    return from_q_dq(n, ser.g.users(n))
+
+
+def from_outputs(ser: Serializer, n: XNode) -> QuantParams | None:
+    """A value whose only user is an implicit q has that q's params."""
+    users = ser.g.users(n)
+    if len(users) == 1 and users[0].target in QUANTS and users[0].implicit:
+        return from_q_dq(users[0], ser.g.users(users[0]))
+    return None
+
+
+def from_weights(ser: Serializer, n: XNode) -> QuantParams | None:
+    if n.target not in DEQUANTS:
+        return None
+    src = n.args[0] if isinstance(n.args[0], XNode) and n.args[0].target in QUANTS else n
+    if src.args[0].const is None:
+        raise XnnpackUnsupportedError(f"'{n.name}': a quantized weight must be a constant", node=n.name, op=n.target)
+    return from_q_dq(src, ser.g.users(src))
+
+
+def bias_params(bias: XNode, weight: QuantParams | None, act: QuantParams | None) -> QuantParams | None:
+    """The int32 quantization of a GEMM's bias: scale = weight scale x input scale, zero point 0."""
+    if weight is None or act is None:
+        if (weight is None) != (act is None):
+            raise XnnpackUnsupportedError(
+                f"'{bias.name}': the weight and the input of its GEMM must both be quantized, or neither",
+                node=bias.name)
+        return None
+    if act.per_channel or not isinstance(act.scale, float):
+        raise XnnpackUnsupportedError(f"'{bias.name}': the GEMM input must be quantized per tensor", node=bias.name)
+    if weight.per_channel:
+        scale: Any = (np.asarray(weight.scale, dtype=np.float32) * np.float32(act.scale)).astype(np.float32)
+        zero_point: Any = np.zeros(np.shape(weight.zero_point), dtype=np.int64)
+    else:
+        scale, zero_point = float(weight.scale) * act.scale, 0
+    return QuantParams(q_input=bias, scale=scale, zero_point=zero_point, dtype=DType.int32,
+                       qmin=_INT32_RANGE[0], qmax=_INT32_RANGE[1], per_channel=weight.per_channel)
+
+
+def quantize(arr: np.ndarray[Any, Any], qp: QuantParams, name: str) -> np.ndarray[Any, Any]:
+    """quantized_decomposed's quantize_per_tensor/per_channel in float32, as torch computes it."""
+    if qp.dtype != DType.int32 or arr.dtype != np.float32:
+        raise XnnpackUnsupportedError(
+            f"'{name}': a {arr.dtype} constant quantized to {qp.dtype} must come already quantized (pt2e folds "
+            "its weights); the native XNNPACK backend quantizes float32 biases to int32 only", node=name)
+    if qp.per_channel:
+        shape = [1] * arr.ndim
+        shape[qp.axis] = -1
+        inv = (np.float32(1.0) / np.asarray(qp.scale, dtype=np.float32)).reshape(shape)
+        zp = np.asarray(qp.zero_point).reshape(shape)
+        rounded = np.round(arr * inv) + zp.astype(np.float32)
+    else:
+        inv_scale = np.float32(1.0 / float(qp.scale))
+        rounded = np.round(arr * inv_scale) + np.float32(int(qp.zero_point))
+    low, high = np.float32(qp.qmin), np.float32(qp.qmax)
+    out: np.ndarray[Any, Any] = np.clip(rounded.astype(np.float32), low, high).astype(np.int32)
+    return out
+
+
+def schema_params(ser: Serializer, qp: QuantParams, axis: int) -> s.PerChannelQuant | s.PerTensorQuant:
+    """The blob's params; per-channel scales become their own named data entry (`scale_<sha256>`),
+    appended right after the value's data entry."""
+    if not qp.per_channel:
+        return s.PerTensorQuant(scale=float(qp.scale), zero_point=int(qp.zero_point))
+    scale = np.asarray(qp.scale)
+    if scale.dtype != np.float32:
+        raise XnnpackUnsupportedError(f"'{qp.q_input.name}': per-channel scales must be float32, got {scale.dtype}",
+                                      node=qp.q_input.name)
+    data = np.ascontiguousarray(scale).tobytes()
+    ser.constants.append((Blob(data), "scale_" + hashlib.sha256(data).hexdigest()))
+    return s.PerChannelQuant(scale=(), channel_dim=axis, scale_buffer_idx=len(ser.constants),
+                             num_scales=int(scale.size))
+
+
+def swapped_axis(qp: QuantParams, rank: int) -> QuantParams:
+    """The channel axis of a depthwise filter after its in/out swap."""
+    if not qp.per_channel:
+        return qp
+    return replace(qp, axis=rank - 1 if qp.axis == 0 else 0 if qp.axis == 1 else qp.axis)
+
+
+def _dequantize(ser: Serializer, n: XNode) -> None:
+    src = n.args[0]
+    if n.implicit:
+        if id(src) in ser.ids:
+            ser.ids[id(n)] = ser.ids[id(src)]
+        return
+    if n.target != DQ_PER_TENSOR:
+        raise XnnpackUnsupportedError(f"'{n.name}': a per-channel dequantize must feed a GEMM's weight",
+                                      node=n.name, op=n.target)
+    qp = replace(from_q_dq(n, ser.g.users(n)), is_output=False)
+    out = ser.define(n, quant=None)
+    ser.define(src, quant=qp)
+    ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
+
+
+def _quantize(ser: Serializer, n: XNode) -> None:
+    src = n.args[0]
+    if n.implicit:
+        if id(src) in ser.ids:
+            ser.ids[id(n)] = ser.ids[id(src)]
+        return
+    if n.target != Q_PER_TENSOR:
+        raise XnnpackUnsupportedError(f"'{n.name}': per-channel quantize of an activation", node=n.name,
+                                      op=n.target)
+    qp = replace(from_q_dq(n, ser.g.users(n)), q_input=n, is_input=False)
+    ser.define(src, quant=None)
+    out = ser.define(n, quant=qp)
+    ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
+
+
+QDQ_VISITORS: Final = {
+    Q_PER_TENSOR: _quantize,
+    DQ_PER_TENSOR: _dequantize,
+    Q_PER_CHANNEL: _quantize,
+    DQ_PER_CHANNEL: _dequantize,
+}
