@@ -1,0 +1,324 @@
+"""texir's native XNNPACK partitioner and backend on pt2e static int8 models (XNNPACKQuantizer,
+per-tensor and per-channel weights) against ExecuTorch 1.5.1's XnnpackPartitioner and backend.
+
+The reference of each model is ExecuTorch's partitioner and backend run by texir on the same program
+(`lower(ep, [executorch_partitioner(XnnpackPartitioner())])`); tests/test_executorch_backends.py
+shows that route writes ExecuTorch's own .pte, and one test here runs ExecuTorch's pipeline itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+import msgspec
+import pytest
+import torch
+from torch import nn
+
+from texir.backends.xnnpack import schema as s
+from texir.backends.xnnpack.backend import XnnpackNativeBackend, registered
+from texir.backends.xnnpack.errors import XnnpackUnsupportedError
+from texir.backends.xnnpack.flatbuffer import decode_blob
+from texir.backends.xnnpack.partitioner import partitioner
+from texir.ir import DType, DTypeArg, IntArg, Program
+
+_seed = torch.Generator().manual_seed
+
+
+class _Linear(nn.Module):
+    def __init__(self, relu: bool) -> None:
+        super().__init__()
+        self.fc, self.relu = nn.Linear(8, 4), relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return torch.relu(y) if self.relu else y
+
+
+class _Conv(nn.Module):
+    def __init__(self, relu: bool) -> None:
+        super().__init__()
+        self.conv, self.relu = nn.Conv2d(4, 8, 3, padding=1), relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return torch.relu(y) if self.relu else y
+
+
+class _Add(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + y)
+
+
+class _ConvNet(nn.Module):
+    """conv-relu-conv-add-avgpool-linear, with a max pool, a depthwise conv and a hardtanh on the way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.c3 = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.c1(x))
+        z = self.c2(y) + y
+        z = nn.functional.hardtanh(self.c3(nn.functional.max_pool2d(z, 2)), 0.0, 6.0)
+        return self.fc(nn.functional.adaptive_avg_pool2d(z, 1).flatten(1))
+
+
+class _Cat(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.cat([x, y], dim=1))
+
+
+def _inputs(*shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.randn(*shape, generator=_seed(i + 1)) for i, shape in enumerate(shapes))
+
+
+MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bool]] = {
+    # name: (module, input shapes, per-channel weights)
+    "linear": (lambda: _Linear(relu=False), ((2, 8),), False),
+    "linear_relu_pc": (lambda: _Linear(relu=True), ((2, 8),), True),
+    "conv_relu_pc": (lambda: _Conv(relu=True), ((1, 4, 6, 6),), True),
+    "add_relu": (_Add, ((1, 4, 4, 4), (1, 4, 4, 4)), False),
+    "convnet": (_ConvNet, ((1, 3, 8, 8),), False),
+    "convnet_pc": (_ConvNet, ((1, 3, 8, 8),), True),
+}
+CAT: Final = ("cat_linear", (_Cat, ((2, 4), (2, 4)), False))
+
+
+_PATTERNS: dict[Any, Any] = {}
+
+
+@contextlib.contextmanager
+def _pattern_graphs_reused() -> Iterator[None]:
+    """XNNPACKQuantizer strict-exports its conv-bn pattern graphs again on every prepare_pt2e (12
+    exports, most of a small model's quantization time). A graph depends only on the pattern (its
+    function and closure values) and the example inputs' shapes, so the process reuses it."""
+    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer_utils as utils
+
+    original = utils._get_aten_graph_module_for_pattern
+
+    def reused(pattern: Any, example_inputs: tuple[Any, ...], is_cuda: bool = False, **kwargs: Any) -> Any:
+        fn = getattr(pattern, "fn", None)
+        if fn is None or kwargs:
+            return original(pattern, example_inputs, is_cuda, **kwargs)
+        key = (fn.__code__, tuple(c.cell_contents for c in fn.__closure__ or ()),
+               tuple(tuple(x.shape) for x in example_inputs), is_cuda)
+        if key not in _PATTERNS:
+            _PATTERNS[key] = original(pattern, example_inputs, is_cuda)
+        return copy.deepcopy(_PATTERNS[key])  # the matcher edits the pattern's output node
+
+    utils._get_aten_graph_module_for_pattern = reused
+    try:
+        yield
+    finally:
+        utils._get_aten_graph_module_for_pattern = original
+
+
+@functools.lru_cache(maxsize=None)
+def quantized(name: str) -> tuple[torch.export.ExportedProgram, tuple[torch.Tensor, ...]]:
+    """The model quantized with XNNPACK's quantizer (calibrated on its example input) and exported."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    make, shapes, per_channel = dict([*MODELS.items(), CAT])[name]
+    torch.manual_seed(0)
+    module, args = make().eval(), _inputs(*shapes)
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=per_channel))
+    with _pattern_graphs_reused():
+        prepared = prepare_pt2e(torch.export.export(module, args, strict=False).module(), quantizer)  # type: ignore[arg-type]  # a GraphModule from export
+    prepared(*args)
+    return torch.export.export(convert_pt2e(prepared), args, strict=False), args
+
+
+@functools.lru_cache(maxsize=None)
+def executorch_lowered(name: str) -> Program:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from texir.adapters.executorch import executorch_partitioner
+    from texir.lowering import lower
+
+    return lower(quantized(name)[0], [executorch_partitioner(XnnpackPartitioner())])
+
+
+@functools.lru_cache(maxsize=None)
+def native_lowered(name: str) -> Program:
+    from texir.lowering import lower
+
+    with registered():
+        return lower(quantized(name)[0], [partitioner()])
+
+
+@functools.lru_cache(maxsize=None)
+def pte(program: Program) -> bytes:
+    from texir.emit import emit
+    from texir.serialize.pte.codec import dumps
+
+    return dumps(emit(program))
+
+
+def _first_difference(mine: s.XNNGraph, theirs: s.XNNGraph) -> str:
+    """The first field (path) where two decoded graphs differ."""
+
+    def walk(a: Any, b: Any, path: str) -> str | None:
+        if type(a) is not type(b):
+            return f"{path}: {type(a).__name__} != {type(b).__name__}"
+        if isinstance(a, msgspec.Struct):
+            for f in a.__struct_fields__:
+                found = walk(getattr(a, f), getattr(b, f), f"{path}.{f}")
+                if found:
+                    return found
+            return None
+        if isinstance(a, tuple):
+            if len(a) != len(b):
+                return f"{path}: {len(a)} items != {len(b)}"
+            for i, (x, y) in enumerate(zip(a, b)):
+                found = walk(x, y, f"{path}[{i}]")
+                if found:
+                    return found
+            return None
+        return None if a == b else f"{path}: {a!r} != {b!r}"
+
+    return walk(mine, theirs, "graph") or "the decoded tables are equal (layout differs)"
+
+
+# -- partitions, blobs, named data, runtime --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_native_int8_lowering_equals_executorchs(name: str) -> None:
+    """Same partitions (ops and shapes, q/dq included) and implicit q/dq tags; each blob byte-equal
+    (else the first differing field is named); named data equal; the whole .pte equal."""
+    from tests.xnnpack_oracle import texir_partitions
+
+    mine, theirs = native_lowered(name), executorch_lowered(name)
+    assert texir_partitions(mine) == texir_partitions(theirs)
+    assert len(mine.lowered_modules) == len(theirs.lowered_modules) >= 1
+    for a, b in zip(mine.lowered_modules, theirs.lowered_modules, strict=True):
+        implicit = {m.node for m in b.module.original_program.backend_meta if m.key == "IS_IMPLICIT_Q_DQ_TAG"}
+        assert {m.node for m in a.module.original_program.backend_meta} == implicit
+        if a.module.processed_bytes != b.module.processed_bytes:
+            mine_graph, theirs_graph = decode_blob(a.module.processed_bytes), decode_blob(b.module.processed_bytes)
+            pytest.fail(f"{name}: blob differs at {_first_difference(mine_graph, theirs_graph)}")
+        assert [(e.key, e.alignment) for e in a.module.named_data] == [(e.key, e.alignment) for e in b.module.named_data]
+        for x, y in zip(a.module.named_data, b.module.named_data, strict=True):
+            assert x.data is not None and y.data is not None and x.data.tobytes() == y.data.tobytes()
+    assert pte(mine) == pte(theirs)
+
+
+def test_quantized_values_in_the_blob() -> None:
+    """What the per-channel conv net's blob holds: qint8 activations with their per-tensor params,
+    qcint8 filters and qcint32 biases whose scales are `scale_<sha256>` named data."""
+    import hashlib
+
+    module = native_lowered("convnet_pc").lowered_modules[0].module
+    graph = decode_blob(module.processed_bytes)
+    named = {e.key: e.data for e in module.named_data}
+    kinds = set()
+    for v in graph.xvalues:
+        u = v.xvalue_union
+        if isinstance(u, s.XNNQuantizedTensorValue):
+            assert u.tensor_value is not None
+            kinds.add((u.tensor_value.datatype, type(u.quant_params).__name__))
+            if isinstance(u.quant_params, s.PerChannelQuant):
+                entry = graph.constant_data[u.quant_params.scale_buffer_idx]
+                data = named[entry.named_key]
+                assert data is not None and entry.named_key == "scale_" + hashlib.sha256(data.tobytes()).hexdigest()
+                assert entry.size == 4 * u.quant_params.num_scales
+    assert kinds == {
+        (s.XNNDatatype.xnn_datatype_qint8, "PerTensorQuant"),
+        (s.XNNDatatype.xnn_datatype_qcint8, "PerChannelQuant"),
+        (s.XNNDatatype.xnn_datatype_qcint32, "PerChannelQuant"),
+    }
+    converts = [n for n in graph.xnodes if isinstance(n.xnode_union, s.XNNConvert)]
+    assert len(converts) == 2  # the input's quantize and the output's dequantize; the rest are implicit
+
+
+def test_native_int8_pte_runs_bitwise_as_executorchs() -> None:
+    """The native .pte in the ExecuTorch 1.5.1 runtime: outputs bitwise those of the .pte ExecuTorch's
+    own pipeline (to_edge_transform_and_lower + to_executorch) writes."""
+    from tests.xnnpack_oracle import executorch_xnnpack, run_pte
+
+    ep, args = quantized("convnet_pc")
+    reference = executorch_xnnpack(ep)
+    assert reference.pte is not None, reference.error
+    mine, theirs = run_pte(pte(native_lowered("convnet_pc")), args)[0], run_pte(reference.pte, args)[0]
+    assert mine and len(mine) == len(theirs)
+    for a, b in zip(mine, theirs, strict=True):
+        assert torch.equal(a, b)
+    assert torch.allclose(mine[0], ep.module()(*args), atol=0.1)  # int8 kernels vs the float simulation of q/dq
+
+
+# -- what the native backend does not take ---------------------------------------------------------
+
+
+def test_an_unsupported_int8_op_is_left_undelegated_with_the_reason() -> None:
+    """A static-int8 concatenation (ExecuTorch's partitioner takes it) is turned down with the
+    reason, the linear after it is still delegated, and the .pte runs."""
+    from texir.adapters import from_exported_program
+    from tests.xnnpack_oracle import run_pte, texir_partitions
+
+    ep, args = quantized("cat_linear")
+    reasons = partitioner().reasons(from_exported_program(ep))
+    assert any("static-int8 aten::cat.default is not yet supported" in why for why in reasons.values()), reasons
+    program = native_lowered("cat_linear")
+    partitions = texir_partitions(program)
+    assert partitions and not any(op.startswith("aten::cat") for p in partitions for op in p)
+    assert any(op.startswith("aten::linear") for p in partitions for op in p)
+    out = run_pte(pte(program), args)[0][0]
+    assert torch.allclose(out, ep.module()(*args), atol=0.1)
+
+
+def test_static_int8_can_be_turned_off() -> None:
+    """config_precisions=('fp32',): no q/dq node and no quantized GEMM is delegated."""
+    from texir.lowering import lower
+    from tests.xnnpack_oracle import texir_partitions
+
+    with registered():
+        program = lower(quantized("linear")[0], [partitioner(config_precisions=("fp32",))])
+    assert not any("quantize" in op for p in texir_partitions(program) for op in p)
+
+
+def _forced(name: str, edit: Callable[[Any], Any]) -> Program:
+    """ExecuTorch's sub-program of `name` with every call node passed through `edit`."""
+    program = executorch_lowered(name).lowered_modules[0].module.original_program
+    nodes = tuple(edit(n) for n in program.graph.nodes)
+    return msgspec.structs.replace(program, graph=msgspec.structs.replace(program.graph, nodes=nodes))
+
+
+def test_a_4bit_weight_forced_into_a_partition_is_a_typed_error_naming_the_node() -> None:
+    """A per-channel weight dequantize with 4-bit bounds (qmin -8, qmax 7) that the native
+    partitioner would leave out: the backend names the node before writing any bytes."""
+
+    def four_bit(n: Any) -> Any:
+        if getattr(n, "target", "") == "quantized_decomposed::dequantize_per_channel.default":
+            return msgspec.structs.replace(n, args=(*n.args[:4], IntArg(value=-8), IntArg(value=7), n.args[6]))
+        return n
+
+    with pytest.raises(XnnpackUnsupportedError, match=r"dequantize_per_channel.*not supported") as info:
+        XnnpackNativeBackend().preprocess(_forced("linear_relu_pc", four_bit), ())
+    assert info.value.node == "quantized_decomposed_dequantize_per_channel_default"
+
+
+def test_a_uint8_activation_forced_into_a_partition_is_a_typed_error() -> None:
+    def uint8(n: Any) -> Any:
+        if getattr(n, "target", "").startswith("quantized_decomposed::") and "per_tensor" in n.target:
+            return msgspec.structs.replace(n, args=(*n.args[:-1], DTypeArg(value=DType.uint8)))
+        return n
+
+    with pytest.raises(XnnpackUnsupportedError, match="uint8 quantization.*int8 static only") as info:
+        XnnpackNativeBackend().preprocess(_forced("linear", uint8), ())
+    assert info.value.node is not None and "quantize" in info.value.node
