@@ -55,10 +55,13 @@ class _Add(nn.Module):
 
 
 class _ConvNet(nn.Module):
-    """conv-relu-conv-add-avgpool-linear, with a max pool, a depthwise conv and a hardtanh on the way."""
+    """conv-relu-conv-add-avgpool-linear, with a max pool, a depthwise conv and a hardtanh on the way.
+    With `flat_mean` the average pool is a mean without keepdim, which XNNPACK's mean config refuses:
+    its q/dq stay explicit (Converts) and the graph splits into two partitions."""
 
-    def __init__(self) -> None:
+    def __init__(self, flat_mean: bool = False) -> None:
         super().__init__()
+        self.flat_mean = flat_mean
         self.c1 = nn.Conv2d(3, 8, 3, padding=1)
         self.c2 = nn.Conv2d(8, 8, 3, padding=1)
         self.c3 = nn.Conv2d(8, 8, 3, padding=1, groups=8)
@@ -68,7 +71,8 @@ class _ConvNet(nn.Module):
         y = torch.relu(self.c1(x))
         z = self.c2(y) + y
         z = nn.functional.hardtanh(self.c3(nn.functional.max_pool2d(z, 2)), 0.0, 6.0)
-        return self.fc(nn.functional.adaptive_avg_pool2d(z, 1).flatten(1))
+        pooled = z.mean((2, 3)) if self.flat_mean else nn.functional.adaptive_avg_pool2d(z, 1).flatten(1)
+        return self.fc(pooled)
 
 
 class _Cat(nn.Module):
@@ -90,7 +94,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bo
     "linear_relu_pc": (lambda: _Linear(relu=True), ((2, 8),), True),
     "conv_relu_pc": (lambda: _Conv(relu=True), ((1, 4, 6, 6),), True),
     "add_relu": (_Add, ((1, 4, 4, 4), (1, 4, 4, 4)), False),
-    "convnet": (_ConvNet, ((1, 3, 8, 8),), False),
+    "convnet_flat_mean": (lambda: _ConvNet(flat_mean=True), ((1, 3, 8, 8),), False),
     "convnet_pc": (_ConvNet, ((1, 3, 8, 8),), True),
 }
 CAT: Final = ("cat_linear", (_Cat, ((2, 4), (2, 4)), False))
@@ -217,6 +221,16 @@ def test_native_int8_lowering_equals_executorchs(name: str) -> None:
         for x, y in zip(a.module.named_data, b.module.named_data, strict=True):
             assert x.data is not None and y.data is not None and x.data.tobytes() == y.data.tobytes()
     assert pte(mine) == pte(theirs)
+
+
+def test_a_refused_op_keeps_its_q_dq_explicit() -> None:
+    """The mean without keepdim stays out, so the quantize after it starts the second partition
+    as an explicit Convert fed by an external fp32 input (not an implicit q)."""
+    program = native_lowered("convnet_flat_mean")
+    assert len(program.lowered_modules) == 2
+    graph = decode_blob(program.lowered_modules[1].module.processed_bytes)
+    first = graph.xnodes[0].xnode_union
+    assert isinstance(first, s.XNNConvert) and first.input_id in graph.input_ids
 
 
 def test_quantized_values_in_the_blob() -> None:

@@ -348,7 +348,12 @@ class XnnpackNativePartitioner:
     def _quant(self, program: Program, constants: frozenset[str]) -> QuantPlan:
         if "static_int8" not in self.options.config_precisions:
             return QuantPlan(enabled=False)
-        return static_quant(program, constants)
+        metas = value_metas(program.graph)
+
+        def accepts(node: CallFunction) -> bool:
+            return _verdict(node, metas, constants, QuantPlan()) is None
+
+        return static_quant(program, constants, accepts)
 
     def reasons(self, program: Program) -> dict[str, str]:
         """Every top-level call node the partitioner turns down, with the reason."""

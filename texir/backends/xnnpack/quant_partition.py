@@ -8,6 +8,7 @@ node for them. The partitioner passes that tag to the backend as a `BackendNodeM
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -109,14 +110,16 @@ class _Graph:
         return deps, out if out is not None and self.target(out) == Q_PER_TENSOR else None
 
 
-def static_quant(program: Program, constants: frozenset[str]) -> QuantPlan:
-    """The static-int8 patterns of `program`'s top-level graph (see the module doc)."""
+def static_quant(program: Program, constants: frozenset[str], accepts: Callable[[CallFunction], bool]) -> QuantPlan:
+    """The static-int8 patterns of `program`'s top-level graph (see the module doc). `accepts` is
+    the op's own float check: a pattern counts only around an op its config takes (ExecuTorch
+    checks a config's constraints before it collects the q/dq around the op)."""
     g = _Graph(program)
     plan = QuantPlan()
     for node in g.calls.values():
         if node.target in _GEMMS:
             _gemm(node, g, constants, plan)
-        elif node.target in GENERIC_STATIC or node.target in _EXECUTORCH_STATIC:
+        elif (node.target in GENERIC_STATIC or node.target in _EXECUTORCH_STATIC) and accepts(node):
             inputs = list(dict.fromkeys(_walk(node.args)))
             if not inputs or any(g.target(i) not in (DQ_PER_TENSOR, DQ_PER_CHANNEL) for i in inputs):
                 continue
