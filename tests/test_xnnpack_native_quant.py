@@ -55,7 +55,8 @@ class _Add(nn.Module):
 
 
 class _ConvNet(nn.Module):
-    """conv-relu-conv-add-avgpool-linear, with a max pool, a depthwise conv and a hardtanh on the way.
+    """conv-relu-conv-add-avgpool-linear, with a max pool, a depthwise conv, a hardtanh and an eval
+    dropout (a clone between q/dq pairs, removed with them) on the way.
     With `flat_mean` the average pool is a mean without keepdim, which XNNPACK's mean config refuses:
     its q/dq stay explicit (Converts) and the graph splits into two partitions."""
 
@@ -66,13 +67,14 @@ class _ConvNet(nn.Module):
         self.c2 = nn.Conv2d(8, 8, 3, padding=1)
         self.c3 = nn.Conv2d(8, 8, 3, padding=1, groups=8)
         self.fc = nn.Linear(8, 4)
+        self.dropout = nn.Dropout(0.2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.c1(x))
         z = self.c2(y) + y
         z = nn.functional.hardtanh(self.c3(nn.functional.max_pool2d(z, 2)), 0.0, 6.0)
         pooled = z.mean((2, 3)) if self.flat_mean else nn.functional.adaptive_avg_pool2d(z, 1).flatten(1)
-        return self.fc(pooled)
+        return self.fc(self.dropout(pooled))
 
 
 class _Cat(nn.Module):

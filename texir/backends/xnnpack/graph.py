@@ -321,9 +321,16 @@ def _upper_bound(expr: str, bounds: Mapping[str, int]) -> int | None:
 # -- passes ----------------------------------------------------------------------------------------
 
 
+_DEQUANTIZE = ("quantized_decomposed::dequantize_per_tensor.default",
+               "quantized_decomposed::dequantize_per_channel.default")
+_QUANTIZE = ("quantized_decomposed::quantize_per_tensor.default", "quantized_decomposed::quantize_per_channel.default")
+
+
 def remove_clones(g: XGraph) -> None:
-    """XNNPACKRemoveCloneOpsTransform: an identity clone goes, except one copying an input to an output."""
+    """XNNPACKRemoveCloneOpsTransform: an identity clone goes, except one copying an input to an
+    output; a dq -> q pair the removal leaves (same params) is then bypassed."""
     outputs = g.outputs()
+    dequants: list[XNode] = []
     for n in list(g.nodes):
         if n.target not in ("aten::clone.default", "dim_order_ops::_clone_dim_order.default"):
             continue
@@ -336,6 +343,12 @@ def remove_clones(g: XGraph) -> None:
         if src.target == "placeholder" and n in outputs:
             continue
         g.replace_all_uses(n, src)
+        if src.target in _DEQUANTIZE:
+            dequants.append(src)
+    for dq in dequants:
+        for user in g.users(dq):
+            if user.target in _QUANTIZE and user.args[1:] == dq.args[1:]:
+                g.replace_all_uses(user, dq.args[0])
     g.erase_dead()
 
 
