@@ -1,5 +1,5 @@
 """`XnnpackNativeBackend`: ExecuTorch 1.5.1's XnnpackBackend.preprocess, as a pure function of the
-sub-program (float programs; see `serialize.VISITORS` for the ops)."""
+sub-program (float and static-int8 programs; see `serialize.VISITORS` for the ops)."""
 
 from __future__ import annotations
 

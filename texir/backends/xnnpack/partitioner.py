@@ -1,8 +1,11 @@
-"""`partitioner(**options)`: ExecuTorch 1.5.1's XnnpackPartitioner (float configs) computed on the IR.
+"""`partitioner(**options)`: ExecuTorch 1.5.1's XnnpackPartitioner (float and static-int8 configs)
+computed on the IR.
 
 Each supported op has a check (`CHECKS`) that returns None when XNNPACK takes the node, or the
-reason it does not; partitions are then the maximal ones torch's CapabilityBasedPartitioner
-proposes (`OpSupportPartitioner`), with the constants they read, as ExecuTorch tags them.
+reason it does not; static-int8 patterns (`quant_partition`) add the q/dq nodes and quantized
+weights around their op and tag the q/dq implicit. Partitions are then the maximal ones torch's
+CapabilityBasedPartitioner proposes (`OpSupportPartitioner`), with the constants they read, as
+ExecuTorch tags them.
 """
 
 from __future__ import annotations
@@ -336,8 +339,8 @@ class _Options(pydantic.BaseModel):
 
 
 class XnnpackNativePartitioner:
-    """ExecuTorch's XnnpackPartitioner for float programs, as a texir partitioner; `reasons(program)`
-    says why each call node is turned down."""
+    """ExecuTorch's XnnpackPartitioner for float and static-int8 programs, as a texir partitioner;
+    `reasons(program)` says why each call node is turned down."""
 
     def __init__(self, options: _Options) -> None:
         self.options = options
