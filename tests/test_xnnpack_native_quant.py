@@ -100,6 +100,8 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bo
     "convnet_pc": (_ConvNet, ((1, 3, 8, 8),), True),
 }
 CAT: Final = ("cat_linear", (_Cat, ((2, 4), (2, 4)), False))
+DYNAMIC: Final = "linear_dynamic"
+"""The linear model with dynamically quantized activations (a scheme the native backend does not take)."""
 
 
 _PATTERNS: dict[Any, Any] = {}
@@ -140,10 +142,11 @@ def quantized(name: str) -> tuple[torch.export.ExportedProgram, tuple[torch.Tens
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    make, shapes, per_channel = dict([*MODELS.items(), CAT])[name]
+    make, shapes, per_channel = dict([*MODELS.items(), CAT, (DYNAMIC, (MODELS["linear"][0], ((2, 8),), True))])[name]
     torch.manual_seed(0)
     module, args = make().eval(), _inputs(*shapes)
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=per_channel))
+    config = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=name == DYNAMIC)
+    quantizer = XNNPACKQuantizer().set_global(config)
     with _pattern_graphs_reused():
         prepared = prepare_pt2e(torch.export.export(module, args, strict=False).module(), quantizer)  # type: ignore[arg-type]  # a GraphModule from export
     prepared(*args)
@@ -296,6 +299,14 @@ def test_an_unsupported_int8_op_is_left_undelegated_with_the_reason() -> None:
     assert any(op.startswith("aten::linear") for p in partitions for op in p)
     out = run_pte(pte(program), args)[0][0]
     assert torch.allclose(out, ep.module()(*args), atol=0.1)
+
+
+def test_dynamic_int8_is_turned_down_with_the_reason() -> None:
+    from texir.adapters import from_exported_program
+
+    reasons = partitioner().reasons(from_exported_program(quantized(DYNAMIC)[0]))
+    linear = [why for node, why in reasons.items() if "linear" in node]
+    assert linear and all(why.startswith("dynamically quantized GEMMs are not yet supported") for why in linear)
 
 
 def test_static_int8_can_be_turned_off() -> None:
