@@ -51,7 +51,8 @@ class _Conv(nn.Module):
 
 class _Add(nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x + y)
+        z = torch.relu(x + y)
+        return z * y - x
 
 
 class _ConvNet(nn.Module):
@@ -95,7 +96,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bo
     "linear": (lambda: _Linear(relu=False), ((2, 8),), False),
     "linear_relu_pc": (lambda: _Linear(relu=True), ((2, 8),), True),
     "conv_relu_pc": (lambda: _Conv(relu=True), ((1, 4, 6, 6),), True),
-    "add_relu": (_Add, ((1, 4, 4, 4), (1, 4, 4, 4)), False),
+    "add_relu_mul_sub": (_Add, ((1, 4, 4, 4), (1, 4, 4, 4)), False),
     "convnet_flat_mean": (lambda: _ConvNet(flat_mean=True), ((1, 3, 8, 8),), False),
     "convnet_pc": (_ConvNet, ((1, 3, 8, 8),), True),
 }

@@ -39,6 +39,7 @@ _GEMM_ACTS: Final = frozenset({"aten::relu.default", "aten::hardtanh.default"})
 GENERIC_STATIC: Final[dict[str, frozenset[str]]] = {
     # op: the activations fused into it under quantization (ExecuTorch's `fused_act`)
     "aten::add.Tensor": frozenset({"aten::relu.default"}),
+    "aten::mul.Tensor": frozenset(),
     "aten::relu.default": frozenset(),
     "aten::hardtanh.default": frozenset(),
     "aten::max_pool2d.default": frozenset(),
@@ -47,7 +48,7 @@ GENERIC_STATIC: Final[dict[str, frozenset[str]]] = {
 }
 """Element-wise and shape ops the native backend serializes in their static-int8 form."""
 _EXECUTORCH_STATIC: Final = frozenset({
-    "aten::sub.Tensor", "aten::mul.Tensor", "aten::cat.default", "aten::clamp.default", "aten::elu.default",
+    "aten::sub.Tensor", "aten::cat.default", "aten::clamp.default", "aten::elu.default",
     "aten::permute_copy.default", "aten::slice_copy.Tensor", "aten::unsqueeze_copy.default",
     "dim_order_ops::_to_dim_order_copy.default",
 })
