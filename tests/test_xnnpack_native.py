@@ -12,6 +12,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import msgspec
 import pytest
@@ -280,3 +281,69 @@ def test_unknown_compile_specs_are_refused() -> None:
     program = executorch_modules("mlp")[0].original_program
     with pytest.raises(XnnpackCompileSpecError, match="'dqlinear_partitioner'"):
         build_graph(program, (CompileSpec(key="dqlinear_partitioner", value=b""),))
+
+
+# -- float ops beyond the zoo ----------------------------------------------------------------------
+
+
+def _lowered_both_ways(module: Any, args: tuple[Any, ...]) -> tuple[Program, Program]:
+    """A tiny model lowered by the native partitioner and backend, and by ExecuTorch's."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from texir.adapters.executorch import executorch_partitioner
+    from texir.backends.xnnpack import registered
+    from texir.lowering import lower
+
+    torch.manual_seed(0)
+    ep = torch.export.export(module.eval(), args, strict=False)
+    theirs = lower(ep, [executorch_partitioner(XnnpackPartitioner())])
+    with registered():
+        mine = lower(ep, [partitioner()])
+    return mine, theirs
+
+
+def assert_lowers_like_executorch(module: Any, args: tuple[Any, ...]) -> Program:
+    """Same partitions as ExecuTorch's partitioner (at least one), each blob and its named data
+    byte-equal to ExecuTorch's backend's, and runtime outputs bitwise equal. Returns the native program."""
+    import torch
+
+    from tests.xnnpack_oracle import run_pte, texir_partitions
+    from texir.emit import emit
+    from texir.serialize.pte.codec import dumps
+
+    mine, theirs = _lowered_both_ways(module, args)
+    assert texir_partitions(mine) == texir_partitions(theirs)
+    assert len(mine.lowered_modules) == len(theirs.lowered_modules) >= 1
+    for a, b in zip(mine.lowered_modules, theirs.lowered_modules, strict=True):
+        assert a.module.processed_bytes == b.module.processed_bytes
+        assert [(e.key, e.alignment) for e in a.module.named_data] == [(e.key, e.alignment) for e in b.module.named_data]
+        for x, y in zip(a.module.named_data, b.module.named_data, strict=True):
+            assert x.data is not None and y.data is not None and x.data.tobytes() == y.data.tobytes()
+    outputs_mine = run_pte(dumps(emit(mine)), args)[0]
+    outputs_theirs = run_pte(dumps(emit(theirs)), args)[0]
+    assert outputs_mine and len(outputs_mine) == len(outputs_theirs)
+    for p, q in zip(outputs_mine, outputs_theirs, strict=True):
+        assert torch.equal(p, q)
+    return mine
+
+
+def _blob_nodes(program: Program) -> list[Any]:
+    return [x.xnode_union for m in program.lowered_modules for x in decode_blob(m.module.processed_bytes).xnodes]
+
+
+def test_leaky_relu_default_and_given_slope() -> None:
+    import torch
+    from torch import nn
+
+    class LeakyNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.leaky_relu(nn.functional.leaky_relu(self.fc(x)), 0.2)
+
+    program = assert_lowers_like_executorch(LeakyNet(), (torch.randn(2, 8, generator=torch.Generator().manual_seed(1)),))
+    slopes = [n.negative_slope for n in _blob_nodes(program) if isinstance(n, s.XNNLeakyReLU)]
+    assert slopes == pytest.approx([0.01, 0.2])

@@ -313,6 +313,7 @@ CHECKS: Final[dict[str, Check]] = {
     "aten::sin.default": _ok,
     "aten::cos.default": _ok,
     "aten::hardswish.default": _ok,
+    "aten::leaky_relu.default": _ok,
     "aten::_softmax.default": _softmax,
     "aten::max_pool2d.default": _max_pool,
     "aten::avg_pool2d.default": _avg_pool,

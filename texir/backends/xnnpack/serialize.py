@@ -483,6 +483,13 @@ def _squeeze(ser: Serializer, n: XNode) -> None:
                                    output_id=ser.id(n)))
 
 
+def _leaky_relu(ser: Serializer, n: XNode) -> None:
+    """The slope is absent from the args when it is torch's default, 0.01."""
+    ser.io(n)
+    slope = float(_arg(n, 1, 0.01))
+    ser.emit(n, s.XNNLeakyReLU(negative_slope=slope, input_id=ser.id(n.args[0]), output_id=ser.id(n)))
+
+
 def _hardtanh(n: XNode) -> tuple[float, float]:
     return (float(_arg(n, 1, -1.0)), float(_arg(n, 2, 1.0)))
 
@@ -515,6 +522,7 @@ VISITORS: Final[dict[str, Visitor]] = {
     "aten::sin.default": _unary(s.XNNSin),
     "aten::cos.default": _unary(s.XNNCos),
     "aten::hardswish.default": _unary(s.XNNHardswish),
+    "aten::leaky_relu.default": _leaky_relu,
     "aten::_softmax.default": _softmax,
     "aten::max_pool2d.default": _max_pool,
     "aten::avg_pool2d.default": _avg_pool,
