@@ -347,3 +347,21 @@ def test_leaky_relu_default_and_given_slope() -> None:
     program = assert_lowers_like_executorch(LeakyNet(), (torch.randn(2, 8, generator=torch.Generator().manual_seed(1)),))
     slopes = [n.negative_slope for n in _blob_nodes(program) if isinstance(n, s.XNNLeakyReLU)]
     assert slopes == pytest.approx([0.01, 0.2])
+
+
+@pytest.mark.parametrize("channels", [8, 1], ids=["per_channel", "shared"])
+def test_prelu_per_channel_and_shared_slope(channels: int) -> None:
+    import torch
+    from torch import nn
+
+    class PReLUNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.act = nn.Conv2d(3, 8, 3, padding=1), nn.PReLU(channels, init=0.1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.act(self.conv(x))
+
+    x = torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(2))
+    program = assert_lowers_like_executorch(PReLUNet(), (x,))
+    assert any(isinstance(n, s.XNNPReLU) for n in _blob_nodes(program))

@@ -153,6 +153,10 @@ def _conv(n: _Node) -> str | None:
     return None
 
 
+def _prelu(n: _Node) -> str | None:
+    return None if n.is_constant(1) else "prelu weight is not a parameter"
+
+
 def _alpha_one(n: _Node) -> str | None:
     alpha = dict(n.node.kwargs).get("alpha")
     if alpha is not None and getattr(alpha, "value", 1) != 1:
@@ -314,6 +318,7 @@ CHECKS: Final[dict[str, Check]] = {
     "aten::cos.default": _ok,
     "aten::hardswish.default": _ok,
     "aten::leaky_relu.default": _ok,
+    "aten::prelu.default": _prelu,
     "aten::_softmax.default": _softmax,
     "aten::max_pool2d.default": _max_pool,
     "aten::avg_pool2d.default": _avg_pool,
@@ -324,7 +329,9 @@ CHECKS: Final[dict[str, Check]] = {
 }
 """The float ops the native partitioner takes, with the conditions ExecuTorch's configs put on them."""
 
-KEPT_OPS: Final = ("aten::hardswish.default", "aten::linear.default", "aten::max_pool2d.default")
+KEPT_OPS: Final = (
+    "aten::hardswish.default", "aten::linear.default", "aten::max_pool2d.default", "aten::prelu.default",
+)
 """Ops kept undecomposed when the partitioner takes them (ExecuTorch's `get_original_aten`, those
 this backend supports)."""
 
@@ -409,7 +416,7 @@ class XnnpackNativePartitioner:
         # Like ExecuTorch's partitioner, only the top-level graph (never inside a cond or map branch).
         tags = {key: tag for key, tag in plan.tags if "/" not in key}
         support = dict.fromkeys(tags, True)
-        # Only the GEMM and batch-norm configs claim constants (their weights); any other constant
+        # Only the GEMM, batch-norm and prelu configs claim constants (their weights); any other constant
         # a partition reads becomes a delegate input, as with ExecuTorch's partitioner.
         for node in program.graph.nodes:
             tag = tags.get(node.name)
@@ -450,6 +457,7 @@ _CLAIMS: Final[dict[str, tuple[int, ...]]] = {
     "aten::convolution.default": (1, 2),
     "aten::addmm.default": (2, 0),
     "aten::mm.default": (1,),
+    "aten::prelu.default": (1,),
     "aten::_native_batch_norm_legit_no_training.default": (1, 2, 3, 4),
 }
 

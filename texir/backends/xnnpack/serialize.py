@@ -523,6 +523,7 @@ VISITORS: Final[dict[str, Visitor]] = {
     "aten::cos.default": _unary(s.XNNCos),
     "aten::hardswish.default": _unary(s.XNNHardswish),
     "aten::leaky_relu.default": _leaky_relu,
+    "aten::prelu.default": _binary(s.XNNPReLU, fused=False),
     "aten::_softmax.default": _softmax,
     "aten::max_pool2d.default": _max_pool,
     "aten::avg_pool2d.default": _avg_pool,
