@@ -365,3 +365,21 @@ def test_prelu_per_channel_and_shared_slope(channels: int) -> None:
     x = torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(2))
     program = assert_lowers_like_executorch(PReLUNet(), (x,))
     assert any(isinstance(n, s.XNNPReLU) for n in _blob_nodes(program))
+
+
+def test_elu_is_not_taken_as_executorch_1_5_1_leaves_its_config_off() -> None:
+    """ExecuTorch 1.5.1 lists EluConfig but leaves it out of its configs: elu is decomposed and
+    its parts are partitioned as ExecuTorch's partitioner does (no XNNELU node)."""
+    import torch
+    from torch import nn
+
+    class EluNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.elu(self.fc(x), 0.5)
+
+    program = assert_lowers_like_executorch(EluNet(), (torch.randn(2, 8, generator=torch.Generator().manual_seed(3)),))
+    assert not any(isinstance(n, s.XNNELU) for n in _blob_nodes(program))
