@@ -13,6 +13,7 @@ from texir.backends.xnnpack.graph import (
     TO_COPY,
     XGraph,
     XNode,
+    conv1d_as_conv2d,
     fuse_activations,
     fuse_batch_norm,
     remove_clones,
@@ -238,6 +239,7 @@ def run_passes(g: XGraph) -> XGraph:
     remove_clones(g)
     fuse_batch_norm(g)
     fuse_activations(g)
+    conv1d_as_conv2d(g)
     cl = _ChannelsLast(g)
     cl.tag()
     cl.remove_redundant()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
@@ -40,7 +41,7 @@ from texir.ir import (
 )
 from texir.ir.blob import Blob
 
-__all__ = ["Const", "XGraph", "XNode", "fuse_activations", "fuse_batch_norm", "remove_clones"]
+__all__ = ["Const", "XGraph", "XNode", "conv1d_as_conv2d", "fuse_activations", "fuse_batch_norm", "remove_clones"]
 
 CONV = "aten::convolution.default"
 LINEAR = "aten::linear.default"
@@ -350,6 +351,37 @@ def remove_clones(g: XGraph) -> None:
             if user.target in _QUANTIZE and user.args[1:] == dq.args[1:]:
                 g.replace_all_uses(user, dq.args[0])
     g.erase_dead()
+
+
+def _with_unit_dim(meta: Any) -> TensorMeta:
+    """The meta of a tensor unsqueezed at its end (a trailing size-1 dim of stride 1)."""
+    assert isinstance(meta, TensorMeta)
+    return msgspec.structs.replace(meta, shape=(*meta.shape, 1), strides=(*meta.strides, 1))
+
+
+def conv1d_as_conv2d(g: XGraph) -> None:
+    """Conv1dUnsqueezePass (float): a 1-D convolution becomes a 2-D one over a trailing unit dim,
+    its input unsqueezed and its output squeezed at the end, its weight given that dim too (same
+    bytes). The new nodes have no debug handle."""
+    for n in list(g.nodes):
+        if n.target != CONV or n.args[1].rank != 3:
+            continue
+        w = n.args[1]
+        if w.const is None:
+            raise XnnpackUnsupportedError(f"'{n.name}': a 1-D convolution needs a constant weight", node=n.name)
+        w.const.shape = (*w.const.shape, 1)
+        w.meta = _with_unit_dim(w.meta)
+        x = n.args[0]
+        before = XNode(f"{n.name}_unsqueeze", "aten::unsqueeze_copy.default", [x, -1], {}, _with_unit_dim(x.meta))
+        after = XNode(f"{n.name}_squeeze", "aten::squeeze_copy.dim", [n, -1], {}, n.meta)
+        for user in g.users(n):
+            user.replace_input(n, after)
+        n.args = [before, *n.args[1:3], *([*n.args[i], extra] for i, extra in ((3, 1), (4, 0), (5, 1))), n.args[6],
+                  [*n.args[7], 0], *n.args[8:]]
+        n.meta = _with_unit_dim(n.meta)
+        at = g.nodes.index(n)
+        g.nodes[at:at + 1] = [before, n, after]
+        g._users = None
 
 
 def _dim_order(meta: Any) -> tuple[int, ...] | None:

@@ -147,9 +147,12 @@ def _conv(n: _Node) -> str | None:
         return "weight is not static"
     if not isinstance(n.arg(2), NoneArg) and not n.is_constant(2):
         return "bias is not static"
-    stride = n.ints(3) or []
-    if len(stride) != 2:
-        return f"{len(stride)}-D convolution (the native backend takes 2-D only; conv1d is not yet ported)"
+    w = n.tensor(1)
+    dims = len(w.shape) - 2 if w is not None else 0
+    if dims not in (1, 2) or len(n.ints(3) or []) != dims:
+        return f"{dims}-D convolution (XNNPACK takes 1-D and 2-D)"
+    if dims == 1 and getattr(n.arg(6), "value", False):
+        return "transposed 1-D convolution (not yet ported to the native backend)"
     return None
 
 
