@@ -405,3 +405,27 @@ def test_conv1d_is_lowered_as_conv2d_between_unsqueeze_and_squeeze() -> None:
     nodes = _blob_nodes(program)
     assert sum(isinstance(n, (s.XNNConv2d, s.XNNDepthwiseConv2d)) for n in nodes) == 2
     assert any(isinstance(n, s.XNNStaticReshape) for n in nodes)
+
+
+def test_concatenations_of_more_than_5_inputs_are_split() -> None:
+    """A cat of 7 channels-last tensors (after a conv) and one of 12 (some repeated): chains of
+    Concatenate nodes of at most 5 inputs, as ExecuTorch's DecomposeConcatenate makes them."""
+    import torch
+    from torch import nn
+
+    class WideCat(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            y = self.conv(x)
+            seven = torch.cat([y, torch.relu(y), y, torch.tanh(y), y, torch.sigmoid(y), y], dim=1)
+            parts = [a, b, a * b, a + b, a - b, torch.relu(a), torch.tanh(b), a, b, torch.sigmoid(a), b, a]
+            return seven, torch.cat(parts, dim=-1)
+
+    g = torch.Generator().manual_seed(5)
+    args = (torch.randn(1, 3, 5, 5, generator=g), torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g))
+    program = assert_lowers_like_executorch(WideCat(), args)
+    cats = [type(n).__name__ for n in _blob_nodes(program) if "Concatenate" in type(n).__name__]
+    assert sorted(cats) == sorted(["XNNConcatenate5", "XNNConcatenate3"] + ["XNNConcatenate5"] * 2 + ["XNNConcatenate4"])

@@ -15,6 +15,7 @@ from texir.backends.xnnpack.graph import (
     XNode,
     conv1d_as_conv2d,
     fuse_activations,
+    split_concatenations,
     fuse_batch_norm,
     remove_clones,
 )
@@ -239,6 +240,7 @@ def run_passes(g: XGraph) -> XGraph:
     remove_clones(g)
     fuse_batch_norm(g)
     fuse_activations(g)
+    split_concatenations(g)
     conv1d_as_conv2d(g)
     cl = _ChannelsLast(g)
     cl.tag()

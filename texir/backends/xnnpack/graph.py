@@ -11,7 +11,7 @@ import ast
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import numpy as np
@@ -41,7 +41,7 @@ from texir.ir import (
 )
 from texir.ir.blob import Blob
 
-__all__ = ["Const", "XGraph", "XNode", "conv1d_as_conv2d", "fuse_activations", "fuse_batch_norm", "remove_clones"]
+__all__ = ["Const", "XGraph", "XNode", "conv1d_as_conv2d", "split_concatenations", "fuse_activations", "fuse_batch_norm", "remove_clones"]
 
 CONV = "aten::convolution.default"
 LINEAR = "aten::linear.default"
@@ -382,6 +382,43 @@ def conv1d_as_conv2d(g: XGraph) -> None:
         at = g.nodes.index(n)
         g.nodes[at:at + 1] = [before, n, after]
         g._users = None
+
+
+CAT = "aten::cat.default"
+MAX_CAT: Final = 5
+"""XNNPACK's widest concatenation."""
+
+
+def split_concatenations(g: XGraph) -> None:
+    """DecomposeConcatenate (float): a cat of more than 5 tensors becomes a chain, the first cat of
+    5 and each next one of the previous result and up to 4 more tensors. The first keeps the
+    node (and its debug handle); the new ones have none. Sizes must be static."""
+    at = 0
+    while at < len(g.nodes):
+        n = g.nodes[at]
+        at += 1
+        if n.target != CAT or len(n.args[0]) <= MAX_CAT:
+            continue
+        tensors = list(n.args[0])
+        axis = n.args[1] if len(n.args) > 1 else 0
+        axis += n.rank if axis < 0 else 0
+        rest = XNode(f"{n.name}_rest", CAT, [[n, *tensors[MAX_CAT:]], *n.args[1:]], dict(n.kwargs), n.meta)
+        for user in g.users(n):
+            user.replace_input(n, rest)
+        n.args = [tensors[:MAX_CAT], *n.args[1:]]
+        shape = [int(d) for d in n.tensor.shape]
+        shape[axis] = sum(int(t.tensor.shape[axis]) for t in tensors[:MAX_CAT])
+        n.meta = msgspec.structs.replace(n.tensor, shape=tuple(shape), strides=_contiguous(shape))
+        g.nodes.insert(at, rest)
+        g._users = None
+
+
+def _contiguous(shape: list[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _dim_order(meta: Any) -> tuple[int, ...] | None:

@@ -176,10 +176,11 @@ def _two_tensors(n: _Node) -> str | None:
 def _cat(n: _Node) -> str | None:
     a = n.arg(0)
     count = len(a.items) if isinstance(a, ListArg) else 0
-    if count < 2:
-        return "fewer than 2 inputs"
-    if count > 5:
-        return f"{count} inputs (the native backend does not yet split concatenations above 5)"
+    if len(set(_refs(n.node))) < 2:
+        return "fewer than 2 distinct inputs"
+    out = n.metas.get(n.node.name)
+    if count > 5 and not (isinstance(out, TensorMeta) and all(isinstance(d, int) for d in out.shape)):
+        return f"{count} inputs with symbolic sizes (the native backend splits static concatenations only)"
     return None
 
 
