@@ -429,3 +429,24 @@ def test_concatenations_of_more_than_5_inputs_are_split() -> None:
     program = assert_lowers_like_executorch(WideCat(), args)
     cats = [type(n).__name__ for n in _blob_nodes(program) if "Concatenate" in type(n).__name__]
     assert sorted(cats) == sorted(["XNNConcatenate5", "XNNConcatenate3"] + ["XNNConcatenate5"] * 2 + ["XNNConcatenate4"])
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_upsample_bilinear2d(align_corners: bool) -> None:
+    import torch
+    from torch import nn
+
+    class Upsample(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = nn.functional.interpolate(self.conv(x), scale_factor=2.0, mode="bilinear", align_corners=align_corners)
+            return nn.functional.interpolate(y, size=(7, 9), mode="bilinear", align_corners=align_corners)
+
+    x = torch.randn(1, 3, 4, 5, generator=torch.Generator().manual_seed(6))
+    program = assert_lowers_like_executorch(Upsample(), (x,))
+    sizes = [(n.new_height, n.new_width, n.flags) for n in _blob_nodes(program)
+             if isinstance(n, s.XNNStaticResizeBilinear2D)]
+    assert sizes == [(8, 10, 8 * align_corners), (7, 9, 8 * align_corners)]

@@ -160,6 +160,12 @@ def _prelu(n: _Node) -> str | None:
     return None if n.is_constant(1) else "prelu weight is not a parameter"
 
 
+def _static_output(n: _Node) -> str | None:
+    out = n.metas.get(n.node.name)
+    static = isinstance(out, TensorMeta) and all(isinstance(d, int) for d in out.shape)
+    return None if static else "dynamic output sizes"
+
+
 def _alpha_one(n: _Node) -> str | None:
     alpha = dict(n.node.kwargs).get("alpha")
     if alpha is not None and getattr(alpha, "value", 1) != 1:
@@ -323,6 +329,7 @@ CHECKS: Final[dict[str, Check]] = {
     "aten::hardswish.default": _ok,
     "aten::leaky_relu.default": _ok,
     "aten::prelu.default": _prelu,
+    "aten::upsample_bilinear2d.vec": _static_output,
     "aten::_softmax.default": _softmax,
     "aten::max_pool2d.default": _max_pool,
     "aten::avg_pool2d.default": _avg_pool,
@@ -335,6 +342,7 @@ CHECKS: Final[dict[str, Check]] = {
 
 KEPT_OPS: Final = (
     "aten::hardswish.default", "aten::linear.default", "aten::max_pool2d.default", "aten::prelu.default",
+    "aten::upsample_bilinear2d.vec",
 )
 """Ops kept undecomposed when the partitioner takes them (ExecuTorch's `get_original_aten`, those
 this backend supports)."""

@@ -490,6 +490,19 @@ def _leaky_relu(ser: Serializer, n: XNode) -> None:
     ser.emit(n, s.XNNLeakyReLU(negative_slope=slope, input_id=ser.id(n.args[0]), output_id=ser.id(n)))
 
 
+ALIGN_CORNERS: Final = 0x8
+"""XNNPACK's XNN_FLAG_ALIGN_CORNERS."""
+
+
+def _upsample_bilinear(ser: Serializer, n: XNode) -> None:
+    """Channels-last resize to the output's static height and width."""
+    ser.define(n, nhwc=True)
+    ser.define(n.args[0], nhwc=True)
+    height, width = ser.g.shape(n)[-2:]
+    ser.emit(n, s.XNNStaticResizeBilinear2D(new_height=height, new_width=width, input_id=ser.id(n.args[0]),
+                                            output_id=ser.id(n), flags=ALIGN_CORNERS if _arg(n, 2) else 0))
+
+
 def _hardtanh(n: XNode) -> tuple[float, float]:
     return (float(_arg(n, 1, -1.0)), float(_arg(n, 2, 1.0)))
 
@@ -524,6 +537,7 @@ VISITORS: Final[dict[str, Visitor]] = {
     "aten::hardswish.default": _unary(s.XNNHardswish),
     "aten::leaky_relu.default": _leaky_relu,
     "aten::prelu.default": _binary(s.XNNPReLU, fused=False),
+    "aten::upsample_bilinear2d.vec": _upsample_bilinear,
     "aten::_softmax.default": _softmax,
     "aten::max_pool2d.default": _max_pool,
     "aten::avg_pool2d.default": _avg_pool,
