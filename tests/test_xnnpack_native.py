@@ -386,8 +386,9 @@ def test_elu_is_not_taken_as_executorch_1_5_1_leaves_its_config_off() -> None:
 
 
 def test_conv1d_is_lowered_as_conv2d_between_unsqueeze_and_squeeze() -> None:
-    """A conv1d + relu (fused) and a depthwise conv1d: each a Conv2d over a trailing unit dim, its
-    input reshaped up and its output reshaped back, as ExecuTorch's Conv1dUnsqueezePass does."""
+    """A conv1d + relu (fused), a depthwise conv1d and a grouped transposed one: each a 2-D
+    convolution over a trailing unit dim, its input reshaped up and its output reshaped back, as
+    ExecuTorch's Conv1dUnsqueezePass does."""
     import torch
     from torch import nn
 
@@ -396,14 +397,16 @@ def test_conv1d_is_lowered_as_conv2d_between_unsqueeze_and_squeeze() -> None:
             super().__init__()
             self.c1 = nn.Conv1d(4, 8, 3, padding=1)
             self.c2 = nn.Conv1d(8, 8, 3, stride=2, groups=8, bias=False)
+            self.c3 = nn.ConvTranspose1d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.c2(torch.relu(self.c1(x)))
+            return self.c3(self.c2(torch.relu(self.c1(x))))
 
     x = torch.randn(2, 4, 10, generator=torch.Generator().manual_seed(4))
     program = assert_lowers_like_executorch(Conv1dNet(), (x,))
     nodes = _blob_nodes(program)
-    assert sum(isinstance(n, (s.XNNConv2d, s.XNNDepthwiseConv2d)) for n in nodes) == 2
+    assert [type(n) for n in nodes if "Conv" in type(n).__name__] == [
+        s.XNNConv2d, s.XNNDepthwiseConv2d, s.XNNConvTranspose2d]
     assert any(isinstance(n, s.XNNStaticReshape) for n in nodes)
 
 

@@ -151,8 +151,6 @@ def _conv(n: _Node) -> str | None:
     dims = len(w.shape) - 2 if w is not None else 0
     if dims not in (1, 2) or len(n.ints(3) or []) != dims:
         return f"{dims}-D convolution (XNNPACK takes 1-D and 2-D)"
-    if dims == 1 and getattr(n.arg(6), "value", False):
-        return "transposed 1-D convolution (not yet ported to the native backend)"
     return None
 
 
