@@ -25,7 +25,7 @@ def time_backend_preprocess() -> list[float]:
     own `preprocess` when texir lowers (what both sides pay; the rest of texir's time is its own)."""
     import time
 
-    from texir.adapters.executorch.backend import ExecutorchBackend
+    from texir.executorch.backend import ExecutorchBackend
 
     inside = [0.0]
     original = ExecutorchBackend.preprocess

@@ -79,7 +79,7 @@ def _latencies(a: bytes, b: bytes, args: tuple[Any, ...], runs: int = 300) -> tu
     both see the same machine state)."""
     from torch.utils import _pytree as pytree
 
-    from texir.adapters.executorch import load_method
+    from texir.executorch import load_method
 
     flat = pytree.tree_leaves(args)
     methods = [load_method(data) for data in (a, b)]  # each kept alive with its program
@@ -121,7 +121,7 @@ def _child(side: str, name: str, blocks: int, out: str) -> dict[str, Any]:
         to_edge_transform_and_lower(again, partitioner=[XnnpackPartitioner()]).to_executorch()
         result["steady"] = time.perf_counter() - start
         return result
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
     from texir.emit import emit
     from texir.lowering import PreprocessCache, lower
     from texir.serialize.pte.codec import dumps

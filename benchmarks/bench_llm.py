@@ -100,7 +100,7 @@ def _child(side: str, size: str, out: Path) -> dict[str, Any]:
         manager.write_tensor_data_to_file(str(out))
     else:
         from texir.adapters import constant_methods
-        from texir.adapters.executorch import executorch_partitioner
+        from texir.executorch import executorch_partitioner
         from texir.emit import EmitOptions, emit
         from texir.lowering import lower
         from texir.serialize import pte

@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from tests.zoo import cached_export, example_argsets, zoo_model
 from texir.adapters import from_exported_program
 from texir.adapters.bundle import eager_cases, random_inputs, user_case
-from texir.adapters.executorch import verify_bpte
+from texir.executorch import verify_bpte
 from texir.emit import emit
 from texir.ir.blob import Blob
 from texir.serialize import bpte, pte
@@ -46,7 +46,7 @@ def _pte(name: str, variant: str) -> bytes:
     if variant == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-        from texir.adapters.executorch import executorch_partitioner
+        from texir.executorch import executorch_partitioner
         from texir.lowering import lower
 
         return pte.dumps(emit(lower(ep, [executorch_partitioner(XnnpackPartitioner())])))
@@ -70,7 +70,7 @@ def _two_methods(variant: str = "portable") -> tuple[bytes, bpte.BundledProgram]
     if variant == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-        from texir.adapters.executorch import executorch_partitioner
+        from texir.executorch import executorch_partitioner
         from texir.lowering import lower
 
         eps = {m: cached_export(n, decompose=False) for m, n in programs.items()}

@@ -50,7 +50,7 @@ def test_xnnpack_programs_map_instructions_and_delegates_like_executorch(model: 
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
     from texir.lowering import lower
 
     theirs = _maps(to_edge_transform_and_lower(_export(model)[0], partitioner=[XnnpackPartitioner()]).to_executorch())

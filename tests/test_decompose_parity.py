@@ -159,7 +159,7 @@ def test_edge_allow_list_follows_executorch() -> None:
 def test_complex_intermediates_emit_and_run() -> None:
     """`fft.irfft2` goes through complex64 values: ExecuTorch's scalar type 9."""
     pytest.importorskip("executorch")
-    from texir.adapters.executorch.runtime import run_pte
+    from texir.executorch.runtime import run_pte
 
     x = torch.randn(5, 6, 7)
     ep = _export(torch.fft.irfft2, x)

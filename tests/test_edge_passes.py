@@ -43,7 +43,7 @@ from texir.ir import (
     verify,
 )
 from texir.ir.analysis import call_nodes
-from texir.adapters.executorch.runtime import load_method
+from texir.executorch.runtime import load_method
 from texir.ir.canonical import drop_stack_traces
 
 

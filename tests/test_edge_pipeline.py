@@ -106,7 +106,7 @@ def test_emit_runs_only_the_missing_stage(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_an_emitted_partitionable_program_runs() -> None:
-    from texir.adapters.executorch import load_method
+    from texir.executorch import load_method
 
     method = load_method(dumps(emit(to_partitionable(aten()))))
     x = torch.randn(2, 3)

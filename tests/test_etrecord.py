@@ -39,7 +39,7 @@ def test_inspector_attributes_a_texir_pte_like_executorchs_own(name: str, tmp_pa
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    from texir.adapters.executorch import executorch_partitioner, write_etrecord
+    from texir.executorch import executorch_partitioner, write_etrecord
     from texir.lowering import lower_with_edge
 
     module, args = zoo_model(name).build()
@@ -68,7 +68,7 @@ def test_inspector_attributes_a_texir_pte_like_executorchs_own(name: str, tmp_pa
 def test_a_lowered_program_still_gives_every_event_its_handles(tmp_path: Path) -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    from texir.adapters.executorch import executorch_partitioner, write_etrecord
+    from texir.executorch import executorch_partitioner, write_etrecord
     from texir.lowering import lower
 
     module, args = zoo_model("conv_relu_tan").build()
@@ -83,7 +83,7 @@ def test_a_lowered_program_still_gives_every_event_its_handles(tmp_path: Path) -
 
 def test_the_wrong_program_for_the_maps_is_a_typed_error_and_writes_nothing(tmp_path: Path) -> None:
     from texir.adapters import from_exported_program
-    from texir.adapters.executorch import EtrecordError, write_etrecord
+    from texir.executorch import EtrecordError, write_etrecord
 
     module, args = zoo_model("mlp").build()
     program = from_exported_program(torch.export.export(module, args), decompose=True)
@@ -97,7 +97,7 @@ def test_two_methods_lowered_with_their_edge_programs_give_one_record(tmp_path: 
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.devtools.etrecord import parse_etrecord
 
-    from texir.adapters.executorch import executorch_partitioner, write_etrecord
+    from texir.executorch import executorch_partitioner, write_etrecord
     from texir.lowering import lower_with_edge
 
     module, args = zoo_model("conv_relu_tan").build()

@@ -17,7 +17,7 @@ from torch import nn
 
 from tests.vulkan_patterns import vulkan_pattern_graphs_once  # noqa: F401  (a fixture)
 from tests.zoo import zoo_model
-from texir.adapters.executorch import executorch_partitioner
+from texir.executorch import executorch_partitioner
 from texir.ir import GetAttr, Program
 from texir.lowering import lower
 

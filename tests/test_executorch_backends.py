@@ -183,7 +183,7 @@ def test_partitioner_options_and_two_partitioners_match_executorch(variant: str)
     two partitioners: the same delegates, blobs, named data, kernels and outputs as ExecuTorch's."""
     from executorch.exir import to_edge_transform_and_lower
 
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
     from texir.emit import emit
     from texir.lowering import lower
     from texir.serialize.pte.codec import dumps

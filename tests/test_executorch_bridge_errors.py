@@ -14,7 +14,7 @@ from torch import nn
 
 from tests.lowering_helpers import export_program
 from texir.adapters import to_exported_program
-from texir.adapters.executorch import ExecutorchUnavailableError, executorch_partitioner
+from texir.executorch import ExecutorchUnavailableError, executorch_partitioner
 from texir.emit import EmitError, emit
 from texir.ir import CallFunction, CompileSpec, Program, verify
 from texir.lowering import (

@@ -14,7 +14,7 @@ import torch
 from tests.xnnpack_oracle import run_pte
 from texir.cli.main import main
 from texir.models import conv_relu_tan
-from texir.adapters.executorch.runtime import load_method
+from texir.executorch.runtime import load_method
 
 MODEL = "texir.models:conv_relu_tan"
 XNNPACK_CLASS = "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from tests.zoo import zoo_model
-from texir.adapters.executorch import executorch_partitioner, to_edge_exported_program
+from texir.executorch import executorch_partitioner, to_edge_exported_program
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import CustomMetaError, from_exported_program
 from texir.adapters.local_decompose import decompose_locally
@@ -148,7 +148,7 @@ def test_a_symint_in_a_tensor_position_is_a_tensor_in_the_edge_program() -> None
     add.Tensor otherwise. The lowered program runs as eager, the buffer counting across calls."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    from texir.adapters.executorch import load_method
+    from texir.executorch import load_method
     from texir.emit import emit
     from texir.serialize.pte import dumps
 

@@ -27,7 +27,7 @@ from tests.real_models import real_export
 from tests.vulkan_patterns import vulkan_pattern_graphs_once  # noqa: F401  (a fixture)
 from tests.xnnpack_oracle import run_pte
 from tests.zoo import zoo_model
-from texir.adapters.executorch import executorch_partitioner
+from texir.executorch import executorch_partitioner
 from texir.ir import GetAttr, Program
 from texir.lowering import lower
 
@@ -119,7 +119,7 @@ def _compare(
 def _openvino() -> list[Any]:
     # (texir's CLI builder: imports the partitioner without the package __init__'s nncf quantizer,
     # which no nncf release can import beside torch 2.13 and openvino<2026)
-    from texir.adapters.executorch.names import openvino_partitioner
+    from texir.executorch.names import openvino_partitioner
 
     return [openvino_partitioner()]
 
@@ -310,7 +310,7 @@ def test_cli_lower_with_openvino_lists_its_delegates_and_runs(tmp_path: Any, cap
 
 
 def test_cli_knows_every_backend_from_the_index() -> None:
-    from texir.adapters.executorch import PARTITIONERS, partitioner_by_name
+    from texir.executorch import PARTITIONERS, partitioner_by_name
 
     assert {"xnnpack", "openvino", "tosa", "ethos-u", "coreml", "vulkan", "webgpu"} <= set(PARTITIONERS)
     for name in ("openvino", "tosa", "ethos-u", "coreml", "webgpu"):

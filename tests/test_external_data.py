@@ -27,7 +27,7 @@ from texir.serialize.pte import (
     loads_ptd,
 )
 from texir.serialize.pte.schema import PtdEntry, PtdFile, TensorDataLocation, TensorLayout
-from texir.adapters.executorch.runtime import load_method
+from texir.executorch.runtime import load_method
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
 
@@ -153,7 +153,7 @@ def test_xnnpack_weights_in_a_ptd_match_executorch(tmp_path: Path) -> None:
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes.external_constants_pass import delegate_external_constants_pass_unlifted
 
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
     from texir.lowering import lower
 
     torch.manual_seed(0)

@@ -1,10 +1,10 @@
 """texir's layers are one-way: every import in texir/ (module level, inside functions, under
 TYPE_CHECKING, and `importlib.import_module("texir...")` calls) goes to the same layer or a lower one.
 
-    base (errors, _io) < ir < serialize < adapters < lowering, edge < backends < adapters.executorch
+    base (errors, _io) < ir < serialize < adapters < lowering, edge < backends < executorch
     < emit < viz, cli, testing
 
-Only texir/adapters/executorch may import executorch; texir/ir imports neither torch nor flatbuffers;
+Only texir/executorch may import executorch; texir/ir imports neither torch nor flatbuffers;
 texir/backends (texir's own backends) imports no torch at all.
 """
 
@@ -30,14 +30,14 @@ LAYERS: dict[str, int] = {
     "texir.lowering": 4,
     "texir.edge": 4,
     "texir.backends": 5,  # texir's own backends (native XNNPACK): pure, above lowering and edge
-    "texir.adapters.executorch": 6,  # the ExecuTorch bridge builds texir plans and backends
+    "texir.executorch": 6,  # the ExecuTorch bridge builds texir plans and backends
     "texir.emit": 7,
     "texir.viz": 8,
     "texir.cli": 8,
     "texir.testing": 8,
 }
 NAMES = {0: "base", 1: "ir", 2: "serialize", 3: "adapters", 4: "lowering/edge", 5: "backends",
-         6: "adapters.executorch", 7: "emit", 8: "viz/cli/testing"}
+         6: "executorch", 7: "emit", 8: "viz/cli/testing"}
 
 
 def layer_of(module: str) -> int:
@@ -123,8 +123,8 @@ def test_third_party_boundaries() -> None:
         here = module_name(path)
         for line, target in imports(path):
             top = target.split(".")[0]
-            if top == "executorch" and not here.startswith("texir.adapters.executorch"):
-                problems.append(f"{path.relative_to(ROOT.parent)}:{line}: imports {target} (only texir.adapters.executorch may)")
+            if top == "executorch" and not here.startswith("texir.executorch"):
+                problems.append(f"{path.relative_to(ROOT.parent)}:{line}: imports {target} (only texir.executorch may)")
             if top in ("torch", "flatbuffers", "sympy") and here.startswith("texir.ir"):
                 problems.append(f"{path.relative_to(ROOT.parent)}:{line}: the IR layer imports {target}")
             if top == "torch" and here.startswith("texir.backends"):

@@ -16,7 +16,7 @@ from tests.real_models import export_static_cache_llama, static_cache_llama
 from texir.adapters import constant_methods
 from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit_with_debug
 from texir.serialize import pte
-from texir.adapters.executorch.runtime import load_method
+from texir.executorch.runtime import load_method
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
 
@@ -47,7 +47,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
     from texir.lowering import lower
 
     exportable = _exportable()
@@ -156,7 +156,7 @@ def test_8da4w_quantized_llama_equals_executorch_step_by_step() -> None:
     from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 
     from tests.xnnpack_oracle import pte_view
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
     from texir.emit import emit
     from texir.lowering import lower
     from texir.serialize.pte.codec import dumps

@@ -15,7 +15,7 @@ from torch._higher_order_ops.map import map as torch_map
 from texir.adapters import from_exported_program
 from texir.emit import EmitError, EmitOptions, emit
 from texir.serialize.pte import dumps
-from texir.adapters.executorch.runtime import load_method
+from texir.executorch.runtime import load_method
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
 

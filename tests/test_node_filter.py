@@ -12,7 +12,7 @@ from torch import nn
 
 from tests.xnnpack_oracle import executorch_xnnpack, pte_view, run_pte, texir_xnnpack
 from texir.adapters import to_exported_program
-from texir.adapters.executorch import executorch_partitioner
+from texir.executorch import executorch_partitioner
 from texir.ir import CallFunction, Placeholder, Program, Ref, UserInput
 from texir.lowering import OpSupportPartitioner, PartitionerError, lower
 from texir.lowering.plan import PartitionPlan

@@ -52,7 +52,7 @@ def _model(changed: bool = False) -> torch.export.ExportedProgram:
 def _xnnpack() -> list[Partitioner]:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
 
     return [executorch_partitioner(XnnpackPartitioner())]
 

@@ -64,7 +64,7 @@ from texir.serialize.pte import (
     TensorList,
     TensorShapeDynamism,
 )
-from texir.adapters.executorch.runtime import load_method
+from texir.executorch.runtime import load_method
 
 # --- ExecuTorch-written files -----------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from texir.ir import CallFunction, CompileSpec, Program
 from texir.lowering import DelegationSpec, PartitionPlan, get_lowered_submodules, lower_whole, to_backend
 from texir.emit import EmitOptions, emit
 from texir.serialize.pte import dumps, loads
-from texir.adapters.executorch.runtime import RuntimeRunError, load_method
+from texir.executorch.runtime import RuntimeRunError, load_method
 
 # Kernels the ExecuTorch 1.5.1 pip runtime does not register: a .pte using them fails to load, and
 # ExecuTorch's own .pte of the same model fails the same way (checked below).

@@ -41,7 +41,7 @@ from texir.serialize.pte import (
     TensorList,
     dumps,
 )
-from texir.adapters.executorch.runtime import load_method
+from texir.executorch.runtime import load_method
 
 
 def _program(name: str) -> Program:

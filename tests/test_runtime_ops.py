@@ -26,7 +26,7 @@ MISSING_IN_RUNTIME = {"topk": "aten::sort.values"}
 
 
 def _registry() -> frozenset[str]:
-    from texir.adapters.executorch.runtime import runtime
+    from texir.executorch.runtime import runtime
 
     return frozenset(runtime().operator_registry.operator_names)
 

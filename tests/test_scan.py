@@ -25,7 +25,7 @@ from texir.ir import CallFunction, ListArg, Program, Ref, verify
 from texir.lowering import to_backend
 from texir.lowering.partitioners import OpSupportPartitioner, WholeProgramPartitioner
 from texir.serialize.pte import dumps
-from texir.adapters.executorch.runtime import load_method
+from texir.executorch.runtime import load_method
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
 

@@ -12,7 +12,7 @@ import torch
 from texir.adapters import from_exported_program
 from texir.emit import emit
 from texir.serialize.pte import dumps
-from texir.adapters.executorch.runtime import load_method
+from texir.executorch.runtime import load_method
 
 pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
 

@@ -51,7 +51,7 @@ def executorch_lowered(name: str) -> Program:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     from tests.zoo import cached_export
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
     from texir.lowering import lower
 
     return lower(cached_export(name, decompose=False), [executorch_partitioner(XnnpackPartitioner())])

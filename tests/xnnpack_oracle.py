@@ -14,7 +14,7 @@ from torch.utils import _pytree as pytree
 from texir.emit import EmitOptions, emit
 from texir.ir import CALL_DELEGATE, CallFunction, GetAttr, Program, Ref, TensorMeta, TupleMeta
 from texir.serialize.pte.codec import dumps
-from texir.adapters.executorch.runtime import RuntimeRunError, load_method
+from texir.executorch.runtime import RuntimeRunError, load_method
 
 __all__ = ["Lowered", "PteView", "executorch_xnnpack", "pte_view", "run_pte", "texir_xnnpack"]
 
@@ -91,7 +91,7 @@ def _shape(val: Any) -> str:
 def texir_xnnpack(ep: torch.export.ExportedProgram, options: EmitOptions | None = None) -> Lowered:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
     from texir.lowering import lower
 
     try:

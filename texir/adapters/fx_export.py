@@ -517,7 +517,7 @@ class _ToFx:
 
 
 # EDGE_PARTITIONABLE: texir.edge.pipeline's to_edge rewrites applied (still ATen operators, which is
-# how partitioners and backends read it; texir.adapters.executorch swaps in edge operators).
+# how partitioners and backends read it; texir.executorch swaps in edge operators).
 _VERIFIERS: dict[str, type[Verifier]] = {
     "ATEN": Verifier, "TRAINING": TrainingIRVerifier, "EDGE_PARTITIONABLE": Verifier,
 }

@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             bpte.dump(bundle, output)
         results = None
         if args.verify:
-            from texir.adapters.executorch import verify_bpte
+            from texir.executorch import verify_bpte
 
             with progress.phase("verifying in ExecuTorch's runtime"):
                 results = verify_bpte(output.read_bytes(), rtol=args.rtol, atol=args.atol)

@@ -187,7 +187,7 @@ def _out_dir(options: DemoOptions) -> Path:
 def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
     import torch
 
-    from texir.adapters.executorch import run_pte
+    from texir.executorch import run_pte
     from texir.emit import emit
     from texir.ir import CallFunction, verify
     from texir.lowering import lower
@@ -209,7 +209,7 @@ def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
                 with xnnpack.registered():  # the native backend for this lowering only
                     lowered = lower(exported, [xnnpack.partitioner()])
             else:
-                from texir.adapters.executorch import partitioner_by_name
+                from texir.executorch import partitioner_by_name
 
                 lowered = lower(exported, [partitioner_by_name("xnnpack")])
             verify(lowered)

@@ -377,7 +377,7 @@ def _write_outputs(
         outputs.write(args.output, lambda tmp: pte.dump(program, tmp))
         written.append((str(args.output), ".pte", outputs.size(args.output)))
     if emitted is not None and edge is not None:
-        from texir.adapters.executorch import write_etrecord
+        from texir.executorch import write_etrecord
 
         with progress.phase(f"writing {args.etrecord}"):
             outputs.write(args.etrecord, lambda tmp: write_etrecord(tmp, edge, emitted))
@@ -388,7 +388,7 @@ def _write_outputs(
 def executorch_partitioner_for(spec: str) -> Any:
     """The texir partitioner for `--partitioner SPEC` without --backend: a short name or a
     MODULE:NAME naming an ExecuTorch partitioner class, instance, or function returning one."""
-    from texir.adapters.executorch import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
+    from texir.executorch import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
 
     if ":" not in spec:
         if spec not in PARTITIONERS:

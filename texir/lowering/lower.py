@@ -135,7 +135,7 @@ def lower_with_edge(
     holding the lowered `program`, the `edge` program it partitioned (decomposed, with the to_edge
     rewrites, before any delegation: what ExecuTorch records in an ETRecord as the edge dialect
     program, so that profiling tools can name the nodes inside delegates;
-    `texir.adapters.executorch.write_etrecord` takes it), the program each partitioner was shown,
+    `texir.executorch.write_etrecord` takes it), the program each partitioner was shown,
     and the `report`: each delegate (backend, nodes, blob size, named data, cache hit, seconds) in
     call order and each node left undelegated with the partitioners' reasons."""
     check_node_order(order)

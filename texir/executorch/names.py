@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Final
 
-from texir.adapters.executorch.deps import require_executorch
-from texir.adapters.executorch.partitioner import ExecutorchPartitioner
+from texir.executorch.deps import require_executorch
+from texir.executorch.partitioner import ExecutorchPartitioner
 from texir.lowering.errors import PartitionerError
 
 __all__ = ["PARTITIONERS", "as_executorch_partitioner", "partitioner_by_name"]
@@ -16,9 +16,9 @@ PARTITIONERS: Final[dict[str, str]] = {
     "vulkan": "executorch.backends.vulkan.partitioner.vulkan_partitioner:VulkanPartitioner",
     "webgpu": "executorch.backends.webgpu.partitioner.partitioner:WebGPUPartitioner",
     "example": "executorch.backends.example.example_partitioner:ExamplePartitioner",
-    "openvino": "texir.adapters.executorch.names:openvino_partitioner",
-    "tosa": "texir.adapters.executorch.names:tosa_partitioner",
-    "ethos-u": "texir.adapters.executorch.names:ethos_u_partitioner",
+    "openvino": "texir.executorch.names:openvino_partitioner",
+    "tosa": "texir.executorch.names:tosa_partitioner",
+    "ethos-u": "texir.executorch.names:ethos_u_partitioner",
     "coreml": "executorch.backends.apple.coreml.partition:CoreMLPartitioner",
 }
 """Short name -> MODULE:NAME of an ExecuTorch partitioner class built with no arguments, or of a

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from texir.adapters.executorch.deps import require_executorch
+from texir.executorch.deps import require_executorch
 from texir.errors import TexirError, UnsupportedError
 from texir.ir.types import Program
 
@@ -89,7 +89,7 @@ def _exported(name: str, program: Program) -> Any:
     import torch
 
     from texir.adapters.delegate_op import LoweredBackendModule as TexirLowered
-    from texir.adapters.executorch.edge_program import executorch_edge_target, to_edge_exported_program
+    from texir.executorch.edge_program import executorch_edge_target, to_edge_exported_program
     from texir.adapters.delegate_op import texir_call_delegate
     from texir.adapters.fx_export import to_exported_program
 

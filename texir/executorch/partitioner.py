@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from texir.adapters.executorch.backend import register_executorch_backend
-from texir.adapters.executorch.deps import require_executorch
-from texir.adapters.executorch.edge_program import graph_modules, to_edge_exported_program
+from texir.executorch.backend import register_executorch_backend
+from texir.executorch.deps import require_executorch
+from texir.executorch.edge_program import graph_modules, to_edge_exported_program
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.targets import canonical_target
 from texir.ir import BackendNodeMeta, CallFunction, CompileSpec, Program

@@ -6,23 +6,23 @@ It calls partitioners' `partition()` / `ops_to_not_decompose()` and backends' `p
 never runs ExecuTorch's `to_edge`, `to_backend`, emitter or serializer.
 
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
     from texir.lowering import lower
     program = lower(exported_program, [executorch_partitioner(XnnpackPartitioner())])
 """
 
 from __future__ import annotations
 
-from texir.adapters.executorch.backend import (
+from texir.executorch.backend import (
     ExecutorchBackend,
     executorch_backend_class,
     register_executorch_backend,
 )
-from texir.adapters.executorch.deps import ExecutorchUnavailableError, require_executorch
-from texir.adapters.executorch.edge_program import edge_target, to_edge_exported_program
-from texir.adapters.executorch.etrecord import EtrecordError, write_etrecord
-from texir.adapters.executorch.names import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
-from texir.adapters.executorch.runtime import (
+from texir.executorch.deps import ExecutorchUnavailableError, require_executorch
+from texir.executorch.edge_program import edge_target, to_edge_exported_program
+from texir.executorch.etrecord import EtrecordError, write_etrecord
+from texir.executorch.names import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
+from texir.executorch.runtime import (
     CaseResult,
     LoadedMethod,
     RuntimeRunError,
@@ -30,7 +30,7 @@ from texir.adapters.executorch.runtime import (
     run_pte,
     verify_bpte,
 )
-from texir.adapters.executorch.partitioner import ExecutorchPartitioner, executorch_partitioner
+from texir.executorch.partitioner import ExecutorchPartitioner, executorch_partitioner
 
 __all__ = [
     "PARTITIONERS",

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import torch
 
-from texir.adapters.executorch.deps import require_executorch
+from texir.executorch.deps import require_executorch
 from texir.errors import TexirError
 from texir.serialize import bpte
 

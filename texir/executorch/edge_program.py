@@ -9,7 +9,7 @@ import torch
 from torch.export import ExportedProgram
 
 from texir.adapters.decompositions import graph_modules
-from texir.adapters.executorch.deps import require_executorch
+from texir.executorch.deps import require_executorch
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.targets import canonical_target
 from texir.errors import UnsupportedError
@@ -44,7 +44,7 @@ def to_edge_exported_program(program: Program) -> ExportedProgram:
     ExportedProgram ExecuTorch builds (dialect "EDGE", its edge verifier, the kept ops as
     `preserve_ops`), call_function targets ExecuTorch edge operators, with value metadata, module
     stacks, debug handles, `meta["custom"]` and the program's `backend_meta` notes in `node.meta`."""
-    require_executorch("texir.adapters.executorch.to_edge_exported_program")
+    require_executorch("texir.executorch.to_edge_exported_program")
     ep = to_exported_program(program)
     notes: dict[str, dict[str, Any]] = {}
     for note in program.backend_meta:

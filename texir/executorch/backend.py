@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from texir.adapters.executorch.deps import require_executorch
-from texir.adapters.executorch.edge_program import to_edge_exported_program
+from texir.executorch.deps import require_executorch
+from texir.executorch.edge_program import to_edge_exported_program
 from texir.ir import CompileSpec, DebugHandleEntry, NamedDataEntry, Program
 from texir.ir.blob import Blob, digest_all
 from texir.lowering.backend import PreprocessResult, get_backend, named_data_entry, register_backend
@@ -53,7 +53,7 @@ class ExecutorchBackend:
     @property
     def cache_version(self) -> str:
         """What a cached result depends on besides its input: ExecuTorch's version and the class."""
-        from texir.adapters.executorch.deps import installed_version
+        from texir.executorch.deps import installed_version
 
         cls = self.backend_cls
         return f"executorch=={installed_version()} {cls.__module__}.{cls.__qualname__} adapter={_ADAPTER_VERSION}"
