@@ -13,8 +13,8 @@ from texir.ir import (
     UserOutput, verify,
 )
 from texir.lowering import OpSupportPartitioner, to_backend
-from texir.lowering import reference_backend as _reference_backend  # noqa: F401  (registers it)
-from texir.lowering.reference_backend import decode_reference
+from texir.backends import reference as _reference_backend  # noqa: F401  (registers it)
+from texir.backends.reference import decode_reference
 from texir.serialize.pte import dumps, loads
 
 

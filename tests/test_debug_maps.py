@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.zoo import ZOO, ZooModel
+import texir.backends  # noqa: F401  (registers the demo and reference backends)
 from texir.adapters import from_exported_program
 from texir.emit import Emitted, emit_with_debug
 

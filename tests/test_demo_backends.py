@@ -27,12 +27,12 @@ from texir.ir import (
 from texir.ir.canonical import drop_stack_traces
 from texir.lowering.api import lower_whole, to_backend
 from texir.lowering.backend import registered_backends
-from texir.lowering.demo_backends import BACKEND_ID as DEMO_ID
-from texir.lowering.demo_backends import decode_demo_bytes, encode_demo_program
+from texir.backends.demo import BACKEND_ID as DEMO_ID
+from texir.backends.demo import decode_demo_bytes, encode_demo_program
 from texir.lowering.lowered import get_lowered_submodules
 from texir.lowering.plan import DelegationSpec, PartitionPlan
-from texir.lowering.reference_backend import BACKEND_ID as REFERENCE_ID
-from texir.lowering.reference_backend import decode_reference
+from texir.backends.reference import BACKEND_ID as REFERENCE_ID
+from texir.backends.reference import decode_reference
 from texir.models import conv_relu_tan
 from texir.serialize import snapshot
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import texir.backends  # noqa: F401  (registers the demo and reference backends)
 from texir.errors import TexirError
 from texir.ir import verify
 from texir.testing.programs import chain_program, delegated_program, wide_program

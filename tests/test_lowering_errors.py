@@ -12,6 +12,7 @@ from torch import nn
 
 from tests.conftest import check_golden
 from tests.lowering_helpers import TEST_BACKEND, export_program
+import texir.backends  # noqa: F401  (registers the demo and reference backends)
 from texir.errors import LoweringError
 from texir.ir import CompileSpec, Program, format_program
 from texir.lowering import (

@@ -215,7 +215,7 @@ def test_partitions_keep_the_schemas_of_the_ops_they_call() -> None:
     import msgspec
 
     from texir.lowering import OpSupportPartitioner, to_backend
-    from texir.lowering import reference_backend as _reference_backend  # noqa: F401  (registers it)
+    from texir.backends import reference as _reference_backend  # noqa: F401  (registers it)
     from texir.serialize import snapshot
     from texir.testing.programs import chain_program
 

@@ -15,7 +15,7 @@ from texir.adapters import from_exported_program
 from texir.ir import CallFunction, Program
 from texir.errors import PteError
 from texir.lowering import OpSupportPartitioner, to_backend
-from texir.lowering import reference_backend as _reference_backend  # noqa: F401  (registers it)
+from texir.backends import reference as _reference_backend  # noqa: F401  (registers it)
 from texir.emit import emit
 from texir.serialize.pte import dumps
 

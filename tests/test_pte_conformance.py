@@ -12,6 +12,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from tests.zoo import ZOO, cached_export, example_argsets, zoo_model
+import texir.backends  # noqa: F401  (registers the demo and reference backends)
 from texir.adapters import from_exported_program
 from texir.ir import CallFunction, CompileSpec, Program
 from texir.lowering import DelegationSpec, PartitionPlan, get_lowered_submodules, lower_whole, to_backend

@@ -19,7 +19,7 @@ from texir.emit import EmitOptions, emit
 from texir.emit.runtime_ops import MissingKernelError, operator_name, runtime_operators
 from texir.ir import CallFunction, Program
 from texir.lowering import OpSupportPartitioner, to_backend
-from texir.lowering import reference_backend as _reference_backend  # noqa: F401  (registers it)
+from texir.backends import reference as _reference_backend  # noqa: F401  (registers it)
 from texir.serialize.pte import dumps, loads
 
 MISSING_IN_RUNTIME = {"topk": "aten::sort.values"}

@@ -15,6 +15,7 @@ USER_TEST = textwrap.dedent(
     '''
     import os
 
+    import texir.backends  # registers texir-reference
     from texir.ir import canonicalize
     from texir.testing.programs import chain_program, delegated_program
 

@@ -7,6 +7,7 @@ import msgspec
 import pytest
 import torch
 
+import texir.backends  # noqa: F401  (registers the demo and reference backends)
 from texir.adapters import from_exported_program, to_exported_program
 from texir.errors import IRError, SnapshotError, TexirError
 from texir.ir import (

@@ -90,7 +90,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     from texir.adapters import from_exported_program, to_exported_program
     from texir.ir import CallFunction, verify
     from texir.lowering import OpSupportPartitioner, WholeProgramPartitioner, to_backend
-    from texir.lowering.demo_backends import BACKEND_ID
+    from texir.backends.demo import BACKEND_ID
     from texir.models import conv_relu_tan
     from texir.serialize import snapshot
 

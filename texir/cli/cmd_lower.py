@@ -12,6 +12,7 @@ from typing import Any, Final, Literal
 
 import pydantic
 
+import texir.backends  # noqa: F401  (registers texir-reference and the demo backend for --backend)
 from texir.errors import LoweringError, UsageError
 from texir.ir import CallFunction, Program
 from texir.lowering.plan import walk_keyed_graphs

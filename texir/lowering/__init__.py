@@ -1,8 +1,5 @@
 """Pure partitioning and backend delegation over texir's frozen IR."""
 
-# The built-in backends register themselves under their ids on import.
-from texir.lowering import demo_backends as _demo_backends  # noqa: E402,F401
-from texir.lowering import reference_backend as _reference_backend  # noqa: E402,F401
 from texir.lowering.api import lower_whole, to_backend
 from texir.lowering.backend import (
     Backend,

@@ -92,7 +92,8 @@ def get_backend(backend_id: str, *, tag: str | None = None) -> Backend:
         known = ", ".join(registered_backends()) or "none"
         raise UnknownBackendError(
             f"backend '{backend_id}'{where} is not registered (known: {known}); "
-            "call texir.lowering.register_backend first"
+            "call texir.lowering.register_backend first (texir's demo and reference backends "
+            "register when texir.backends is imported)"
         )
     return backend
 

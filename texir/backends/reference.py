@@ -40,7 +40,7 @@ def decode_reference(processed_bytes: bytes) -> Program:
 
 
 class ReferenceBackend:
-    """Backend protocol implementation; registered under `BACKEND_ID` when texir.lowering loads."""
+    """Backend protocol implementation; registered under `BACKEND_ID` when texir.backends loads."""
 
     backend_id: Final = BACKEND_ID
 

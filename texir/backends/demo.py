@@ -100,7 +100,7 @@ def decode_demo_bytes(processed_bytes: bytes) -> tuple[tuple[str, str], ...]:
 
 
 class DelegateMappingDemoBackend:
-    """Backend protocol implementation; registered under `BACKEND_ID` when texir.lowering loads."""
+    """Backend protocol implementation; registered under `BACKEND_ID` when texir.backends loads."""
 
     backend_id: Final = BACKEND_ID
 
