@@ -123,7 +123,8 @@ def _child(side: str, name: str, blocks: int, out: str) -> dict[str, Any]:
         return result
     from texir.executorch import executorch_partitioner
     from texir.emit import emit
-    from texir.lowering import PreprocessCache, lower
+    from texir.lowering import PreprocessCache
+    from texir.orchestrate import lower
     from texir.serialize.pte.codec import dumps
 
     inside = time_backend_preprocess()  # seconds inside ExecuTorch's own preprocess (both sides pay it)
@@ -161,7 +162,8 @@ def _native_child(ep: Any, name: str, blocks: int, out: str, result: dict[str, A
     from texir.backends import xnnpack
     from texir.backends.xnnpack.backend import XnnpackNativeBackend
     from texir.emit import emit
-    from texir.lowering import PreprocessCache, lower
+    from texir.lowering import PreprocessCache
+    from texir.orchestrate import lower
     from texir.serialize.pte.codec import dumps
 
     inside = [0.0]

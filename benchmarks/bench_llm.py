@@ -102,7 +102,7 @@ def _child(side: str, size: str, out: Path) -> dict[str, Any]:
         from texir.adapters import constant_methods
         from texir.executorch import executorch_partitioner
         from texir.emit import EmitOptions, emit
-        from texir.lowering import lower
+        from texir.orchestrate import lower
         from texir.serialize import pte
 
         program = emit(

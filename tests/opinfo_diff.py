@@ -130,7 +130,7 @@ def compare(case: Case, *, allow_non_core: bool = False) -> Outcome:
     from texir.adapters.core_aten import NonCoreOperatorError
     from texir.emit import emit
     from texir.errors import TexirError
-    from texir.lowering import lower
+    from texir.orchestrate import lower
     from texir.serialize import pte
 
     got = exported(case)

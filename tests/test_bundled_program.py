@@ -47,7 +47,7 @@ def _pte(name: str, variant: str) -> bytes:
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
         from texir.executorch import executorch_partitioner
-        from texir.lowering import lower
+        from texir.orchestrate import lower
 
         return pte.dumps(emit(lower(ep, [executorch_partitioner(XnnpackPartitioner())])))
     return pte.dumps(emit(from_exported_program(cached_export(name), decompose=False)))
@@ -71,7 +71,7 @@ def _two_methods(variant: str = "portable") -> tuple[bytes, bpte.BundledProgram]
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
         from texir.executorch import executorch_partitioner
-        from texir.lowering import lower
+        from texir.orchestrate import lower
 
         eps = {m: cached_export(n, decompose=False) for m, n in programs.items()}
         program = pte.dumps(emit(lower(eps, [executorch_partitioner(XnnpackPartitioner())])))

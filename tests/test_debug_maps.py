@@ -52,7 +52,7 @@ def test_xnnpack_programs_map_instructions_and_delegates_like_executorch(model: 
     from executorch.exir import to_edge_transform_and_lower
 
     from texir.executorch import executorch_partitioner
-    from texir.lowering import lower
+    from texir.orchestrate import lower
 
     theirs = _maps(to_edge_transform_and_lower(_export(model)[0], partitioner=[XnnpackPartitioner()]).to_executorch())
     ours = _maps(emit_with_debug(lower(_export(model)[0], [executorch_partitioner(XnnpackPartitioner())])))

@@ -12,7 +12,8 @@ import tests.lowering_helpers as h
 from tests.zoo import ZOO, ZooModel, zoo_model
 from texir.adapters import from_exported_program
 from texir.ir import Program, StateEntry, canonicalize
-from texir.lowering import OpSupportPartitioner, PreprocessCache, lower
+from texir.lowering import OpSupportPartitioner, PreprocessCache
+from texir.orchestrate import lower
 from texir.lowering.plan import walk_keyed_graphs
 from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
 

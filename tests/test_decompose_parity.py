@@ -17,7 +17,7 @@ from texir.adapters.decompositions import edge_decomposition_table
 from texir.adapters.local_decompose import decompose_locally
 from texir.emit import emit
 from texir.ir import CallFunction, Program
-from texir.lowering import lower
+from texir.orchestrate import lower
 from texir.serialize import pte
 
 

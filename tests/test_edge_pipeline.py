@@ -121,7 +121,7 @@ def test_an_emitted_partitionable_program_runs() -> None:
     [
         (emit, "SOMETHING", "texir.emit takes a program in dialect ATEN or TRAINING, not 'SOMETHING'"),
         (to_partitionable, "EDGE", "to_partitionable takes a program in dialect ATEN or TRAINING, not 'EDGE'"),
-        (to_partitionable, pipeline.PARTITIONABLE_DIALECT, "not 'EDGE_PARTITIONABLE'.*texir.lowering.lower"),
+        (to_partitionable, pipeline.PARTITIONABLE_DIALECT, "not 'EDGE_PARTITIONABLE'.*texir.orchestrate.lower"),
     ],
 )
 def test_a_program_in_the_wrong_dialect_is_refused(call: Callable[[Program], object], dialect: str, match: str) -> None:

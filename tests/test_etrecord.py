@@ -40,7 +40,7 @@ def test_inspector_attributes_a_texir_pte_like_executorchs_own(name: str, tmp_pa
     from executorch.exir import to_edge_transform_and_lower
 
     from texir.executorch import executorch_partitioner, write_etrecord
-    from texir.lowering import lower_with_edge
+    from texir.orchestrate import lower_with_edge
 
     module, args = zoo_model(name).build()
     with warnings.catch_warnings():
@@ -69,7 +69,7 @@ def test_a_lowered_program_still_gives_every_event_its_handles(tmp_path: Path) -
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     from texir.executorch import executorch_partitioner, write_etrecord
-    from texir.lowering import lower
+    from texir.orchestrate import lower
 
     module, args = zoo_model("conv_relu_tan").build()
     program = lower(torch.export.export(module, args), [executorch_partitioner(XnnpackPartitioner())])
@@ -98,7 +98,7 @@ def test_two_methods_lowered_with_their_edge_programs_give_one_record(tmp_path: 
     from executorch.devtools.etrecord import parse_etrecord
 
     from texir.executorch import executorch_partitioner, write_etrecord
-    from texir.lowering import lower_with_edge
+    from texir.orchestrate import lower_with_edge
 
     module, args = zoo_model("conv_relu_tan").build()
     other, other_args = zoo_model("mlp").build()

@@ -19,7 +19,7 @@ from tests.vulkan_patterns import vulkan_pattern_graphs_once  # noqa: F401  (a f
 from tests.zoo import zoo_model
 from texir.executorch import executorch_partitioner
 from texir.ir import GetAttr, Program
-from texir.lowering import lower
+from texir.orchestrate import lower
 
 VULKAN_MODELS = ("mlp", "conv_bn", "attention", "resnet_tiny", "cond_simple", "embedding", "scalars", "cat_stack",
                  "where_mask", "dynamic_seq")

@@ -185,7 +185,7 @@ def test_partitioner_options_and_two_partitioners_match_executorch(variant: str)
 
     from texir.executorch import executorch_partitioner
     from texir.emit import emit
-    from texir.lowering import lower
+    from texir.orchestrate import lower
     from texir.serialize.pte.codec import dumps
 
     make = _xnnpack_variants()[variant]

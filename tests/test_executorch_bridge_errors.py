@@ -23,11 +23,11 @@ from texir.lowering import (
     OpSupportPartitioner,
     PartitionerError,
     PreprocessResult,
-    lower,
     named_data_entry,
     register_backend,
     to_backend,
 )
+from texir.orchestrate import lower
 from texir.lowering.errors import UnknownNodeError
 from texir.lowering.plan import DelegationSpec, PartitionPlan
 from texir.serialize import snapshot

@@ -23,7 +23,7 @@ from texir.executorch import executorch_partitioner, to_edge_exported_program
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import CustomMetaError, from_exported_program
 from texir.adapters.local_decompose import decompose_locally
-from texir.lowering import lower, lower_with_edge
+from texir.orchestrate import lower, lower_with_edge
 
 pytest.importorskip("executorch.exir")
 

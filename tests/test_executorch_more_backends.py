@@ -29,7 +29,7 @@ from tests.xnnpack_oracle import run_pte
 from tests.zoo import zoo_model
 from texir.executorch import executorch_partitioner
 from texir.ir import GetAttr, Program
-from texir.lowering import lower
+from texir.orchestrate import lower
 
 pytest.importorskip("executorch.exir")
 

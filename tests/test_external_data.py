@@ -154,7 +154,7 @@ def test_xnnpack_weights_in_a_ptd_match_executorch(tmp_path: Path) -> None:
     from executorch.exir.passes.external_constants_pass import delegate_external_constants_pass_unlifted
 
     from texir.executorch import executorch_partitioner
-    from texir.lowering import lower
+    from texir.orchestrate import lower
 
     torch.manual_seed(0)
     module, args = _TwoLayer().eval(), (torch.randn(2, 4),)

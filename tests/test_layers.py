@@ -1,10 +1,11 @@
 """texir's layers are one-way: every import in texir/ (module level, inside functions, under
 TYPE_CHECKING, and `importlib.import_module("texir...")` calls) goes to the same layer or a lower one.
 
-    base (errors, _io) < ir < serialize < adapters < lowering, edge < backends < executorch
-    < emit < viz, cli, testing
+    base (errors, _io) < ir < serialize < lowering, edge < emit < backends < adapters < executorch
+    < orchestrate < viz, cli, testing
 
-Only texir/executorch may import executorch; texir/ir imports neither torch nor flatbuffers;
+Below the adapters nothing imports torch (tests/test_torch_free.py runs them without it); only
+texir/executorch may import executorch; texir/ir imports neither torch nor flatbuffers;
 texir/backends (texir's own backends) imports no torch at all.
 """
 
@@ -25,19 +26,20 @@ LAYERS: dict[str, int] = {
     "texir._io": 0,
     "texir.ir": 1,
     "texir.serialize": 2,
-    "texir.adapters": 3,
-    "texir.models": 3,  # the demo model: a torch module, nothing above adapters
-    "texir.lowering": 4,
-    "texir.edge": 4,
-    "texir.backends": 5,  # texir's own backends (native XNNPACK): pure, above lowering and edge
-    "texir.executorch": 6,  # the ExecuTorch bridge builds texir plans and backends
-    "texir.emit": 7,
-    "texir.viz": 8,
-    "texir.cli": 8,
-    "texir.testing": 8,
+    "texir.lowering": 3,  # a texir Program partitioned and delegated (lower_decomposed); no torch
+    "texir.edge": 3,
+    "texir.emit": 4,
+    "texir.backends": 5,  # texir's own backends (demo, reference, native XNNPACK): pure
+    "texir.adapters": 6,  # torch <-> IR, decomposition
+    "texir.models": 6,  # the demo model: a torch module
+    "texir.executorch": 7,  # the ExecuTorch bridge: its partitioners, backends, runtime, ETRecord
+    "texir.orchestrate": 8,  # `lower` from an ExportedProgram: decompose, then lowering
+    "texir.viz": 9,
+    "texir.cli": 9,
+    "texir.testing": 9,
 }
-NAMES = {0: "base", 1: "ir", 2: "serialize", 3: "adapters", 4: "lowering/edge", 5: "backends",
-         6: "executorch", 7: "emit", 8: "viz/cli/testing"}
+NAMES = {0: "base", 1: "ir", 2: "serialize", 3: "lowering/edge", 4: "emit", 5: "backends", 6: "adapters",
+         7: "executorch", 8: "orchestrate", 9: "viz/cli/testing"}
 
 
 def layer_of(module: str) -> int:

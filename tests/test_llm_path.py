@@ -48,7 +48,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from executorch.exir import to_edge_transform_and_lower
 
     from texir.executorch import executorch_partitioner
-    from texir.lowering import lower
+    from texir.orchestrate import lower
 
     exportable = _exportable()
     program = lower(_export(exportable), [executorch_partitioner(XnnpackPartitioner())])
@@ -158,7 +158,7 @@ def test_8da4w_quantized_llama_equals_executorch_step_by_step() -> None:
     from tests.xnnpack_oracle import pte_view
     from texir.executorch import executorch_partitioner
     from texir.emit import emit
-    from texir.lowering import lower
+    from texir.orchestrate import lower
     from texir.serialize.pte.codec import dumps
 
     exportable = _exportable()

@@ -13,7 +13,8 @@ import torch
 import tests.lowering_helpers as h
 from texir.adapters import to_exported_program
 from texir.ir import CallFunction, Program, verify
-from texir.lowering import OpSupportPartitioner, PartitionerError, get_lowered_submodules, lower
+from texir.lowering import OpSupportPartitioner, PartitionerError, get_lowered_submodules
+from texir.orchestrate import lower
 from texir.lowering.fx_order import FusedPart, executorch_node_order
 
 

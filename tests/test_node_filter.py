@@ -14,7 +14,8 @@ from tests.xnnpack_oracle import executorch_xnnpack, pte_view, run_pte, texir_xn
 from texir.adapters import to_exported_program
 from texir.executorch import executorch_partitioner
 from texir.ir import CallFunction, Placeholder, Program, Ref, UserInput
-from texir.lowering import OpSupportPartitioner, PartitionerError, lower
+from texir.lowering import OpSupportPartitioner, PartitionerError
+from texir.orchestrate import lower
 from texir.lowering.plan import PartitionPlan
 
 LINEAR = "aten::linear.default"
@@ -97,7 +98,7 @@ def test_texir_partitioner_turning_a_node_down_gets_it_decomposed() -> None:
 def test_the_report_says_what_was_turned_down_and_what_stayed_undelegated() -> None:
     import tests.lowering_helpers  # noqa: F401  # registers texir-test
     from texir.ir.names import CALL_DELEGATE, GETITEM
-    from texir.lowering import lower_with_edge
+    from texir.orchestrate import lower_with_edge
 
     done = lower_with_edge(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None)
     report = done.report

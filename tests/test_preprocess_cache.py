@@ -19,9 +19,9 @@ from texir.lowering import (
     OpSupportPartitioner,
     PreprocessCache,
     PreprocessResult,
-    lower,
     register_backend,
 )
+from texir.orchestrate import lower
 from texir.lowering.preprocess import PreprocessRequest, run_preprocess, run_task
 from texir.serialize.pte.codec import dumps
 

@@ -16,7 +16,8 @@ import texir.adapters.tensors as tensors
 import texir.ir.blob as blob_module
 from texir.adapters.tensors import digest_memo, tensor_data_from_tensor, tensor_digests
 from texir.ir.blob import Blob, digest_all
-from texir.lowering import OpSupportPartitioner, lower
+from texir.lowering import OpSupportPartitioner
+from texir.orchestrate import lower
 
 
 def _sha(t: torch.Tensor) -> str:

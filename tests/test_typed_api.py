@@ -104,7 +104,8 @@ def test_torch_round_trip() -> None:
 
 
 def test_lower_with_a_cache_and_a_node_order() -> None:
-    from texir.lowering import NodeOrder, OpSupportPartitioner, PreprocessCache, lower
+    from texir.lowering import NodeOrder, OpSupportPartitioner, PreprocessCache
+    from texir.orchestrate import lower
 
     x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
     ep: torch.export.ExportedProgram = torch.export.export(Scale(), (x,))

@@ -52,7 +52,7 @@ def executorch_lowered(name: str) -> Program:
 
     from tests.zoo import cached_export
     from texir.executorch import executorch_partitioner
-    from texir.lowering import lower
+    from texir.orchestrate import lower
 
     return lower(cached_export(name, decompose=False), [executorch_partitioner(XnnpackPartitioner())])
 
@@ -161,7 +161,7 @@ def native_lowered(name: str) -> Program:
     for this call only."""
     from tests.zoo import cached_export
     from texir.lowering import backend as registry
-    from texir.lowering import lower
+    from texir.orchestrate import lower
 
     saved = dict(registry._REGISTRY)
     try:
@@ -235,7 +235,7 @@ sys.meta_path.insert(0, _Block())
 from tests.zoo import cached_export
 from texir.backends import xnnpack
 from texir.emit import emit
-from texir.lowering import lower
+from texir.orchestrate import lower
 from texir.serialize.pte.codec import dumps
 
 xnnpack.register()

@@ -92,7 +92,7 @@ def texir_xnnpack(ep: torch.export.ExportedProgram, options: EmitOptions | None 
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     from texir.executorch import executorch_partitioner
-    from texir.lowering import lower
+    from texir.orchestrate import lower
 
     try:
         program = lower(ep, [executorch_partitioner(XnnpackPartitioner())])

@@ -501,7 +501,7 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
                 raise UnsupportedError(
                     f"state entry {target!r} is a tensor subclass ({type(value).__name__}, e.g. torchao's "
                     "quantized weights): unwrap it into plain tensors first with ep.run_decompositions({}) "
-                    "(texir.lowering.lower does this itself)"
+                    "(texir.orchestrate.lower does this itself)"
                 )
             tensors.append((target, value))
     # Hashed before the buffers are copied: the source tensor is what a digest_memo recognises.

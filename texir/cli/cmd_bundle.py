@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from texir.cli.progress import Progress
     from texir.emit import emit
     from texir.errors import ConversionError
-    from texir.lowering import lower
+    from texir.orchestrate import lower
     from texir.serialize import bpte, pte
 
     output = _check(args)

@@ -25,7 +25,7 @@ examples:
 
 The model is texir.models:conv_relu_tan (two conv+relu blocks, then tan; input 4x3x64x64), exported
 with torch.export. By default texir's native XNNPACK partitioner and backend (texir.backends.xnnpack,
-the blobs ExecuTorch's XnnpackBackend writes) lower it with texir.lowering.lower (as ExecuTorch's
+the blobs ExecuTorch's XnnpackBackend writes) lower it with texir.orchestrate.lower (as ExecuTorch's
 to_edge_transform_and_lower); --partitioner executorch:xnnpack uses ExecuTorch's own partitioner and
 backend instead. XNNPACK takes the convs and relus, tan stays a portable kernel; the .pte then runs in ExecuTorch's runtime and its output is
 compared with eager. With 'ops' or 'whole' the program is delegated to texir's demo backend
@@ -190,7 +190,7 @@ def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
     from texir.executorch import run_pte
     from texir.emit import emit
     from texir.ir import CallFunction, verify
-    from texir.lowering import lower
+    from texir.orchestrate import lower
     from texir.models import conv_relu_tan
     from texir.serialize import snapshot
     from texir.serialize.pte import dump as dump_pte

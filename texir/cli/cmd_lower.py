@@ -326,7 +326,7 @@ def _lower_executorch(
 ) -> tuple[Program, Any, list[Program], Program]:
     """An ExecuTorch partitioner, through `lower_with_edge` (as ExecuTorch's to_edge_transform_and_lower)."""
     from texir.cli.model_spec import is_snapshot_path, load_model, load_program
-    from texir.lowering import lower_with_edge
+    from texir.orchestrate import lower_with_edge
 
     assert opts.partitioner is not None  # checked in run
     with contextlib.ExitStack() as scope:

@@ -97,7 +97,7 @@ DEFAULT_PASSES: tuple[EdgePass, ...] = tuple(p.fn for p in (*EMIT_TO_EDGE, *TO_E
 users, so it is run by lowering, or added here by the caller."""
 
 TO_EDGE_PASSES: tuple[EdgePass, ...] = tuple(p.fn for p in TO_EDGE)
-"""The functions of `TO_EDGE` (texir.edge.pipeline): what `texir.lowering.lower` runs before
+"""The functions of `TO_EDGE` (texir.edge.pipeline): what `texir.orchestrate.lower` runs before
 partitioning."""
 
 

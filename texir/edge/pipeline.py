@@ -6,7 +6,7 @@ suite sets it) `texir.ir.verify` runs after every pass, so a pass that leaves an
 named too. A program records the stage it reached in its `dialect`:
 
 - `ATEN` (or `TRAINING`): as converted from torch.export; no edge pass applied.
-- `EDGE_PARTITIONABLE`: ExecuTorch's to_edge rewrites applied (`TO_EDGE`, what `texir.lowering.lower`
+- `EDGE_PARTITIONABLE`: ExecuTorch's to_edge rewrites applied (`TO_EDGE`, what `texir.orchestrate.lower`
   runs before partitioning); partitioners see this form.
 - `EDGE`: the to_executorch rewrites applied too (`TO_EXECUTORCH`); what the emitter maps to a `.pte`.
 
@@ -94,7 +94,7 @@ _HANDLES = NamedPass("compact_debug_handles", compact_debug_handles, "DebugHandl
 _NAMES = NamedPass("edge_node_names", edge_node_names, "ExportPass retrace (edge node names)")
 
 TO_EDGE: Stage = (_ASSERTS, _LIFT, _SYM, _MIXED, _NOOP, _EMPTY, _VIEWS, _DIM_ORDER, _HANDLES, _NAMES)
-"""ExecuTorch's to_edge rewrites, run before partitioning (`texir.lowering.lower`): partitioners see
+"""ExecuTorch's to_edge rewrites, run before partitioning (`texir.orchestrate.lower`): partitioners see
 literals in Tensor positions as constants, and nodes named as in ExecuTorch ('aten_addmm_default'),
 so backends that print names into their blobs agree. As in ExecuTorch's to_edge, a SymInt in a Tensor
 position (`buffer.add_(x.shape[0])`) becomes an `aten::scalar_tensor` before the mixed-dtype casts,
@@ -165,5 +165,5 @@ def _require(program: Program, dialects: frozenset[str], who: str) -> None:
         raise DialectError(
             f"{who} takes a program in dialect {' or '.join(sorted(dialects))}, not {program.dialect!r}: "
             "convert an ExportedProgram with texir.adapters.from_exported_program (ATEN), lower it with "
-            f"texir.lowering.lower ({PARTITIONABLE_DIALECT}), and emit either (emit completes it to {EDGE_DIALECT})"
+            f"texir.orchestrate.lower ({PARTITIONABLE_DIALECT}), and emit either (emit completes it to {EDGE_DIALECT})"
         )

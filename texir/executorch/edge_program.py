@@ -40,7 +40,7 @@ def executorch_edge_target(op: torch._ops.OpOverload) -> Any:
 
 
 def to_edge_exported_program(program: Program) -> ExportedProgram:
-    """`program` (in the to_edge form: texir.lowering.lower gives it) as the edge-dialect
+    """`program` (in the to_edge form: texir.orchestrate.lower gives it) as the edge-dialect
     ExportedProgram ExecuTorch builds (dialect "EDGE", its edge verifier, the kept ops as
     `preserve_ops`), call_function targets ExecuTorch edge operators, with value metadata, module
     stacks, debug handles, `meta["custom"]` and the program's `backend_meta` notes in `node.meta`."""
@@ -99,5 +99,5 @@ def _as_edge_dialect(ep: ExportedProgram, preserve_ops: list[torch._ops.OpOverlo
     except Exception as exc:  # ExecuTorch's SpecViolationError and friends: one typed error
         raise UnsupportedError(
             f"the program is not valid edge dialect for ExecuTorch's verifier ({type(exc).__name__}: {exc}); "
-            "lower it with texir.lowering.lower, which decomposes it as ExecuTorch's to_edge does"
+            "lower it with texir.orchestrate.lower, which decomposes it as ExecuTorch's to_edge does"
         ) from exc

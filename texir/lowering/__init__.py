@@ -10,7 +10,7 @@ from texir.lowering.backend import (
     registered_backends,
 )
 from texir.lowering.capability import maximal_partitions
-from texir.lowering.lower import lower, lower_with_edge
+from texir.lowering.lower import lower_decomposed
 from texir.lowering.report import DelegateReport, Lowered, LowerReport, TurnedDown, UndelegatedNode
 from texir.lowering.delegate import (
     LoweringReport,
@@ -98,8 +98,7 @@ __all__ = [
     "get_backend",
     "get_lowered_submodules",
     "default_cache",
-    "lower",
-    "lower_with_edge",
+    "lower_decomposed",
     "lower_plan",
     "lower_plan_explained",
     "lower_whole",

@@ -1,0 +1,333 @@
+"""`lower`: texir's `to_edge_transform_and_lower`, from a torch `ExportedProgram` (or a texir
+`Program` still to decompose). Decompose while keeping what the partitioners ask to keep, then hand
+the program to `texir.lowering.lower.lower_edge` (the to_edge rewrites, each partitioner in turn).
+
+The orchestration layer: above the adapters (torch <-> IR, decomposition) and the ExecuTorch bridge.
+A texir Program already in core ATen lowers without torch through `texir.lowering.lower_decomposed`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Union, overload
+
+import msgspec
+from torch.export import ExportedProgram
+
+from texir.adapters.decompositions import decompose_nodes, functionalize, has_subclass_state
+from texir.adapters.fx_export import to_exported_program
+from texir.adapters.fx_import import from_exported_program
+from texir.adapters.local_decompose import functional_program
+from texir.adapters.tensors import digest_memo
+from texir.errors import TexirError
+from texir.ir import CallFunction, Program
+from texir.lowering.api import _describe
+from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
+from texir.lowering.delegate import NodeOrder, PreprocessOptions
+from texir.lowering.errors import PartitionerError
+from texir.lowering.lower import CacheChoice, lower_edge, one_sequence, per_method, preprocess_options
+from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
+from texir.lowering.preprocess import PreprocessCache
+from texir.lowering.report import Lowered, TurnedDown
+
+__all__ = ["CacheChoice", "Source", "lower", "lower_with_edge"]
+
+Source = Union[Program, ExportedProgram]
+
+
+@overload
+def lower(
+    program: Source,
+    partitioners: Sequence[Partitioner],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
+    order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
+) -> Program: ...
+
+
+@overload
+def lower(
+    program: Mapping[str, Source],
+    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
+    order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
+) -> dict[str, Program]: ...
+
+
+def lower(
+    program: Source | Mapping[str, Source],
+    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
+    order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
+) -> Program | dict[str, Program]:
+    """Lower an ExportedProgram or Program (or a mapping method name -> one) with `partitioners`
+    (a sequence for every method, or a mapping method name -> sequence), in order.
+
+    For each method: decompose as ExecuTorch's edge lowering does, keeping the ops the
+    partitioners name in `ops_to_not_decompose`; apply the to_edge rewrites (`texir.edge`); then
+    partition and lower with each partitioner in turn. A kept op left undelegated is a
+    `KeptOpNotDelegatedError` naming the node. The result is ready for `texir.emit.emit`.
+
+    Backends' results come from `cache` when it has them ("default": `default_cache()`, in memory
+    and under `$TEXIR_CACHE_DIR`; None: no cache); the partitions left to compile run in up to
+    `jobs` worker processes, with the same results as `jobs=1`. The cache also keeps the last few
+    decompositions: re-lowering a program whose weights alone changed skips torch's decomposition
+    retrace (`texir.lowering.decompose_memo`).
+
+    `order` (default "executorch") places nodes as ExecuTorch's to_backend does, so that
+    delegate blobs and debug maps are byte-equal to ExecuTorch's; "program" keeps the program's
+    order (each delegate call at its partition's place), one graph sort per partition cheaper.
+    An op outside core ATen left after decomposition and not kept by a partitioner is a
+    `NonCoreOperatorError` naming the node, as ExecuTorch's `to_edge` refuses it;
+    `allow_non_core=True` emits it anyway (`texir.adapters.core_aten`: the risk that it fails or
+    aborts at run time). Pure: the input is not modified."""
+    if isinstance(program, Mapping):
+        return {
+            name: done.program
+            for name, done in lower_with_edge(
+                program, partitioners, cache=cache, jobs=jobs, order=order, allow_non_core=allow_non_core
+            ).items()
+        }
+    return lower_with_edge(
+        program, one_sequence(partitioners), cache=cache, jobs=jobs, order=order, allow_non_core=allow_non_core
+    ).program
+
+
+@overload
+def lower_with_edge(
+    program: Source,
+    partitioners: Sequence[Partitioner],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
+    order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
+) -> Lowered: ...
+
+
+@overload
+def lower_with_edge(
+    program: Mapping[str, Source],
+    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
+    order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
+) -> dict[str, Lowered]: ...
+
+
+def lower_with_edge(
+    program: Source | Mapping[str, Source],
+    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+    *,
+    cache: CacheChoice = "default",
+    jobs: int = 1,
+    order: NodeOrder = "executorch",
+    allow_non_core: bool = False,
+) -> Lowered | dict[str, Lowered]:
+    """`lower`, with what it did (per method for a mapping): a `texir.lowering.report.Lowered`
+    holding the lowered `program`, the `edge` program it partitioned (decomposed, with the to_edge
+    rewrites, before any delegation: what ExecuTorch records in an ETRecord as the edge dialect
+    program, so that profiling tools can name the nodes inside delegates;
+    `texir.executorch.write_etrecord` takes it), the program each partitioner was shown,
+    and the `report`: each delegate (backend, nodes, blob size, named data, cache hit, seconds) in
+    call order and each node left undelegated with the partitioners' reasons."""
+    options = preprocess_options(cache, jobs, order)
+
+    def one(method: str, source: Source, parts: tuple[Partitioner, ...]) -> Lowered:
+        return _lower_one(method, source, parts, options, order, allow_non_core)
+
+    if isinstance(program, Mapping):
+        return per_method(program, partitioners, one)
+    return one("forward", program, one_sequence(partitioners))
+
+
+def _lower_one(
+    method: str,
+    source: Source,
+    partitioners: tuple[Partitioner, ...],
+    options: PreprocessOptions,
+    order: NodeOrder,
+    allow_non_core: bool,
+) -> Lowered:
+    # The program is converted twice (for ops_to_not_decompose, then decomposed), over the same
+    # weights: each weight is hashed once.
+    with digest_memo():
+        return _lower_one_memo(method, source, partitioners, options, order, allow_non_core)
+
+
+def _lower_one_memo(
+    method: str,
+    source: Source,
+    partitioners: tuple[Partitioner, ...],
+    options: PreprocessOptions,
+    order: NodeOrder,
+    allow_non_core: bool,
+) -> Lowered:
+    if isinstance(source, Program):
+        aten: Program | None = source
+        ep = None
+    elif isinstance(source, ExportedProgram):
+        aten, ep = None, source
+    else:
+        raise PartitionerError(
+            f"method {method!r}: lower takes a torch.export.ExportedProgram or a texir.ir.Program, "
+            f"not {type(source).__name__}"
+        )
+    if ep is not None and has_subclass_state(ep):
+        ep = functionalize(ep)  # torchao's quantized weights unwrapped, as ExecuTorch's first retrace does
+    aten, ep = _transformed_before_decomposition(method, aten, ep, partitioners)
+    if ep is not None:
+        ep = _functional(ep)  # ExecuTorch's to_edge_transform_and_lower always starts so
+    keep: dict[str, str] = {}
+    shown: Program | None = None
+    for partitioner in partitioners:
+        if getattr(partitioner, "ops_to_not_decompose", None) is None:
+            continue
+        if shown is None:
+            # Partitioners are asked about the program as ExecuTorch's run_decompositions({}) leaves
+            # it: functional, the composite ops torch will not preserve (batch_norm) decomposed.
+            if ep is None:
+                assert aten is not None  # one of the two is set above
+                ep = _functional(to_exported_program(aten))
+            shown = from_exported_program(ep)
+            if shown.dialect == "TRAINING":  # what run_decompositions gives back says "ATEN"
+                shown = msgspec.structs.replace(shown, dialect="ATEN")
+        try:
+            names = tuple(partitioner.ops_to_not_decompose(shown))  # type: ignore[attr-defined]  # checked above
+        except TexirError:
+            raise
+        except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
+            raise PartitionerError(
+                f"method {method!r}: {partitioner!r}.ops_to_not_decompose raised {type(exc).__name__}: {exc}"
+            ) from exc
+        for name in names:
+            keep.setdefault(name, repr(partitioner))
+    # the key of a reused decomposition is the functional program, not the one shown above
+    program = _decomposed(ep, aten if ep is None else None, sorted(keep), options.cache, allow_non_core)
+    program, turned_down = _decompose_turned_down(method, program, partitioners, keep)
+    return lower_edge(method, program, partitioners, options, order, keep=keep, turned_down=turned_down)
+
+
+def _transformed_before_decomposition(
+    method: str, aten: Program | None, ep: ExportedProgram | None, partitioners: tuple[Partitioner, ...]
+) -> tuple[Program | None, ExportedProgram | None]:
+    """The program after each partitioner's optional `transform_for_pre_decomposition(program)`
+    (ExecuTorch's hook of that name, run before any decomposition), as (Program, None) when one
+    changed it, else as given."""
+    for partitioner in partitioners:
+        hook = getattr(partitioner, "transform_for_pre_decomposition", None)
+        if hook is None:
+            continue
+        current = aten if aten is not None else from_exported_program(ep) if ep is not None else None
+        if current is None:  # pragma: no cover - _lower_one_memo sets one of the two
+            raise PartitionerError("internal error: nothing to transform; please report")
+        try:
+            changed = hook(current)
+        except TexirError:
+            raise
+        except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
+            raise PartitionerError(
+                f"method {method!r}: {partitioner!r}.transform_for_pre_decomposition raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(changed, Program):
+            raise PartitionerError(
+                f"method {method!r}: {partitioner!r}.transform_for_pre_decomposition returned "
+                f"{type(changed).__name__}, not a texir Program"
+            )
+        if changed is not current:
+            aten, ep = changed, None
+    return aten, ep
+
+
+def _decomposed(
+    ep: ExportedProgram | None, aten: Program | None, keep: list[str], cache: PreprocessCache | None,
+    allow_non_core: bool = False,
+) -> Program:
+    """The program decomposed keeping `keep`; with a cache, the decomposition of a program of the
+    same structure (weights aside) is reused (`texir.lowering.decompose_memo`)."""
+    if cache is not None and ep is not None:
+        aten = from_exported_program(ep)  # cheap next to the retrace; weights hashed once (digest_memo)
+    key = None
+    if cache is not None and aten is not None:
+        key = decomposition_key(aten, keep)
+        template = cache.decomposition(key)
+        if template is not None:
+            return rebind_state(template, aten)
+    if ep is None:
+        if aten is None:  # pragma: no cover - _lower_one_memo sets one of the two
+            raise PartitionerError("internal error: nothing to decompose; please report")
+        ep = _functional(to_exported_program(aten))
+    program = from_exported_program(ep, decompose=True, keep=keep, allow_non_core=allow_non_core)
+    if cache is not None and key is not None and aten is not None and not allow_non_core:
+        # (only programs that passed the core-ATen check are reused, so a reuse needs no check)
+        template = template_of(program, aten)
+        if template is not None:
+            cache.store_decomposition(key, template)
+    return program
+
+
+def _functional(ep: ExportedProgram) -> ExportedProgram:
+    """`ep` as ExecuTorch's to_edge_transform_and_lower first makes it (`run_decompositions({})`):
+    functional, tensor-subclass weights unwrapped, the composites torch does not preserve
+    (contiguous, reshape) run through their kernels. The decomposition proper starts from it, as
+    ExecuTorch's does: decomposing the exported program at once gives other nodes (a `contiguous`
+    after an op that the decomposition makes contiguous leaves no clone), other names and other
+    debug handles. Without the retrace where `texir.adapters.local_decompose` can."""
+    return functional_program(ep)
+
+
+def _decompose_turned_down(
+    method: str, program: Program, partitioners: tuple[Partitioner, ...], keep: Mapping[str, str]
+) -> tuple[Program, tuple[TurnedDown, ...]]:
+    """`program` with the nodes of kept ops that a partitioner turns down (its optional
+    `nodes_to_decompose(program)`, node keys) decomposed after all, as ExecuTorch does with the
+    nodes its partitioners' node filters reject. One more decomposition retrace, only when there
+    are such nodes."""
+    if not keep:
+        return program, ()
+    known: set[str] = set()
+    kept: dict[str, str] = {}
+    for path, graph in walk_keyed_graphs(program.graph):
+        for node in graph.nodes:
+            key = node_key(path, node.name)
+            known.add(key)
+            if isinstance(node, CallFunction) and node.target in keep:
+                kept[key] = node.target
+    if not kept:
+        return program, ()
+    turned_down: dict[str, str] = {}
+    for partitioner in partitioners:
+        ask = getattr(partitioner, "nodes_to_decompose", None)
+        if ask is None:
+            continue
+        try:
+            names = tuple(ask(program))
+        except TexirError:
+            raise
+        except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
+            raise PartitionerError(
+                f"method {method!r}: {partitioner!r}.nodes_to_decompose raised {type(exc).__name__}: {exc}"
+            ) from exc
+        unknown = sorted(str(n) for n in names if n not in known)
+        if unknown:
+            raise PartitionerError(
+                f"method {method!r}: {partitioner!r}.nodes_to_decompose named {unknown[:3]}, which are not nodes "
+                "of the program it was shown; name nodes by key ('name', or 'subgraph/name' in nested graphs)"
+            )
+        for n in names:
+            if n in kept:
+                turned_down.setdefault(n, _describe(partitioner))
+    if not turned_down:
+        return program, ()
+    notes = tuple(TurnedDown(node=n, target=kept[n], partitioner=p) for n, p in sorted(turned_down.items()))
+    decomposed = decompose_nodes(to_exported_program(program), sorted(turned_down), sorted(keep))
+    return from_exported_program(decomposed), notes
