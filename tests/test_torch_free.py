@@ -1,7 +1,8 @@
 """Below the adapters texir runs without torch: importing texir.ir, serialize, lowering, edge, emit
-and backends (every submodule) in a fresh interpreter loads neither torch nor executorch, and the
-edge passes and the emitter take a program from IR text to `.pte` bytes without loading them either
-(operator schemas come from texir.ir.op_facts, strides from texir.edge.strides)."""
+and backends (every submodule) in a fresh interpreter loads neither torch nor executorch, the edge
+passes and the emitter take a program from IR text to `.pte` bytes without loading them either
+(operator schemas come from texir.ir.op_facts, strides from texir.edge.strides), and
+`texir.lowering.lower_decomposed` lowers a texir Program with texir's own backends without them."""
 
 from __future__ import annotations
 
@@ -58,6 +59,67 @@ def test_pure_layers_neither_import_nor_run_torch() -> None:
     assert loaded == "[]", f"torch/executorch loaded below the adapters: {loaded}"
     # the same bytes as emitted here, where torch is loaded
     assert bytes.fromhex(pte) == dumps(emit(parse_program(PROGRAM)))
+
+
+LOWER_SCRIPT = """
+import sys
+import texir.backends  # registers texir-reference and the demo backend
+from texir.emit import emit
+from texir.ir import parse_program
+from texir.lowering import OpSupportPartitioner, lower_decomposed
+from texir.serialize.pte import dumps
+done = lower_decomposed(parse_program(sys.stdin.read()), [OpSupportPartitioner("texir-reference", {"aten::sin.default"})],
+                        cache=None)
+pte = dumps(emit(done.program))
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "executorch"))
+sys.stdout.write(repr(loaded) + "\\n" + repr([d.backend for d in done.report.delegates]) + "\\n" + pte.hex())
+"""
+
+# sin(x) delegated to texir-reference, relu left to the portable kernels.
+SIN_RELU = """\
+program dialect=ATEN
+  inputs:
+    %x: user_input
+  outputs:
+    %relu: user_output
+graph():
+  %x : f32[2, 3] = placeholder
+  %sin : f32[2, 3] = aten::sin.default(%x)
+  %relu : f32[2, 3] = aten::relu.default(%sin)
+  return (%relu,)
+"""
+
+
+def test_a_texir_program_lowers_with_a_texir_backend_and_emits_without_torch() -> None:
+    import texir.backends  # noqa: F401  (registers texir-reference)
+    from texir.lowering import OpSupportPartitioner, lower_decomposed
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run(
+        [sys.executable, "-c", LOWER_SCRIPT], input=SIN_RELU, capture_output=True, text=True, env=env, cwd=ROOT,
+        timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded, backends, pte = done.stdout.split("\n", 2)
+    assert loaded == "[]", f"torch/executorch loaded while lowering a texir Program: {loaded}"
+    assert backends == "['texir-reference']"
+    here = lower_decomposed(parse_program(SIN_RELU), [OpSupportPartitioner("texir-reference", {"aten::sin.default"})],
+                            cache=None)
+    targets = [getattr(n, "target", None) for n in here.program.graph.nodes]
+    assert "aten::relu.default" in targets and "aten::sin.default" not in targets  # sin went to the delegate
+    assert len(here.program.lowered_modules) == 1
+    assert bytes.fromhex(pte) == dumps(emit(here.program))
+
+
+def test_lower_decomposed_refuses_what_is_not_a_program() -> None:
+    import pytest
+
+    from texir.lowering import PartitionerError, lower_decomposed
+
+    with pytest.raises(PartitionerError, match="method 'forward': lower_decomposed takes a texir.ir.Program, not str.*texir.orchestrate.lower"):
+        lower_decomposed("not a program", [], cache=None)  # type: ignore[call-overload]  # the wrong type on purpose
+    with pytest.raises(PartitionerError, match="a mapping of partitioners needs a mapping of methods"):
+        lower_decomposed(parse_program(SIN_RELU), {"forward": []}, cache=None)  # type: ignore[call-overload]  # ditto
 
 
 def test_view_copies_relayout_their_readers_without_torch() -> None:
