@@ -9,6 +9,8 @@ import pickle
 import sys
 from typing import BinaryIO
 
+from texir.lowering.preprocess import run_task
+
 
 def _read(stream: BinaryIO, n: int) -> bytes | None:
     chunks = []
@@ -22,8 +24,6 @@ def _read(stream: BinaryIO, n: int) -> bytes | None:
 
 
 def main() -> None:
-    from texir.lowering.preprocess import run_task
-
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # whatever a backend prints must not corrupt the answers
     while True:

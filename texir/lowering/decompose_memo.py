@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import msgspec
 
 from texir.ir import Program, StateEntry
+from texir.serialize import snapshot
 
 __all__ = ["decomposition_key", "rebind_state", "template_of"]
 
@@ -30,8 +31,6 @@ def _blank(entry: StateEntry) -> StateEntry:
 def decomposition_key(aten: Program, keep: Sequence[str]) -> str:
     """A key for decomposing `aten` keeping the ops `keep`: equal for programs that differ only in
     their state's values."""
-    from texir.serialize import snapshot  # deterministic bytes
-
     structure = msgspec.structs.replace(aten, state=tuple(_blank(e) for e in aten.state))
     h = hashlib.sha256(_KEY_VERSION)
     for part in (msgspec.msgpack.encode(sorted(keep)), snapshot.dumps(structure, format="msgpack")):

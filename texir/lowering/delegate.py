@@ -17,6 +17,7 @@ from typing import Literal
 
 import msgspec
 
+from texir.edge.unused_state import remove_unused_state
 from texir.ir import (
     BackendNodeMeta,
     BufferInput,
@@ -169,9 +170,6 @@ def _lower(
     lowered, stats = _compile(program, works, {} if _cache is None else _cache, preprocess)
     result = _assemble_program(program, works, top_consumable, lowered)
     # As exir's to_edge does before partitioning: parameters no node reads leave the program.
-    # Imported here: texir.edge pulls in torch's op registry, and `texir --help` must stay torch-free.
-    from texir.edge.unused_state import remove_unused_state
-
     result = remove_unused_state(result, kinds=(ParameterInput,))
     return LoweringReport(program=result, partitions=_summaries(works, lowered, stats))
 

@@ -28,6 +28,7 @@ import msgspec
 from texir.ir import CompileSpec, DebugHandleEntry, LoweredBackendModule, Program
 from texir.lowering.backend import Backend, PreprocessResult, check_result, get_backend, named_data_entry
 from texir.lowering.errors import BackendPreprocessError
+from texir.serialize import snapshot
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -133,8 +134,6 @@ class PreprocessCache:
 
     def key(self, backend_id: str, backend: Backend, program: Program, specs: Sequence[CompileSpec]) -> tuple[str, bool]:
         """The cache key of one preprocess call, and whether it may be stored on disk."""
-        from texir.serialize import snapshot  # the snapshot codec: deterministic bytes, tensors by hash
-
         version = getattr(backend, "cache_version", None)
         durable = isinstance(version, str)
         who = version if durable else f"{type(backend).__module__}.{type(backend).__qualname__}@{id(backend)}"
@@ -240,8 +239,6 @@ def share_state_payloads(result: PreprocessResult, program: Program) -> Preproce
 
 def run_task(task: tuple[Backend, str, bytes, tuple[CompileSpec, ...], str | None]) -> tuple[bool, bytes | str]:
     """In a worker process: (True, encoded result) or (False, the typed error's message)."""
-    from texir.serialize import snapshot
-
     backend, backend_id, program_bytes, specs, tag = task
     request = PreprocessRequest(backend_id, snapshot.loads(program_bytes), specs, tag)
     try:
@@ -361,8 +358,6 @@ def run_preprocess_timed(
             todo.append(i)
     parallel: list[tuple[int, tuple[bytes, str]]] = []
     if jobs > 1 and len(todo) > 1:
-        from texir.serialize import snapshot
-
         for i in todo:
             r = requests[i]
             data = snapshot.dumps(r.program, format="msgpack", include_data=True, include_stack_traces=True)
