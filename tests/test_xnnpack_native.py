@@ -291,9 +291,9 @@ def _lowered_both_ways(module: Any, args: tuple[Any, ...]) -> tuple[Program, Pro
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    from texir.adapters.executorch import executorch_partitioner
+    from texir.executorch import executorch_partitioner
     from texir.backends.xnnpack import registered
-    from texir.lowering import lower
+    from texir.orchestrate import lower
 
     torch.manual_seed(0)
     ep = torch.export.export(module.eval(), args, strict=False)

@@ -158,15 +158,15 @@ def quantized(name: str) -> tuple[torch.export.ExportedProgram, tuple[torch.Tens
 def executorch_lowered(name: str) -> Program:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    from texir.adapters.executorch import executorch_partitioner
-    from texir.lowering import lower
+    from texir.executorch import executorch_partitioner
+    from texir.orchestrate import lower
 
     return lower(quantized(name)[0], [executorch_partitioner(XnnpackPartitioner())])
 
 
 @functools.lru_cache(maxsize=None)
 def native_lowered(name: str) -> Program:
-    from texir.lowering import lower
+    from texir.orchestrate import lower
 
     with registered():
         return lower(quantized(name)[0], [partitioner()])
@@ -312,7 +312,7 @@ def test_dynamic_int8_is_turned_down_with_the_reason() -> None:
 
 def test_static_int8_can_be_turned_off() -> None:
     """config_precisions=('fp32',): no q/dq node and no quantized GEMM is delegated."""
-    from texir.lowering import lower
+    from texir.orchestrate import lower
     from tests.xnnpack_oracle import texir_partitions
 
     with registered():
