@@ -28,6 +28,7 @@ from texir.backends.xnnpack.flatbuffer import (
 )
 from texir.backends.xnnpack.backend import XnnpackNativeBackend, build_graph
 from texir.backends.xnnpack.errors import XnnpackCompileSpecError, XnnpackUnsupportedError
+from texir.backends.xnnpack import registered
 from texir.backends.xnnpack.partitioner import partitioner
 from texir.ir import CompileSpec, LoweredBackendModule, Program
 from texir.lowering.errors import PartitionerError
@@ -408,6 +409,41 @@ def test_conv1d_is_lowered_as_conv2d_between_unsqueeze_and_squeeze() -> None:
     assert [type(n) for n in nodes if "Conv" in type(n).__name__] == [
         s.XNNConv2d, s.XNNDepthwiseConv2d, s.XNNConvTranspose2d]
     assert any(isinstance(n, s.XNNStaticReshape) for n in nodes)
+
+
+def test_conv1d_applied_twice_shares_one_weight() -> None:
+    """One Conv1d called twice: both convolutions read the one weight, given its unit dim once."""
+    import torch
+    from torch import nn
+
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c = nn.Conv1d(4, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.c(torch.relu(self.c(x)))
+
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from tests.xnnpack_oracle import run_pte
+    from texir.emit import emit
+    from texir.executorch import executorch_partitioner
+    from texir.lowering.errors import BackendPreprocessError
+    from texir.orchestrate import lower
+    from texir.serialize.pte.codec import dumps
+
+    module, x = Twice().eval(), torch.randn(1, 4, 9, generator=torch.Generator().manual_seed(5))
+    ep = torch.export.export(module, (x,), strict=False)
+    # ExecuTorch 1.5.1's Conv1dUnsqueezePass reshapes the shared weight at the first conv and then
+    # fails retracing the second ("Expected 4-dimensional input for 4-dimensional weight").
+    with pytest.raises(BackendPreprocessError, match="Conv1dUnsqueezePass"):
+        lower(ep, [executorch_partitioner(XnnpackPartitioner())])
+    with registered():
+        program = lower(ep, [partitioner()])
+    assert [type(n) for n in _blob_nodes(program) if "Conv" in type(n).__name__] == [s.XNNConv2d, s.XNNConv2d]
+    (got,) = run_pte(dumps(emit(program)), (x,))[0]
+    torch.testing.assert_close(got, module(x), rtol=1e-5, atol=1e-5)
 
 
 def test_concatenations_of_more_than_5_inputs_are_split() -> None:

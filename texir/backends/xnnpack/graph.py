@@ -363,14 +363,17 @@ def conv1d_as_conv2d(g: XGraph) -> None:
     """Conv1dUnsqueezePass (float): a 1-D convolution becomes a 2-D one over a trailing unit dim,
     its input unsqueezed and its output squeezed at the end, its weight given that dim too (same
     bytes). The new nodes have no debug handle."""
+    reshaped: set[int] = set()  # weights given their unit dim already (one weight may serve several convs)
     for n in list(g.nodes):
-        if n.target != CONV or n.args[1].rank != 3:
+        if n.target != CONV or n.args[0].rank != 3:
             continue
         w = n.args[1]
         if w.const is None:
             raise XnnpackUnsupportedError(f"'{n.name}': a 1-D convolution needs a constant weight", node=n.name)
-        w.const.shape = (*w.const.shape, 1)
-        w.meta = _with_unit_dim(w.meta)
+        if id(w) not in reshaped:
+            reshaped.add(id(w))
+            w.const.shape = (*w.const.shape, 1)
+            w.meta = _with_unit_dim(w.meta)
         x = n.args[0]
         before = XNode(f"{n.name}_unsqueeze", "aten::unsqueeze_copy.default", [x, -1], {}, _with_unit_dim(x.meta))
         after = XNode(f"{n.name}_squeeze", "aten::squeeze_copy.dim", [n, -1], {}, n.meta)
