@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from texir._io import atomic_write
+from texir.cli.main import main
 from texir.errors import PteError, TexirError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -216,3 +217,36 @@ def test_bad_inputs_give_one_line_not_a_traceback(tmp_path: Path) -> None:
         assert result.returncode == 2, (args, result.stderr)
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr, result.stderr
+
+
+UNFOLD = """
+import torch
+
+
+class Unfold(torch.nn.Module):
+    def forward(self, x):
+        return x.unfold(0, 2, 1) * 2
+
+
+def build():
+    return Unfold(), (torch.randn(5),)
+"""
+
+
+def test_lower_refuses_non_core_ops_unless_allow_non_core(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`unfold` is outside core ATen, which ExecuTorch's to_edge refuses: so does `texir lower`, in one
+    line naming the op, the node and the flag; `--allow-non-core` writes a .pte that runs."""
+    (tmp_path / "m.py").write_text(UNFOLD, encoding="utf-8")
+    out = tmp_path / "m.pte"
+    assert main(["lower", f"{tmp_path / 'm.py'}:build", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "aten::unfold.default is not a core ATen operator" in err and "--allow-non-core" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    assert main(["lower", f"{tmp_path / 'm.py'}:build", "--allow-non-core", "-o", str(out)]) == 0
+    import torch
+
+    from texir.executorch import run_pte
+
+    x = torch.randn(5)
+    (got,) = run_pte(out.read_bytes(), (x,))
+    torch.testing.assert_close(got, x.unfold(0, 2, 1) * 2)

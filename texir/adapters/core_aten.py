@@ -75,6 +75,6 @@ def check_core_aten(ep: torch.export.ExportedProgram, keep: Iterable[str] = ()) 
             raise NonCoreOperatorError(
                 f"node {where!r}: {name} is not a core ATen operator after decomposition, and ExecuTorch's "
                 "to_edge refuses it (its runtime has no tested kernel for it); rewrite the model to avoid it, "
-                "have a partitioner keep and delegate it, or pass allow_non_core=True to emit it anyway, at "
-                "the risk of a program that fails or aborts at run time"
+                "have a partitioner keep and delegate it, or pass allow_non_core=True (`texir lower "
+                "--allow-non-core`) to emit it anyway, at the risk of a program that fails or aborts at run time"
             )

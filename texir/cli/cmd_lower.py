@@ -63,6 +63,7 @@ class LowerOptions(pydantic.BaseModel):
     tag_mutated_buffers: bool = False
     jobs: int = pydantic.Field(default=1, ge=1)
     cache: bool = True
+    allow_non_core: bool = False
 
     @pydantic.field_validator("ops")
     @classmethod
@@ -118,6 +119,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="compile partitions in N worker processes")
     parser.add_argument("--no-cache", action="store_true", help="compile every partition (no preprocess cache)")
+    parser.add_argument("--allow-non-core", action="store_true",
+                        help="keep ops outside core ATen (which ExecuTorch's to_edge refuses) instead of refusing "
+                             "them; the runtime may lack their kernels")
     parser.set_defaults(func=run)
 
 
@@ -138,6 +142,7 @@ def _options(args: argparse.Namespace) -> LowerOptions:
             tag_mutated_buffers=args.tag_mutated_buffers,
             jobs=args.jobs,
             cache=not args.no_cache,
+            allow_non_core=args.allow_non_core,
         )
     except pydantic.ValidationError as exc:
         error = exc.errors()[0]
@@ -307,7 +312,7 @@ def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) ->
     if opts.mode == "ops":
         _check_ops(opts.ops)
     with progress.phase(f"loading {opts.model}"):
-        program = load_program(opts.model, decompose=True)
+        program = load_program(opts.model, decompose=True, allow_non_core=opts.allow_non_core)
     if opts.mode == "ops":
         _warn_absent_ops(program, opts.ops)
     if opts.mode == "none":
@@ -340,7 +345,7 @@ def _lower_executorch(
             source: Any = load_program(opts.model) if is_snapshot_path(opts.model) else load_model(opts.model)
         cache: Literal["default"] | None = "default" if opts.cache else None
         with progress.phase(f"lowering with {partitioner!r}"):
-            done = lower_with_edge(source, [partitioner], cache=cache, jobs=opts.jobs)
+            done = lower_with_edge(source, [partitioner], cache=cache, jobs=opts.jobs, allow_non_core=opts.allow_non_core)
     return done.program, done.report, list(done.seen), done.edge
 
 

@@ -304,9 +304,12 @@ def is_snapshot_path(spec: str) -> bool:
     return Path(spec).suffix.lower() in SNAPSHOT_SUFFIXES and ":" not in Path(spec).name
 
 
-def load_value(spec: str, *, decompose: bool = False) -> Program | LoweredBackendModule:
+def load_value(
+    spec: str, *, decompose: bool = False, allow_non_core: bool = False
+) -> Program | LoweredBackendModule:
     """A snapshot file (Program or lowered module) or a MODEL spec converted to a Program
-    (after `run_decompositions()` to core ATen when `decompose`)."""
+    (after `run_decompositions()` to core ATen when `decompose`; `allow_non_core`: keep ops outside
+    core ATen instead of refusing them, see `from_exported_program`)."""
     if is_snapshot_path(spec):
         from texir.serialize import snapshot
 
@@ -314,7 +317,7 @@ def load_value(spec: str, *, decompose: bool = False) -> Program | LoweredBacken
     ep = load_model(spec)
     from texir.adapters import from_exported_program
 
-    return from_exported_program(ep, decompose=decompose)
+    return from_exported_program(ep, decompose=decompose, allow_non_core=allow_non_core)
 
 
 def load_input(
@@ -335,9 +338,9 @@ def load_input(
     return load_value(spec, decompose=decompose)
 
 
-def load_program(spec: str, *, decompose: bool = False) -> Program:
+def load_program(spec: str, *, decompose: bool = False, allow_non_core: bool = False) -> Program:
     """Like `load_value`, but the result must be a Program."""
-    value = load_value(spec, decompose=decompose)
+    value = load_value(spec, decompose=decompose, allow_non_core=allow_non_core)
     if isinstance(value, LoweredBackendModule):
         raise ModelSpecError(
             f"{spec!r} holds a lowered backend module, not a program; use its original program "
