@@ -59,7 +59,9 @@ USER_TEST = textwrap.dedent(
 
 
 def _run(root: Path, *args: str, variant: str = "base") -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, VARIANT=variant, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    # Not an xdist worker's child: syrupy leaves its summary to the controller when PYTEST_XDIST_* is set.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(VARIANT=variant, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     cmd = [sys.executable, "-m", "pytest", "-p", "syrupy", "-p", "texir.testing.pytest_plugin",
            "-p", "no:cacheprovider", "--color=no", *args, str(root)]
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)

@@ -1,7 +1,8 @@
 """Write texir/ir/op_schemas.json, the operator schemas texir reads instead of asking torch.
 
 Run with the torch texir is pinned to: `PYTHONPATH=. python tools/gen_op_schemas.py`. The table holds
-torch's registry for the namespaces texir emits (aten, quantized_decomposed) plus ExecuTorch's
+torch's registry for the namespaces texir emits (aten, quantized_decomposed, the latter with the
+ops and out variants ExecuTorch 1.5.1 registers, so the generator needs the test extra) plus ExecuTorch's
 dim-order and prim ops texir spells out (`EXTRA_SCHEMAS`: torch knows them only once executorch is
 imported, and texir's table must not depend on that). tests/test_op_schemas.py checks the file
 against the running torch.
@@ -33,6 +34,12 @@ def torch_schemas() -> tuple[str, list[str]]:
     """(torch version, the table's schema strings as the running torch prints them, sorted)."""
     import torch
     import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+
+    # ExecuTorch's libraries add to that namespace: the out variants its runtime has kernels for
+    # (executorch.kernels.quantized) and the ops of its quantized fusion patterns. Loaded here, so
+    # the table is the same whatever the process imported before.
+    import executorch.exir.passes._quant_patterns_and_replacements  # noqa: F401
+    import executorch.kernels.quantized  # noqa: F401
 
     texts = {
         str(s) for s in torch._C._jit_get_all_schemas() if s.name.split("::", 1)[0] in NAMESPACES
