@@ -166,17 +166,7 @@ def _native_child(ep: Any, name: str, blocks: int, out: str, result: dict[str, A
     from texir.orchestrate import lower
     from texir.serialize.pte.codec import dumps
 
-    inside = [0.0]
-    original = XnnpackNativeBackend.preprocess
-
-    def timed(self: Any, *args: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return original(self, *args)
-        finally:
-            inside[0] += time.perf_counter() - start
-
-    XnnpackNativeBackend.preprocess = timed  # type: ignore[method-assign]  # benchmark instrumentation
+    inside = time_backend_preprocess(XnnpackNativeBackend)  # seconds inside the native preprocess
 
     def run(source: Any, **kw: Any) -> tuple[bytes, float]:
         start = time.perf_counter()
