@@ -7,23 +7,27 @@ texir's delegates (backend id, blob, compile specs, named data) must equal those
 
 Normalized: CoreML's package holds random UUIDs (manifest keys, identifiers), which order its
 manifest; they are masked and the blob's lines compared as a multiset.
-Not compared:
-- OpenVINO: its blob is a compiled model holding process-wide counters, so two lowerings of one
-  program in one process differ; its blobs are not compared (the programs are run instead: texir's
-  .pte and ExecuTorch's give bitwise-equal outputs)."""
+OpenVINO's blob is a compiled model holding process-wide name counters, so two lowerings of one
+program in one process differ: each side lowers the models in its own fresh interpreter
+(tests/openvino_child.py), in the same order, and the blobs are compared byte for byte."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.real_models import real_export
+from tests.real_models import real_model
 from tests.vulkan_patterns import vulkan_pattern_graphs_once  # noqa: F401  (a fixture)
 from tests.xnnpack_oracle import run_pte
 from tests.zoo import zoo_model
@@ -124,42 +128,50 @@ def _openvino() -> list[Any]:
     return [openvino_partitioner()]
 
 
-def _pte_texir(ep: torch.export.ExportedProgram, partitioners: list[Any]) -> bytes:
-    from texir.emit import emit
-    from texir.serialize.pte.codec import dumps
-
-    return dumps(emit(lower(ep, [executorch_partitioner(p) for p in partitioners], cache=None)))
-
-
 OPENVINO_MODELS = ("mlp", "deep_mlp", "conv_bn", "convnet", "resnet18", "mobilenet_v2")
 
 
-@pytest.mark.parametrize("name", OPENVINO_MODELS)
-def test_openvino_runs_as_executorch_lowers_it(name: str) -> None:
-    partitioners = _openvino
-    if name in ("resnet18", "mobilenet_v2"):
-        make: Callable[[], torch.export.ExportedProgram] = lambda: real_export(name)[0]
-        args = real_export(name)[1]
-        eager = real_export(name)[0].module()(*args)
-    else:
-        make = lambda: _export(name)  # noqa: E731
-        args = _args(name)
-        module, _ = zoo_model(name).build()
-        eager = module(*args)
-    # OpenVINO's blob is its compiled model, with process-wide counters inside (not renumbered
-    # here: see the report); the delegates, compile specs and named data are compared, and the
-    # programs run.
-    ours = _compare(make, partitioners, normalize=lambda b: b"")
-    assert ours and {d[0] for d in ours} == {"OpenvinoBackend"}
-    from executorch.exir import to_edge_transform_and_lower
+@pytest.fixture(scope="module")
+def openvino_sides(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, Any], Path]]:
+    """Both sides' OpenVINO lowerings of OPENVINO_MODELS, each in its own fresh interpreter (two at
+    once): side -> (model -> delegates as tests/openvino_child.py reports them, the folder of .pte files).
 
-    texir_pte = _pte_texir(make(), partitioners())
-    theirs_pte = bytes(to_edge_transform_and_lower(make(), partitioner=partitioners()).to_executorch().buffer)
-    (mine,) = run_pte(texir_pte, args)
-    (other,) = run_pte(theirs_pte, args)
-    assert len(mine) == len(other) == 1
-    assert torch.equal(mine[0], other[0]), f"{name}: texir's .pte and ExecuTorch's differ"
-    torch.testing.assert_close(mine[0], eager.detach(), rtol=1e-3, atol=1e-3)  # OpenVINO's CPU plugin tolerance
+    OpenVINO's blob is its compiled model, whose node names come from process-wide counters: lowered
+    in one process, the second lowering of a program differs from the first. Each side lowering the
+    same models in the same order in a fresh process starts from the same counters, so the blobs are
+    compared byte for byte, with no normalization."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    runs = {}
+    for side in ("texir", "executorch"):
+        out = tmp_path_factory.mktemp(f"openvino-{side}")
+        command = [sys.executable, str(root / "tests" / "openvino_child.py"), side, str(out), *OPENVINO_MODELS]
+        runs[side] = (subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out)
+    sides = {}
+    for side, (process, out) in runs.items():
+        stdout, stderr = process.communicate(timeout=900)
+        assert process.returncode == 0, f"{side}'s OpenVINO lowering failed:\n{stderr[-4000:]}"
+        sides[side] = (json.loads(stdout.strip().splitlines()[-1]), out)
+    return sides
+
+
+@pytest.mark.parametrize("name", OPENVINO_MODELS)
+def test_openvino_blobs_equal_and_runs_as_executorch_lowers_it(
+    name: str, openvino_sides: dict[str, tuple[dict[str, Any], Path]]
+) -> None:
+    (mine, my_dir), (theirs, their_dir) = openvino_sides["texir"], openvino_sides["executorch"]
+    assert mine[name] and {d["backend"] for d in mine[name]} == {"OpenvinoBackend"}
+    assert mine[name] == theirs[name], f"{name}: texir's OpenVINO delegates differ from ExecuTorch's"
+    if name in ("resnet18", "mobilenet_v2"):
+        module, args = real_model(name).build()
+    else:
+        module, args = zoo_model(name).build()
+    eager = module(*args)
+    (ours,) = run_pte((my_dir / f"{name}.pte").read_bytes(), args)
+    (other,) = run_pte((their_dir / f"{name}.pte").read_bytes(), args)
+    assert len(ours) == len(other) == 1
+    assert torch.equal(ours[0], other[0]), f"{name}: texir's .pte and ExecuTorch's differ"
+    torch.testing.assert_close(ours[0], eager.detach(), rtol=1e-3, atol=1e-3)  # OpenVINO's CPU plugin tolerance
 
 
 # --- Arm TOSA and Ethos-U ------------------------------------------------------------------------
