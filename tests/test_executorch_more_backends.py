@@ -121,8 +121,8 @@ def _compare(
 # --- OpenVINO ------------------------------------------------------------------------------------
 
 def _openvino() -> list[Any]:
-    # (texir's CLI builder: imports the partitioner without the package __init__'s nncf quantizer,
-    # which no nncf release can import beside torch 2.13 and openvino<2026)
+    # (texir's CLI builder: imports the partitioner without the package __init__'s quantizer when
+    # nncf is missing, as in an install without the test extra)
     from texir.executorch.names import openvino_partitioner
 
     return [openvino_partitioner()]
@@ -172,6 +172,31 @@ def test_openvino_blobs_equal_and_runs_as_executorch_lowers_it(
     assert len(ours) == len(other) == 1
     assert torch.equal(ours[0], other[0]), f"{name}: texir's .pte and ExecuTorch's differ"
     torch.testing.assert_close(ours[0], eager.detach(), rtol=1e-3, atol=1e-3)  # OpenVINO's CPU plugin tolerance
+
+
+def _openvino_quantized(name: str) -> torch.export.ExportedProgram:
+    """The zoo model quantized with OpenVINO's own quantizer (nncf), as ExecuTorch's OpenVINO docs do."""
+    from executorch.backends.openvino.quantizer import OpenVINOQuantizer
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    module, args = zoo_model(name).build()
+    prepared = prepare_pt2e(torch.export.export(module.eval(), args, strict=False).module(), OpenVINOQuantizer())  # type: ignore[arg-type]  # export's module() is a GraphModule
+    prepared(*args)
+    return torch.export.export(convert_pt2e(prepared), args, strict=False)
+
+
+def test_openvino_quantized_fails_as_executorch_does() -> None:
+    # ExecuTorch 1.5.1 with openvino 2025.x (its extra's pin) cannot lower a program OpenVINO's own
+    # quantizer made: OpenVINO's torch frontend fails to convert the q/dq-wrapped addmm/convolution.
+    # texir must fail on the same root cause.
+    from executorch.exir import to_edge_transform_and_lower
+
+    with pytest.raises(Exception) as theirs:
+        to_edge_transform_and_lower(_openvino_quantized("conv_bn"), partitioner=_openvino())
+    assert type(_root_cause(theirs.value)).__name__ == "OpConversionFailure"
+    with pytest.raises(Exception) as ours:
+        lower(_openvino_quantized("conv_bn"), [executorch_partitioner(p) for p in _openvino()], cache=None)
+    assert type(_root_cause(ours.value)).__name__ == "OpConversionFailure", repr(ours.value)
 
 
 # --- Arm TOSA and Ethos-U ------------------------------------------------------------------------
