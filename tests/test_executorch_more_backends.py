@@ -5,8 +5,9 @@ OpenVINO (run in ExecuTorch's runtime, whose pip build has OpenvinoBackend compi
 texir's delegates (backend id, blob, compile specs, named data) must equal those of ExecuTorch's own
 `to_edge_transform_and_lower`, and where ExecuTorch fails on a model texir must fail the same way.
 
-Normalized: CoreML's package holds random UUIDs (manifest keys, identifiers), which order its
-manifest; they are masked and the blob's lines compared as a multiset.
+Normalized: CoreML's package holds random UUIDs (the model identifier; the manifest's item keys,
+which also order the manifest): `_coreml_normalized` names each by what it identifies, and the rest
+of the blob is compared byte for byte.
 OpenVINO's blob is a compiled model holding process-wide name counters, so two lowerings of one
 program in one process differ: each side lowers the models in its own fresh interpreter
 (tests/openvino_child.py), in the same order, and the blobs are compared byte for byte."""
@@ -284,11 +285,31 @@ def test_ethos_u55_blobs_equal_executorch(name: str) -> None:
 _UUID = re.compile(rb"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 
 
+_MANIFEST = b'{\n    "fileFormatVersion"'
+
+
 def _coreml_normalized(blob: bytes) -> bytes:
-    """The blob with its random UUIDs masked and its lines sorted: the package's manifest lists its
-    items keyed by UUID, so their order follows the random UUIDs too. Every line (model spec,
-    weights, metadata) must still occur as often on both sides."""
-    return b"\n".join(sorted(_UUID.sub(b"<uuid>", blob).split(b"\n")))
+    """The blob with its random UUIDs named by what they identify, and nothing else changed. CoreML's
+    package holds two kinds: the model's identifier (`executorch_<uuid4>`, drawn by ExecuTorch's
+    preprocess) and, in each package manifest, the items' keys and the root model's key (drawn by
+    coremltools' C++ package writer), by which the manifest's entries are also ordered. Identifiers
+    become `executorch_<uuid>`; each manifest is rewritten with its entries keyed, and ordered, by
+    their `path`. A UUID anywhere else fails the comparison."""
+    blob = re.sub(rb"executorch_" + _UUID.pattern, b"executorch_<uuid>", blob)
+    text = blob.decode("latin-1")  # one character per byte: offsets stay byte offsets
+    out, start = [], 0
+    while (at := blob.find(_MANIFEST, start)) >= 0:
+        manifest, end = json.JSONDecoder().raw_decode(text, at)
+        entries = manifest["itemInfoEntries"]
+        manifest["rootModelIdentifier"] = entries[manifest["rootModelIdentifier"]]["path"]
+        manifest["itemInfoEntries"] = {e["path"]: e for e in sorted(entries.values(), key=lambda e: e["path"])}
+        out += [blob[start:at], json.dumps(manifest, indent=4, sort_keys=True).encode()]
+        start = end
+    out.append(blob[start:])
+    normalized = b"".join(out)
+    left = _UUID.search(normalized)
+    assert left is None, f"a UUID outside the identifier and the manifests: {left.group(0)!r}"
+    return normalized
 
 
 def _coreml(precision: str) -> Callable[[], list[Any]]:
