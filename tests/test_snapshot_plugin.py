@@ -165,3 +165,92 @@ def test_a_failure_shows_the_changed_ops_first_without_torchs_trace_log(tmp_path
     assert "ops removed: aten::relu.default" in shown[:4] and "ops added: aten::gelu.default" in shown[:4], shown
     assert any("aten::gelu.default(%4)" in line for line in shown), shown
     assert "torch.__trace" not in changed.stdout and "Captured log" not in changed.stdout
+
+
+GOLDEN_TEST = textwrap.dedent(
+    '''
+    import os
+
+    import pytest
+
+    from texir.ir import format_program
+    from texir.testing.programs import chain_program
+
+    OPS = ["aten::relu.default", "aten::sin.default"]
+
+
+    def program_text():
+        ops = OPS[:1] + ["aten::cos.default"] if os.environ.get("VARIANT") == "changed" else OPS
+        return format_program(chain_program(ops))
+
+
+    def test_printed(golden):
+        golden("chain/printed.txt", program_text())
+
+
+    @pytest.mark.parametrize("n", [1, 2])
+    def test_shared_and_parametrized(golden, n):
+        golden("chain/printed.txt", program_text())  # two tests may read one file
+        golden(f"counts/{n}.json", "{" + f'"n": {n}' + "}\\n")
+
+
+    def test_beside_ir_snapshot(golden, ir_snapshot):
+        assert chain_program(OPS) == ir_snapshot
+        golden("chain/printed.txt", program_text())
+
+
+    def test_bad_path(golden):
+        with pytest.raises(ValueError, match="relative to the golden folder"):
+            golden("../escape.txt", "x")
+    '''
+)
+
+
+def test_golden_files_lifecycle(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_golden.py").write_text(GOLDEN_TEST)
+    golden = tmp_path / "golden"
+    orphan = golden / "other" / "orphan.txt"  # no test reads it: never reported unused, never deleted
+    orphan.parent.mkdir(parents=True)
+    orphan.write_text("kept\n")
+
+    first = _run(tmp_path)
+    assert first.returncode == 1, first.stdout
+    assert "golden golden/chain/printed.txt is missing: write it with `pytest --snapshot-update" in first.stdout
+    assert "test_golden.py::test_printed" in first.stdout
+
+    created = _run(tmp_path, "--snapshot-update", "--snapshot-details")
+    assert created.returncode == 0, created.stdout + created.stderr
+    printed = golden / "chain" / "printed.txt"
+    assert printed.read_bytes().startswith(b"program dialect=ATEN\n")
+    assert (golden / "counts" / "2.json").read_bytes() == b'{"n": 2}\n'
+    assert "unused" not in created.stdout and orphan.read_text() == "kept\n"
+    assert (tmp_path / "__snapshots__" / "test_golden" / "test_beside_ir_snapshot.texir").exists()
+
+    # Unchanged, on two xdist workers (one file each, as `make test` runs): passes, nothing unused.
+    again = _run(tmp_path, "-p", "xdist", "-n", "2", "--dist", "loadfile", "--snapshot-details")
+    assert again.returncode == 0 and "5 passed" in again.stdout and "7 snapshots passed" in again.stdout, again.stdout
+    assert "unused" not in again.stdout
+
+    # A change fails with a unified diff naming the file; the file is untouched.
+    stored = printed.read_bytes()
+    changed = _run(tmp_path, "-k", "test_printed", variant="changed")
+    assert changed.returncode == 1
+    out = changed.stdout
+    assert "output differs from golden golden/chain/printed.txt" in out, out
+    assert "--- golden" in out and "+++ received" in out
+    assert "-  %sin_1 : f32[2, 3] = aten::sin.default(%relu_0)  # dh=3" in out, out
+    assert "+  %cos_1 : f32[2, 3] = aten::cos.default(%relu_0)  # dh=3" in out, out
+    assert printed.read_bytes() == stored
+
+    # The update, on a subset (-k) and then on two xdist workers: the golden is rewritten, the
+    # orphan and the goldens the subset did not read stay, no lock or temporary file is left.
+    subset = _run(tmp_path, "-k", "test_printed", "--snapshot-update", variant="changed")
+    assert subset.returncode == 0 and "1 snapshot updated" in subset.stdout, subset.stdout
+    assert b"aten::cos.default" in printed.read_bytes()
+    printed.write_bytes(stored)
+    updated = _run(tmp_path, "-p", "xdist", "-n", "2", "--dist", "loadfile", "--snapshot-update", variant="changed")
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert b"aten::cos.default" in printed.read_bytes()
+    files = sorted(str(p.relative_to(golden)) for p in golden.rglob("*") if p.is_file())
+    assert files == ["chain/printed.txt", "counts/1.json", "counts/2.json", "other/orphan.txt"]

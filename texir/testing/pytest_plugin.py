@@ -4,7 +4,11 @@
 `__snapshots__/<test file>/<test name>.texir` beside the test, fails with a structural diff (nodes
 added, removed or changed, named by canonical position and original name, then the text diff), and
 is rewritten by syrupy's `--snapshot-update`. Works for Programs, LoweredBackendModules and
-PtePrograms. Registered through the `pytest11` entry point `texir`.
+PtePrograms.
+
+The `golden` fixture (texir.testing.golden) is syrupy's too: `golden(relpath, text)` compares text
+with the file `golden/<relpath>` beside the test, rewritten by the same `--snapshot-update`.
+Registered through the `pytest11` entry point `texir`.
 """
 
 from __future__ import annotations
@@ -67,11 +71,13 @@ def ops_first(diff: ProgramDiff) -> ProgramDiff:
     """`diff` with its changes ordered by `_rank` (stable within a rank)."""
     return msgspec.structs.replace(diff, changes=tuple(sorted(diff.changes, key=_rank)))
 
-__all__ = ["IRSnapshotExtension", "ir_snapshot"]
+__all__ = ["IRSnapshotExtension", "golden", "ir_snapshot"]
 
 try:
     from syrupy.assertion import SnapshotAssertion
     from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+
+    from texir.testing.golden import Golden
 except ImportError:  # pragma: no cover - the entry point loads in every pytest run, syrupy or not
     _HAVE_SYRUPY = False
 else:
@@ -129,8 +135,18 @@ if _HAVE_SYRUPY:
         finally:
             trace.setLevel(level)
 
+    @pytest.fixture
+    def golden(snapshot: SnapshotAssertion) -> Golden:
+        """`golden(relpath, text)`: `text` must equal the file `golden/<relpath>` beside the test
+        (see texir.testing.golden); `pytest --snapshot-update` writes it."""
+        return Golden(snapshot)
+
 else:
 
     @pytest.fixture
     def ir_snapshot() -> Any:  # noqa: D103 - stands in when syrupy is missing
         pytest.fail("the ir_snapshot fixture needs syrupy: pip install 'syrupy>=4.6' (texir[test])")
+
+    @pytest.fixture
+    def golden() -> Any:  # noqa: D103 - stands in when syrupy is missing
+        pytest.fail("the golden fixture needs syrupy: pip install 'syrupy>=4.6' (texir[test])")
