@@ -8,12 +8,12 @@ from typing import Any
 
 import torch
 
-from tests.conftest import check_golden
 from texir.adapters import from_exported_program, to_exported_program
 from texir.ir import CallFunction, CompileSpec, DebugHandleEntry, Program, format_program, verify
 from texir.lowering import PreprocessResult, register_backend, to_backend
 from texir.lowering.plan import PartitionPlan
 from texir.serialize import snapshot
+from texir.testing.golden import Golden
 
 TEST_BACKEND = "texir-test"
 
@@ -65,6 +65,7 @@ def assert_same_outputs(module: torch.nn.Module, program: Program, args: tuple[A
 
 
 def lower_scenario(
+    golden: Golden,
     name: str,
     module: torch.nn.Module,
     args: tuple[Any, ...],
@@ -80,7 +81,7 @@ def lower_scenario(
     lowered = to_backend(program, partitioner)
     verify(lowered)
     assert snapshot.dumps(program, format="msgpack", include_data=True) == before
-    check_golden(
+    golden(
         f"lowering/{name}.txt",
         "# before\n" + format_program(program) + "# after\n" + format_program(lowered),
     )

@@ -1,7 +1,7 @@
 """Edge-pass goldens, text in and text out, with no model export: each
 tests/golden/edge/<pass>/before.txt is parsed (`texir.ir.parse_program`), run through its pass and
 printed; the result must be after.txt. tests/test_edge_passes.py writes both files from torch
-exports (TEXIR_UPDATE_GOLDENS=1), so the two agree exactly when parsing loses nothing a pass reads.
+exports (`pytest --snapshot-update`), so the two agree exactly when parsing loses nothing a pass reads.
 (texir.edge reads operator schemas from texir.ir.op_facts, never torch: tests/test_torch_free.py.)"""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import GOLDEN_DIR, check_golden
+from tests.conftest import GOLDEN_DIR
 from texir.edge import (
     cast_mixed_operands,
     compact_debug_handles,
@@ -24,6 +24,7 @@ from texir.edge import (
     to_dim_order_ops,
 )
 from texir.ir import Program, format_program, parse_program, verify
+from texir.testing.golden import Golden
 
 PASSES: dict[str, Callable[[Program], Program]] = {
     f.__name__: f
@@ -39,7 +40,7 @@ def test_every_pass_has_a_golden_and_every_golden_a_pass() -> None:
 
 
 @pytest.mark.parametrize("pass_name", sorted(PASSES))
-def test_pass_turns_golden_before_into_golden_after(pass_name: str) -> None:
+def test_pass_turns_golden_before_into_golden_after(pass_name: str, golden: Golden) -> None:
     before_text = (GOLDEN_DIR / "edge" / pass_name / "before.txt").read_text(encoding="utf-8")
     before = parse_program(before_text)
     assert format_program(before) == before_text  # the text is the whole program
@@ -47,4 +48,4 @@ def test_pass_turns_golden_before_into_golden_after(pass_name: str) -> None:
     after = PASSES[pass_name](before)
     verify(after)
     assert after != before, f"{pass_name} did nothing on its golden input"
-    check_golden(f"edge/{pass_name}/after.txt", format_program(after))
+    golden(f"edge/{pass_name}/after.txt", format_program(after))

@@ -12,7 +12,6 @@ import msgspec
 import pytest
 import torch
 
-from tests.conftest import check_golden
 from texir.adapters import from_exported_program, to_exported_program
 from texir.edge import (
     DEFAULT_PASSES,
@@ -45,6 +44,7 @@ from texir.ir import (
 from texir.ir.analysis import call_nodes
 from texir.executorch.runtime import load_method
 from texir.ir.canonical import drop_stack_traces
+from texir.testing.golden import Golden
 
 
 class Casts(torch.nn.Module):
@@ -139,7 +139,7 @@ def golden_form(p: Program) -> Program:
 
 @pytest.mark.parametrize(("pass_name", "edge_pass", "model", "decompose"), CASES, ids=[c[0] for c in CASES])
 def test_pass_golden_pure_and_idempotent(
-    pass_name: str, edge_pass: Callable[[Program], Program], model: str, decompose: bool
+    pass_name: str, edge_pass: Callable[[Program], Program], model: str, decompose: bool, golden: Golden
 ) -> None:
     before = golden_form(program(model, decompose))
     verify(before)
@@ -149,8 +149,8 @@ def test_pass_golden_pure_and_idempotent(
     assert format_program(before) == snapshot, "the pass changed its input"
     assert after != before, f"{pass_name} did nothing on {model!r}: the case no longer exercises it"
     assert edge_pass(after) == after, f"{pass_name} is not idempotent"
-    check_golden(f"edge/{pass_name}/before.txt", snapshot)
-    check_golden(f"edge/{pass_name}/after.txt", format_program(after))
+    golden(f"edge/{pass_name}/before.txt", snapshot)
+    golden(f"edge/{pass_name}/after.txt", format_program(after))
 
 
 def test_each_pass_does_what_its_exir_counterpart_does() -> None:

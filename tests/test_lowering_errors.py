@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-from tests.conftest import check_golden
 from tests.lowering_helpers import TEST_BACKEND, export_program
 import texir.backends  # noqa: F401  (registers the demo and reference backends)
 from texir.errors import LoweringError
@@ -37,6 +36,7 @@ from texir.lowering import (
     to_backend,
 )
 from texir.serialize import snapshot
+from texir.testing.golden import Golden
 
 X = torch.randn(4)
 Y = torch.randn(4)
@@ -90,20 +90,23 @@ class Recording:
         return PreprocessResult(processed_bytes=b"rec")
 
 
-def _expect(name: str, program: Program, partitioner: object, error: type[LoweringError], match: str) -> str:
+def _expect(
+    golden: Golden, name: str, program: Program, partitioner: object, error: type[LoweringError], match: str
+) -> str:
     before = snapshot.dumps(program, format="msgpack", include_data=True)
     with pytest.raises(error, match=match) as info:
         to_backend(program, partitioner)  # type: ignore[call-overload]  # partitioners of every shape
     assert snapshot.dumps(program, format="msgpack", include_data=True) == before
     message = str(info.value)
     stable = re.sub(r"\(known: [^)]*\)", "(known: ...)", message)  # the registry depends on imports
-    check_golden(f"lowering/error_{name}.txt", "# before\n" + format_program(program) + "# error\n" + stable + "\n")
+    golden(f"lowering/error_{name}.txt", "# before\n" + format_program(program) + "# error\n" + stable + "\n")
     return message
 
 
-def test_non_convex_partition_names_the_path() -> None:
+def test_non_convex_partition_names_the_path(golden: Golden) -> None:
     program = export_program(AddMul(), (X, Y))
     message = _expect(
+        golden,
         "non_convex",
         program,
         NodeGroupPartitioner(TEST_BACKEND, {"tagA": ["add", "add_1"]}),
@@ -113,9 +116,10 @@ def test_non_convex_partition_names_the_path() -> None:
     assert "add -> mul -> sin -> add_1" in message
 
 
-def test_partitions_depending_on_each_other() -> None:
+def test_partitions_depending_on_each_other(golden: Golden) -> None:
     program = export_program(Crossed(), (X, Y))
     message = _expect(
+        golden,
         "mutual_dependency",
         program,
         NodeGroupPartitioner(TEST_BACKEND, {"p": ["add", "add_1"], "q": ["mul", "mul_1"]}),
@@ -125,9 +129,10 @@ def test_partitions_depending_on_each_other() -> None:
     assert "add" in message and "mul" in message
 
 
-def test_whole_program_over_a_delegate_is_not_convex() -> None:
+def test_whole_program_over_a_delegate_is_not_convex(golden: Golden) -> None:
     program = to_backend(export_program(AddMul(), (X, Y)), OpSupportPartitioner(TEST_BACKEND, {"aten::mul.Tensor"}))
     _expect(
+        golden,
         "whole_over_delegate",
         program,
         WholeProgramPartitioner(TEST_BACKEND),
@@ -136,9 +141,10 @@ def test_whole_program_over_a_delegate_is_not_convex() -> None:
     )
 
 
-def test_tagged_user_input() -> None:
+def test_tagged_user_input(golden: Golden) -> None:
     program = export_program(AddMul(), (X, Y))
     _expect(
+        golden,
         "tagged_user_input",
         program,
         NodeGroupPartitioner(TEST_BACKEND, {"t": ["x", "add"]}),
@@ -147,9 +153,10 @@ def test_tagged_user_input() -> None:
     )
 
 
-def test_tagged_output() -> None:
+def test_tagged_output(golden: Golden) -> None:
     program = export_program(AddMul(), (X, Y))
     _expect(
+        golden,
         "tagged_output",
         program,
         NodeGroupPartitioner(TEST_BACKEND, {"t": ["output"]}),
@@ -158,9 +165,10 @@ def test_tagged_output() -> None:
     )
 
 
-def test_tag_without_spec() -> None:
+def test_tag_without_spec(golden: Golden) -> None:
     program = export_program(AddMul(), (X, Y))
     _expect(
+        golden,
         "tag_without_spec",
         program,
         lambda p: PartitionPlan.build({"add": "orphan"}, {}),
@@ -169,9 +177,10 @@ def test_tag_without_spec() -> None:
     )
 
 
-def test_lowered_call_claimed_again() -> None:
+def test_lowered_call_claimed_again(golden: Golden) -> None:
     program = to_backend(export_program(AddMul(), (X, Y)), OpSupportPartitioner(TEST_BACKEND, {"aten::mul.Tensor"}))
     _expect(
+        golden,
         "claimed_again",
         program,
         NodeGroupPartitioner(TEST_BACKEND, {"again": ["executorch_call_delegate"]}),
@@ -180,22 +189,24 @@ def test_lowered_call_claimed_again() -> None:
     )
 
 
-def test_shared_constant_tagged_for_two_partitions() -> None:
+def test_shared_constant_tagged_for_two_partitions(golden: Golden) -> None:
     program = export_program(LiftedConstant(), (X,))
     const = next(s.name for s in program.signature.inputs if type(s).__name__ == "ConstantTensorInput")
     plan = PartitionPlan.build(
         {const: "a", "add": "a", "mul": "b"}, {"a": SPEC, "b": SPEC}, shared_constants="error"
     )
     message = _expect(
+        golden,
         "shared_constant", program, lambda p: plan, SharedConstantError, f"'{const}' is tagged 'a'"
     )
     assert "also used by 'mul' (tag 'b')" in message
 
 
-def test_consumed_buffer_mutated_outside_partition() -> None:
+def test_consumed_buffer_mutated_outside_partition(golden: Golden) -> None:
     program = export_program(Counter(), (X,))
     plan = PartitionPlan.build({"b_count": "t", "mul": "t"}, {"t": SPEC})
     _expect(
+        golden,
         "mutation_outside",
         program,
         lambda p: plan,
@@ -204,9 +215,10 @@ def test_consumed_buffer_mutated_outside_partition() -> None:
     )
 
 
-def test_unknown_node() -> None:
+def test_unknown_node(golden: Golden) -> None:
     program = export_program(AddMul(), (X, Y))
     _expect(
+        golden,
         "unknown_node",
         program,
         NodeGroupPartitioner(TEST_BACKEND, {"t": ["add", "nope"]}),
@@ -215,9 +227,10 @@ def test_unknown_node() -> None:
     )
 
 
-def test_subgraph_get_attr_tagged_apart_from_cond() -> None:
+def test_subgraph_get_attr_tagged_apart_from_cond(golden: Golden) -> None:
     program = export_program(Cond(), (X,))
     _expect(
+        golden,
         "subgraph_attr",
         program,
         NodeGroupPartitioner(TEST_BACKEND, {"t": ["cond"]}),
@@ -226,9 +239,10 @@ def test_subgraph_get_attr_tagged_apart_from_cond() -> None:
     )
 
 
-def test_unknown_backend() -> None:
+def test_unknown_backend(golden: Golden) -> None:
     program = export_program(AddMul(), (X, Y))
     _expect(
+        golden,
         "unknown_backend",
         program,
         OpSupportPartitioner("no-such-backend", {"aten::mul.Tensor"}),
@@ -237,9 +251,10 @@ def test_unknown_backend() -> None:
     )
 
 
-def test_raising_preprocess() -> None:
+def test_raising_preprocess(golden: Golden) -> None:
     program = export_program(AddMul(), (X, Y))
     _expect(
+        golden,
         "raising_preprocess",
         program,
         OpSupportPartitioner("texir-failing", {"aten::mul.Tensor"}),
@@ -282,12 +297,13 @@ def test_backend_returning_wrong_type() -> None:
         to_backend(export_program(AddMul(), (X, Y)), OpSupportPartitioner("texir-bad", {"aten::mul.Tensor"}))
 
 
-def test_cond_and_its_branch_both_tagged() -> None:
+def test_cond_and_its_branch_both_tagged(golden: Golden) -> None:
     program = export_program(Cond(), (X,))
     plan = PartitionPlan.build(
         {"cond": "t", "true_graph_0": "t", "false_graph_0": "t", "true_graph_0/add": "u"}, {"t": SPEC, "u": SPEC}
     )
     _expect(
+        golden,
         "cond_and_branch_tagged",
         program,
         lambda p: plan,
@@ -302,11 +318,12 @@ class MaxDim(nn.Module):
         return torch.sin(values)
 
 
-def test_multi_output_node_split_from_its_getitem() -> None:
+def test_multi_output_node_split_from_its_getitem(golden: Golden) -> None:
     from texir.lowering import SplitMultiOutputError
 
     program = export_program(MaxDim(), (torch.randn(2, 4),))
     _expect(
+        golden,
         "split_multi_output",
         program,
         NodeGroupPartitioner(TEST_BACKEND, {"t": ["mul", "max_1"]}),
@@ -326,10 +343,11 @@ class CounterRead(nn.Module):
         return before * self.count
 
 
-def test_consumed_mutated_buffer_read_outside() -> None:
+def test_consumed_mutated_buffer_read_outside(golden: Golden) -> None:
     program = export_program(CounterRead(), (X,))
     plan = PartitionPlan.build({"b_count": "t", "add": "t"}, {"t": SPEC})
     _expect(
+        golden,
         "mutated_buffer_read_outside",
         program,
         lambda p: plan,

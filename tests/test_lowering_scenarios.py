@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from tests.lowering_helpers import TEST_BACKEND, assert_same_outputs, export_program, lower_scenario
+from texir.testing.golden import Golden
 from texir.ir import (
     BufferInput,
     DType,
@@ -215,9 +216,9 @@ Y = torch.randn(2, 4)
 X4 = torch.randn(4)
 
 
-def test_whole_program_keeps_params_in_parent() -> None:
+def test_whole_program_keeps_params_in_parent(golden: Golden) -> None:
     module = _seed(MLP())
-    lowered = lower_scenario("whole_mlp", module, (X,), WholeProgramPartitioner(TEST_BACKEND))
+    lowered = lower_scenario(golden, "whole_mlp", module, (X,), WholeProgramPartitioner(TEST_BACKEND))
     assert _delegates(lowered) == 1
     (name, lbm, call), = get_lowered_submodules(lowered)
     assert name == "lowered_module_0" and call.name == "executorch_call_delegate"
@@ -226,9 +227,10 @@ def test_whole_program_keeps_params_in_parent() -> None:
     assert len(call.args) == 1 + 5
 
 
-def test_whole_program_consumes_params_with_tag_constants() -> None:
+def test_whole_program_consumes_params_with_tag_constants(golden: Golden) -> None:
     module = _seed(MLP())
     lowered = lower_scenario(
+        golden,
         "whole_mlp_tag_constants", module, (X,), WholeProgramPartitioner(TEST_BACKEND, tag_constants=True)
     )
     assert not any(isinstance(s, ParameterInput) for s in lowered.signature.inputs)
@@ -238,16 +240,16 @@ def test_whole_program_consumes_params_with_tag_constants() -> None:
     assert len(sub.state) == 4
 
 
-def test_add_mul_partition() -> None:
-    lowered = lower_scenario("add_mul", AddMul(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
+def test_add_mul_partition(golden: Golden) -> None:
+    lowered = lower_scenario(golden, "add_mul", AddMul(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
     # (x+y)*y is one partition; the trailing add after sin is another.
     assert _delegates(lowered) == 2
     assert _calls(lowered, "aten::sin.default")
     assert not _calls(lowered, ADD) and not _calls(lowered, MUL)
 
 
-def test_several_partitions_in_order() -> None:
-    lowered = lower_scenario("several", TwoIslands(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
+def test_several_partitions_in_order(golden: Golden) -> None:
+    lowered = lower_scenario(golden, "several", TwoIslands(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
     names = [name for name, _, _ in get_lowered_submodules(lowered)]
     assert names == ["lowered_module_0", "lowered_module_1", "lowered_module_2"]
     call_handles = _call_handles(lowered.graph)
@@ -255,9 +257,10 @@ def test_several_partitions_in_order() -> None:
     assert handles == sorted(handles) and len(set(handles)) == 3
 
 
-def test_params_consumed_by_partition() -> None:
+def test_params_consumed_by_partition(golden: Golden) -> None:
     module = _seed(MLP())
     lowered = lower_scenario(
+        golden,
         "params_consumed",
         module,
         (X,),
@@ -267,9 +270,10 @@ def test_params_consumed_by_partition() -> None:
     assert _delegates(lowered) == 2
 
 
-def test_param_shared_with_parent_is_kept() -> None:
+def test_param_shared_with_parent_is_kept(golden: Golden) -> None:
     module = _seed(SharedParam())
     lowered = lower_scenario(
+        golden,
         "param_shared_with_parent", module, (X4,), OpSupportPartitioner(TEST_BACKEND, {MUL}, tag_constants=True)
     )
     # The delegate owns a copy of w, and the parent keeps w for its own sub.
@@ -279,8 +283,9 @@ def test_param_shared_with_parent_is_kept() -> None:
     assert [e.target for e in lowered.state] == ["w"]
 
 
-def test_buffers_consumed() -> None:
+def test_buffers_consumed(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "buffers_consumed", Buffers(), (X,), OpSupportPartitioner(TEST_BACKEND, ADD_MUL, tag_constants=True)
     )
     assert not any(isinstance(s, BufferInput) for s in lowered.signature.inputs)
@@ -291,13 +296,14 @@ def test_buffers_consumed() -> None:
     }
 
 
-def test_buffers_not_consumed_without_tag_constants() -> None:
-    lowered = lower_scenario("buffers_not_consumed", Buffers(), (X,), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
+def test_buffers_not_consumed_without_tag_constants(golden: Golden) -> None:
+    lowered = lower_scenario(golden, "buffers_not_consumed", Buffers(), (X,), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
     assert sum(isinstance(s, BufferInput) for s in lowered.signature.inputs) == 2
 
 
-def test_buffer_mutation_consumed() -> None:
+def test_buffer_mutation_consumed(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "buffer_mutation_consumed",
         Counter(),
         (X4,),
@@ -309,8 +315,9 @@ def test_buffer_mutation_consumed() -> None:
     assert isinstance(sub.signature.outputs[0], BufferMutation)
 
 
-def test_buffer_mutation_not_consumed() -> None:
+def test_buffer_mutation_not_consumed(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "buffer_mutation_not_consumed", Counter(), (X4,), OpSupportPartitioner(TEST_BACKEND, {ADD})
     )
     # The delegate returns the new value; the parent still writes the buffer back.
@@ -321,8 +328,9 @@ def test_buffer_mutation_not_consumed() -> None:
     assert all(isinstance(s, UserOutput) for s in sub.signature.outputs)
 
 
-def test_reindex_after_consumed_mutation() -> None:
+def test_reindex_after_consumed_mutation(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "reindex_consumed_mutation",
         TwoCounters(),
         (X4,),
@@ -346,8 +354,9 @@ def test_reindex_after_consumed_mutation() -> None:
     assert len(lowered.signature.outputs) == 2
 
 
-def test_lifted_constant_consumed() -> None:
+def test_lifted_constant_consumed(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "lifted_constant_consumed",
         LiftedConstant(),
         (X4,),
@@ -358,10 +367,11 @@ def test_lifted_constant_consumed() -> None:
     assert len(sub.state) == 1
 
 
-def test_lifted_constant_shared_by_two_partitions_is_duplicated() -> None:
+def test_lifted_constant_shared_by_two_partitions_is_duplicated(golden: Golden) -> None:
     # ExecuTorch 1.5.1's default: tag_constant_data gives the constant the least user tag and
     # to_backend copies it into every other delegate using it; the parent keeps none.
     lowered = lower_scenario(
+        golden,
         "lifted_constant_two_partitions",
         LiftedConstant(),
         (X4,),
@@ -373,8 +383,9 @@ def test_lifted_constant_shared_by_two_partitions_is_duplicated() -> None:
     assert [[s.target for s in sub.state] for sub in subs] == [["c"], ["c"]]
 
 
-def test_lifted_constant_shared_by_two_partitions_passed_in() -> None:
+def test_lifted_constant_shared_by_two_partitions_passed_in(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "lifted_constant_two_partitions_pass_in",
         LiftedConstant(),
         (X4,),
@@ -386,14 +397,15 @@ def test_lifted_constant_shared_by_two_partitions_passed_in() -> None:
     assert all(sub.state == () for sub in subs)
 
 
-def test_multi_output_partition() -> None:
-    lowered = lower_scenario("multi_output", MultiOut(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
+def test_multi_output_partition(golden: Golden) -> None:
+    lowered = lower_scenario(golden, "multi_output", MultiOut(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
     (_, module, call), *rest = get_lowered_submodules(lowered)
     assert len(module.original_program.signature.outputs) == 2
 
 
-def test_partition_output_is_program_output() -> None:
+def test_partition_output_is_program_output(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "output_is_program_output", OutputIsPartitionOutput(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL)
     )
     out = lowered.graph.nodes[-1]
@@ -403,8 +415,8 @@ def test_partition_output_is_program_output() -> None:
     )
 
 
-def test_cond_branches_partitioned() -> None:
-    lowered = lower_scenario("cond_branches", Cond(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
+def test_cond_branches_partitioned(golden: Golden) -> None:
+    lowered = lower_scenario(golden, "cond_branches", Cond(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
     names = sorted(m.name for m in lowered.lowered_modules)
     assert len(names) == 3  # the top-level add, one per branch
     for sub in lowered.graph.subgraphs:
@@ -412,34 +424,36 @@ def test_cond_branches_partitioned() -> None:
     assert_same_outputs(Cond(), lowered, (-X.abs(), Y))
 
 
-def test_cond_whole_program() -> None:
-    lowered = lower_scenario("cond_whole", Cond(), (X, Y), WholeProgramPartitioner(TEST_BACKEND))
+def test_cond_whole_program(golden: Golden) -> None:
+    lowered = lower_scenario(golden, "cond_whole", Cond(), (X, Y), WholeProgramPartitioner(TEST_BACKEND))
     assert lowered.graph.subgraphs == ()
     sub = lowered.lowered_modules[0].module.original_program
     assert len(sub.graph.subgraphs) == 2
 
 
-def test_multi_output_op_and_getitem() -> None:
+def test_multi_output_op_and_getitem(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "max_dim", MaxDim(), (X,), OpSupportPartitioner(TEST_BACKEND, {MUL, "aten::max.dim"})
     )
     sub = lowered.lowered_modules[0].module.original_program
     assert any(isinstance(n, CallFunction) and n.target == "_operator::getitem" for n in sub.graph.nodes)
 
 
-def test_non_convex_candidate_is_split() -> None:
-    lowered = lower_scenario("diamond", Diamond(), (X,), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
+def test_non_convex_candidate_is_split(golden: Golden) -> None:
+    lowered = lower_scenario(golden, "diamond", Diamond(), (X,), OpSupportPartitioner(TEST_BACKEND, ADD_MUL))
     assert _delegates(lowered) == 2
 
 
-def test_input_passthrough() -> None:
-    lowered = lower_scenario("passthrough", PassThrough(), (X, Y), OpSupportPartitioner(TEST_BACKEND, {ADD}))
+def test_input_passthrough(golden: Golden) -> None:
+    lowered = lower_scenario(golden, "passthrough", PassThrough(), (X, Y), OpSupportPartitioner(TEST_BACKEND, {ADD}))
     assert _delegates(lowered) == 1
 
 
-def test_node_group_partitioner() -> None:
+def test_node_group_partitioner(golden: Golden) -> None:
     program = export_program(TwoIslands(), (X, Y))
     lowered = lower_scenario(
+        golden,
         "node_groups",
         TwoIslands(),
         (X, Y),
@@ -449,8 +463,9 @@ def test_node_group_partitioner() -> None:
     assert [m.name for m in lowered.lowered_modules] == ["lowered_module_0", "lowered_module_1"]
 
 
-def test_predicate_partitioner() -> None:
+def test_predicate_partitioner(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "predicate",
         TwoIslands(),
         (X, Y),
@@ -482,9 +497,10 @@ def test_predicate_sees_value_metadata() -> None:
     assert_same_outputs(MixedDtypes(), lowered, args)
 
 
-def test_conv_bn_partition() -> None:
+def test_conv_bn_partition(golden: Golden) -> None:
     module = _seed(ConvBN())
     lowered = lower_scenario(
+        golden,
         "conv_bn",
         module,
         (torch.randn(1, 3, 6, 6),),
@@ -493,35 +509,38 @@ def test_conv_bn_partition() -> None:
     assert _delegates(lowered) == 1
 
 
-def test_residual_chain() -> None:
+def test_residual_chain(golden: Golden) -> None:
     module = _seed(Residual())
     lowered = lower_scenario(
+        golden,
         "residual", module, (X,), OpSupportPartitioner(TEST_BACKEND, {ADD, MUL, "aten::relu.default"})
     )
     assert _delegates(lowered) == 3
 
 
-def test_compile_specs_reach_backend() -> None:
+def test_compile_specs_reach_backend(golden: Golden) -> None:
     specs = (CompileSpec(key="max_value", value=b"\x04"),)
     lowered = lower_scenario(
+        golden,
         "compile_specs", AddMul(), (X, Y), OpSupportPartitioner(TEST_BACKEND, {MUL}, specs)
     )
     module = lowered.lowered_modules[0].module
     assert module.compile_specs == specs and module.processed_bytes.endswith(b"max_value=04")
 
 
-def test_dynamic_shapes() -> None:
+def test_dynamic_shapes(golden: Golden) -> None:
     batch = torch.export.Dim("batch", min=1, max=16)
     program = export_program(AddMul(), (X, Y), dynamic_shapes=({0: batch}, {0: batch}))
-    lowered = lower_scenario("dynamic", AddMul(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL), program=program)
+    lowered = lower_scenario(golden, "dynamic", AddMul(), (X, Y), OpSupportPartitioner(TEST_BACKEND, ADD_MUL), program=program)
     assert lowered.range_constraints == program.range_constraints
     assert_same_outputs(AddMul(), lowered, (torch.randn(5, 4), torch.randn(5, 4)))
 
 
-def test_lower_twice_does_not_claim_delegates() -> None:
+def test_lower_twice_does_not_claim_delegates(golden: Golden) -> None:
     program = export_program(TwoIslands(), (X, Y))
     once = to_backend(program, OpSupportPartitioner(TEST_BACKEND, {MUL}))
     twice = lower_scenario(
+        golden,
         "lower_twice", TwoIslands(), (X, Y), OpSupportPartitioner(TEST_BACKEND, {ADD}), program=once
     )
     names = [m.name for m in twice.lowered_modules]
@@ -573,7 +592,7 @@ def test_multi_method_shares_identical_delegates() -> None:
     verify(result["other"])
 
 
-def test_placeholders_ordered_params_buffers_inputs() -> None:
+def test_placeholders_ordered_params_buffers_inputs(golden: Golden) -> None:
     class Mixed(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -584,6 +603,7 @@ def test_placeholders_ordered_params_buffers_inputs() -> None:
             return (x * self.buf) + self.w
 
     lowered = lower_scenario(
+        golden,
         "placeholder_order", Mixed(), (X4,), WholeProgramPartitioner(TEST_BACKEND, tag_constants=True)
     )
     sub = lowered.lowered_modules[0].module.original_program
@@ -608,8 +628,9 @@ class InputMutation(nn.Module):
         return torch.sin(x) * y
 
 
-def test_map_body_partitioned() -> None:
+def test_map_body_partitioned(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "map_body", MapBody(), (torch.randn(3, 4), X4), OpSupportPartitioner(TEST_BACKEND, ADD_MUL)
     )
     (body,) = lowered.graph.subgraphs
@@ -617,8 +638,9 @@ def test_map_body_partitioned() -> None:
     assert len(lowered.lowered_modules) == 3
 
 
-def test_user_input_mutation_from_delegate() -> None:
+def test_user_input_mutation_from_delegate(golden: Golden) -> None:
     lowered = lower_scenario(
+        golden,
         "user_input_mutation", InputMutation(), (X4, X4.clone()), WholeProgramPartitioner(TEST_BACKEND)
     )
     kinds = [type(s).__name__ for s in lowered.signature.outputs]
@@ -635,11 +657,12 @@ class ParamThroughParent(nn.Module):
         return (x * self.w) * torch.sin(self.w)
 
 
-def test_consumed_param_also_feeding_the_partition_through_the_parent() -> None:
+def test_consumed_param_also_feeding_the_partition_through_the_parent(golden: Golden) -> None:
     # w is consumed by the mul partition and also reaches it through the parent's sin: legal,
     # the parent keeps w for sin and the delegate owns its own copy.
     module = _seed(ParamThroughParent())
     lowered = lower_scenario(
+        golden,
         "param_through_parent", module, (X4,), OpSupportPartitioner(TEST_BACKEND, {MUL}, tag_constants=True)
     )
     assert [e.target for e in lowered.state] == ["w"]

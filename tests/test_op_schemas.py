@@ -1,13 +1,12 @@
 """texir.ir's torch-free operator schemas agree with torch: the packaged table is torch's registry,
 the parser reads every string as torch does, and the facts follow from it.
 
-`TEXIR_UPDATE_GOLDENS=1 pytest tests/test_op_schemas.py` rewrites texir/ir/op_schemas.json from the
+`pytest tests/test_op_schemas.py --snapshot-update` rewrites texir/ir/op_schemas.json from the
 running torch (the same as `python tools/gen_op_schemas.py`)."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,6 +18,7 @@ from texir.ir import literal_arg
 from texir.ir.op_facts import op_facts, op_schema, op_table, out_variant, packaged_schemas, view_copy_target
 from texir.ir.op_schema import OpSchemaError, parse_schema
 from texir.ir.types import Argument, IntArg, ListArg, NoneArg, Program, StrArg
+from texir.testing.golden import updating_goldens
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "texir" / "ir" / "op_schemas.json"
@@ -32,15 +32,15 @@ def _tool() -> ModuleType:
     return module
 
 
-def test_packaged_table_is_torchs_registry() -> None:
+def test_packaged_table_is_torchs_registry(request: pytest.FixtureRequest) -> None:
     tool = _tool()
     version, schemas = tool.torch_schemas()
     rendered = tool.render(version, schemas)
-    if os.environ.get("TEXIR_UPDATE_GOLDENS") == "1" and TABLE.read_bytes() != rendered:
+    if updating_goldens(request.config) and TABLE.read_bytes() != rendered:
         TABLE.write_bytes(rendered)
     assert TABLE.read_bytes() == rendered, (
         f"texir/ir/op_schemas.json differs from torch {version}'s registry; run "
-        "`TEXIR_UPDATE_GOLDENS=1 pytest tests/test_op_schemas.py` (or tools/gen_op_schemas.py)"
+        "`pytest tests/test_op_schemas.py --snapshot-update` (or tools/gen_op_schemas.py)"
     )
     assert any(s.startswith("aten::add.Tensor(") for s in schemas)
     assert any(s.startswith("quantized_decomposed::") for s in schemas)

@@ -1,6 +1,6 @@
 """Golden hashes of the `.pte` bytes texir writes for every zoo model (as exported, core ATen, and with
 every relu delegated to the reference backend): a refactor of the edge passes or the emitter must
-not change one byte. Rewrite with TEXIR_UPDATE_GOLDENS=1 only when a change of bytes is intended,
+not change one byte. Rewrite with `pytest --snapshot-update` only when a change of bytes is intended,
 and say why in the commit."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import functools
 import hashlib
 import json
 
-from tests.conftest import check_golden
 from tests.zoo import ZOO, cached_export
 from texir.adapters import from_exported_program
 from texir.ir import CallFunction, Program
@@ -18,6 +17,7 @@ from texir.lowering import OpSupportPartitioner, to_backend
 from texir.backends import reference as _reference_backend  # noqa: F401  (registers it)
 from texir.emit import emit
 from texir.serialize.pte import dumps
+from texir.testing.golden import Golden
 
 
 def _sha(data: bytes) -> str:
@@ -46,6 +46,6 @@ def _has(program: Program, target: str) -> bool:
     return any(isinstance(n, CallFunction) and n.target == target for n in program.graph.nodes)
 
 
-def test_zoo_pte_bytes_unchanged() -> None:
+def test_zoo_pte_bytes_unchanged(golden: Golden) -> None:
     table = {m.name: _variants(m.name) for m in ZOO}
-    check_golden("pte/zoo_hashes.json", json.dumps(table, indent=1, sort_keys=True) + "\n")
+    golden("pte/zoo_hashes.json", json.dumps(table, indent=1, sort_keys=True) + "\n")

@@ -5,7 +5,6 @@ refused naming op and node, and ops the runtime lacks are decomposed as ExecuTor
 from __future__ import annotations
 
 import json
-import os
 from importlib import resources
 
 import pytest
@@ -21,6 +20,7 @@ from texir.ir import CallFunction, Program
 from texir.lowering import OpSupportPartitioner, to_backend
 from texir.backends import reference as _reference_backend  # noqa: F401  (registers it)
 from texir.serialize.pte import dumps, loads
+from texir.testing.golden import updating_goldens
 
 MISSING_IN_RUNTIME = {"topk": "aten::sort.values"}
 
@@ -31,9 +31,9 @@ def _registry() -> frozenset[str]:
     return frozenset(runtime().operator_registry.operator_names)
 
 
-def test_checked_in_table_equals_the_runtime_registry() -> None:
+def test_checked_in_table_equals_the_runtime_registry(request: pytest.FixtureRequest) -> None:
     registry = _registry()
-    if os.environ.get("TEXIR_UPDATE_GOLDENS", "") not in ("", "0"):
+    if updating_goldens(request.config):
         path = resources.files("texir.emit").joinpath("executorch_1_5_1_operators.json")
         doc = json.loads(path.read_text(encoding="utf-8"))
         doc["operators"] = sorted(registry)
@@ -42,7 +42,7 @@ def test_checked_in_table_equals_the_runtime_registry() -> None:
         runtime_operators.cache_clear()
     assert runtime_operators() == registry, (
         f"table and runtime differ: only in table {sorted(runtime_operators() - registry)[:5]}, "
-        f"only in runtime {sorted(registry - runtime_operators())[:5]}; TEXIR_UPDATE_GOLDENS=1 rewrites it"
+        f"only in runtime {sorted(registry - runtime_operators())[:5]}; --snapshot-update rewrites it"
     )
 
 

@@ -4,7 +4,7 @@ snapshots round-trip in JSON and msgpack, and the printed IR matches its golden.
 Goldens live in tests/golden/ir/<model>.txt (the core-ATen program, `format_program`). After an
 intended change to the adapter, printer or zoo, rewrite them with
 
-    TEXIR_UPDATE_GOLDENS=1 .venv/bin/pytest tests/test_zoo_roundtrip.py -q
+    .venv/bin/pytest tests/test_zoo_roundtrip.py -q --snapshot-update
 
 and review the diff before committing.
 """
@@ -18,7 +18,6 @@ import pytest
 from texir.ir.canonical import drop_stack_traces
 import torch
 
-from tests.conftest import check_golden
 from tests.zoo import ZOO, cached_export, compare_runs, example_argsets, fresh_module, run_model, zoo_model
 from texir.adapters import from_exported_program, to_exported_program
 from texir.ir import (
@@ -42,6 +41,7 @@ from texir.ir import (
 )
 from texir.ir.types import Argument, FloatArg, TupleArg
 from texir.serialize.snapshot import dumps, loads
+from texir.testing.golden import Golden
 
 NAMES = [m.name for m in ZOO]
 
@@ -177,10 +177,10 @@ def test_snapshot_roundtrip(
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_golden_text(programs: dict[tuple[str, bool], Program], name: str) -> None:
+def test_golden_text(programs: dict[tuple[str, bool], Program], name: str, golden: Golden) -> None:
     text = format_program(_program(programs, name, True))
     assert "File \"" not in text and "/work/" not in text and "0x" not in text  # nothing machine-specific
-    check_golden(f"ir/{name}.txt", text)
+    golden(f"ir/{name}.txt", text)
 
 
 # ------------------------------------------------------------------------------------------------
