@@ -1,45 +1,20 @@
-"""Shared helpers of the lowering tests: a tiny test backend and the scenario checks."""
+"""Shared helpers of the lowering tests: the scenario checks (the test backends: tests/lowering_backends.py)."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from texir.adapters import from_exported_program, to_exported_program
-from texir.ir import CallFunction, CompileSpec, DebugHandleEntry, Program, format_program, verify
-from texir.lowering import PreprocessResult, register_backend, to_backend
+from texir.ir import Program, format_program, verify
+from texir.lowering import to_backend
 from texir.lowering.plan import PartitionPlan
 from texir.serialize import snapshot
 from texir.testing.golden import Golden
-
-TEST_BACKEND = "texir-test"
-
-
-class _TestBackend:
-    """Processed bytes list the delegated ops and compile specs; one debug entry per call node."""
-
-    def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec]) -> PreprocessResult:
-        graph = program.graph
-        calls = [(n, graph.prov(i)) for i, n in enumerate(graph.nodes) if isinstance(n, CallFunction)]
-        text = ",".join(n.target for n, _ in calls) + "|" + ",".join(f"{s.key}={s.value.hex()}" for s in compile_specs)
-        entries = tuple(
-            DebugHandleEntry(identifier=n.name, debug_handles=(prov.debug_handle,))
-            for n, prov in calls
-            if prov is not None and prov.debug_handle is not None
-        )
-        return PreprocessResult(processed_bytes=text.encode(), debug_handle_map=entries)
-
-
-class FailingBackend:
-    def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec]) -> PreprocessResult:
-        raise RuntimeError("this backend always fails")
-
-
-register_backend(TEST_BACKEND, _TestBackend(), replace=True)
-register_backend("texir-failing", FailingBackend(), replace=True)
+from tests.lowering_backends import TEST_BACKEND  # noqa: F401  (re-exported; importing registers the test backends)
 
 
 def export_program(module: torch.nn.Module, args: tuple[Any, ...], **kwargs: Any) -> Program:
