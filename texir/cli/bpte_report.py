@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from texir.cli.pte_report import format_report, inspect_pte
 from texir.errors import UsageError
 from texir.serialize import bpte
 from texir.serialize.bpte.check import dtype_name
@@ -68,8 +69,6 @@ def _select(bundle: bpte.BundledProgram, spec: str) -> tuple[str, int]:
 
 def inspect_bpte(data: bytes, *, brief: bool = False, case: str | None = None) -> JsonDict:
     """The report `texir inspect --json` prints for a `.bpte` (deterministic, JSON-serialisable)."""
-    from texir.cli.cmd_inspect import inspect_pte
-
     bundle = bpte.loads(data)
     chosen = _select(bundle, case) if case is not None else None
     methods = []
@@ -108,8 +107,6 @@ def _fmt_full(v: JsonDict) -> str:
 
 def format_bpte_report(r: JsonDict) -> str:
     """The text view of `inspect_bpte`'s report: the program's view, then the cases."""
-    from texir.cli.cmd_inspect import format_report
-
     lines = [f"bundled program: {r['file']['size']} bytes, BP08, version {r['file']['version']}; "
              f"the program ({r['program']['file']['size']} bytes):", ""]
     lines.append(format_report(r["program"]).rstrip("\n"))

@@ -9,7 +9,14 @@ from typing import Any, Literal
 
 import msgspec
 
-from texir.errors import UsageError
+from texir.cli.cmd_lower import executorch_partitioner_for
+from texir.cli.model_spec import load_model_eager
+from texir.cli.paths import refuse_clobbering
+from texir.cli.progress import Progress
+from texir.emit import emit
+from texir.errors import ConversionError, UsageError
+from texir.serialize import bpte, pte
+from texir.serialize.bpte import Tensor, describe_value
 
 EPILOG = """\
 examples:
@@ -61,8 +68,6 @@ def default_output(spec: str) -> Path:
 
 
 def _check(args: argparse.Namespace) -> Path:
-    from texir.cli.paths import refuse_clobbering
-
     if args.cases < 0:
         raise UsageError(f"--cases {args.cases}: give a number of random input sets, 0 or more")
     if args.jobs < 1:
@@ -77,21 +82,14 @@ def _check(args: argparse.Namespace) -> Path:
 
 
 def _describe(values: tuple[Any, ...]) -> list[str]:
-    from texir.serialize.bpte import Tensor, describe_value
-
     return [describe_value(v.val).removeprefix("Tensor ") if isinstance(v.val, Tensor) else describe_value(v.val)
             for v in values]
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch loads in seconds (the adapters and orchestrate import it): only `texir bundle` pays
     from texir.adapters.bundle import eager_case, random_inputs
-    from texir.cli.cmd_lower import executorch_partitioner_for
-    from texir.cli.model_spec import load_model_eager
-    from texir.cli.progress import Progress
-    from texir.emit import emit
-    from texir.errors import ConversionError
     from texir.orchestrate import lower
-    from texir.serialize import bpte, pte
 
     output = _check(args)
     with Progress("texir bundle") as progress:
@@ -118,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             bpte.dump(bundle, output)
         results = None
         if args.verify:
-            from texir.executorch import verify_bpte
+            from texir.executorch import verify_bpte  # executorch is an optional extra: imported on use
 
             with progress.phase("verifying in ExecuTorch's runtime"):
                 results = verify_bpte(output.read_bytes(), rtol=args.rtol, atol=args.atol)

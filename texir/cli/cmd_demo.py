@@ -12,8 +12,16 @@ from typing import Any, Literal
 
 import pydantic
 
+from texir.backends import xnnpack
+from texir.backends.demo import BACKEND_ID
 from texir.cli.progress import Progress
+from texir.emit import emit
 from texir.errors import TexirError
+from texir.ir import CallFunction, verify
+from texir.lowering import OpSupportPartitioner, WholeProgramPartitioner, get_lowered_submodules, to_backend
+from texir.serialize import snapshot
+from texir.serialize.pte import dump as dump_pte
+from texir.serialize.pte.codec import dumps as pte_bytes
 
 EPILOG = """\
 examples:
@@ -84,15 +92,11 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     """Run the demo pipeline and return its summary (what `--json` prints)."""
     if options.partitioner in ("xnnpack", "executorch:xnnpack"):
         return _run_xnnpack(options)
-    # Heavy imports stay here so `texir --help` stays fast.
+    # torch (and the adapters and model, which import it) loads in seconds: only `texir demo` pays
     import torch
 
     from texir.adapters import from_exported_program, to_exported_program
-    from texir.ir import CallFunction, verify
-    from texir.lowering import OpSupportPartitioner, WholeProgramPartitioner, to_backend
-    from texir.backends.demo import BACKEND_ID
     from texir.models import conv_relu_tan
-    from texir.serialize import snapshot
 
     out_dir = _out_dir(options)
     with Progress("texir demo") as progress, warnings.catch_warnings():
@@ -125,9 +129,6 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
         with progress.phase("writing snapshot"):
             snapshot.dump(lowered, snapshot_path, format="json", include_data=True)
         with progress.phase("writing .pte"):
-            from texir.emit import emit
-            from texir.serialize.pte import dump as dump_pte
-
             dump_pte(emit(lowered), pte_path)
 
     partitions, delegated = _partition_rows(lowered, describe_blob=lambda b: b.decode("utf-8", errors="replace"))
@@ -152,9 +153,6 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
 
 def _partition_rows(lowered: Any, describe_blob: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """One summary row per lowered module, and the names of all delegated call nodes."""
-    from texir.ir import CallFunction
-    from texir.lowering import get_lowered_submodules
-
     partitions: list[dict[str, Any]] = []
     delegated: list[str] = []
     for name, module, call in get_lowered_submodules(lowered):
@@ -185,16 +183,12 @@ def _out_dir(options: DemoOptions) -> Path:
 
 
 def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
+    # torch (and the modules below, which import it) loads in seconds: only `texir demo` pays
     import torch
 
-    from texir.executorch import run_pte
-    from texir.emit import emit
-    from texir.ir import CallFunction, verify
-    from texir.orchestrate import lower
+    from texir.executorch import partitioner_by_name, run_pte
     from texir.models import conv_relu_tan
-    from texir.serialize import snapshot
-    from texir.serialize.pte import dump as dump_pte
-    from texir.serialize.pte.codec import dumps as pte_bytes
+    from texir.orchestrate import lower
 
     out_dir = _out_dir(options)
     with Progress("texir demo") as progress, warnings.catch_warnings():
@@ -204,13 +198,9 @@ def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
             exported = torch.export.export(model, inputs, strict=True)
         with progress.phase(f"lowering to XNNPACK ({options.partitioner})"):
             if options.partitioner == "xnnpack":
-                from texir.backends import xnnpack
-
                 with xnnpack.registered():  # the native backend for this lowering only
                     lowered = lower(exported, [xnnpack.partitioner()])
             else:
-                from texir.executorch import partitioner_by_name
-
                 lowered = lower(exported, [partitioner_by_name("xnnpack")])
             verify(lowered)
         with progress.phase("emitting .pte"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import Any
 
@@ -12,7 +11,10 @@ import msgspec
 from texir.cli.model_spec import load_input
 from texir.cli.progress import Progress
 from texir.errors import TexirError
+from texir.emit import emit
 from texir.ir.types import LoweredBackendModule, Program
+from texir.serialize.bpte import BundledProgram
+from texir.serialize.pte import loads
 from texir.viz.diff import ProgramDiff, diff_modules, diff_programs, diff_texts, format_diff, summary_line
 from texir.viz.views import text_view
 
@@ -31,16 +33,12 @@ file is emitted to .pte first; a .bpte compared with anything but a .bpte stands
 
 def _as_pte(value: Any) -> Any:
     if isinstance(value, Program):
-        emit = importlib.import_module("texir.emit")
-        return emit.emit(value)
+        return emit(value)
     return value
 
 
 def _unbundle(value: Any) -> Any:
     """A bundled program's `.pte` (compared with anything but another bundle)."""
-    from texir.serialize.bpte import BundledProgram
-    from texir.serialize.pte import loads
-
     return loads(value.program.view()) if isinstance(value, BundledProgram) else value
 
 

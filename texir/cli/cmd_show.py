@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from texir.cli.model_spec import load_input
 from texir.cli.paths import is_model_spec, refuse_clobbering
 from texir.cli.progress import Progress
+from texir.ir import canonicalize, format_lowered_module, format_program
 from texir.ir.types import LoweredBackendModule, Program
-
-if TYPE_CHECKING:
-    from texir.serialize.bpte.schema import BundledProgram
-    from texir.serialize.pte.schema import PteProgram
+from texir.serialize.bpte.schema import BundledProgram
+from texir.serialize.pte.schema import PteProgram
+from texir.serialize.snapshot import atomic_write_bytes
+from texir.viz.html import write_html
+from texir.viz.pte_view import bundle_text, pte_text
 
 EPILOG = """\
 examples:
@@ -32,16 +33,9 @@ dynamic_shapes]) or an ExportedProgram), a FILE.pt2 written by torch.export.save
 
 
 def render(value: Program | LoweredBackendModule | PteProgram | BundledProgram, *, canonical: bool = False) -> str:
-    from texir.ir import canonicalize, format_lowered_module, format_program
-    from texir.serialize.bpte.schema import BundledProgram
-
     if isinstance(value, BundledProgram):
-        from texir.viz.pte_view import bundle_text
-
         return bundle_text(value)
     if not isinstance(value, (Program, LoweredBackendModule)):
-        from texir.viz.pte_view import pte_text
-
         return pte_text(value)
 
     if isinstance(value, LoweredBackendModule):
@@ -89,8 +83,6 @@ def run(args: argparse.Namespace) -> int:
             print("texir show: showing MODEL as exported; `texir lower` decomposes it first (add --decompose "
                   "to see that form)", file=sys.stderr)
         if args.html is not None:
-            from texir.viz.html import write_html
-
             with progress.phase(f"writing {args.html}"):
                 stats = write_html(value, args.html, title=args.model)
             print(f"wrote {args.html}: {stats.nodes} nodes, {stats.edges} edges, "
@@ -101,8 +93,6 @@ def run(args: argparse.Namespace) -> int:
     if not text.endswith("\n"):
         text += "\n"
     if args.output is not None:
-        from texir.serialize.snapshot import atomic_write_bytes
-
         atomic_write_bytes(args.output, text.encode("utf-8"))
     else:
         sys.stdout.write(text)

@@ -9,9 +9,12 @@ from typing import Literal
 
 import pydantic
 
+from texir.cli.model_spec import load_value
 from texir.cli.paths import refuse_clobbering
 from texir.cli.progress import Progress
 from texir.errors import TexirError
+from texir.serialize import snapshot
+from texir.serialize.snapshot import format_for_path
 
 EPILOG = """\
 examples:
@@ -41,8 +44,6 @@ class SnapshotOptions(pydantic.BaseModel):
 
     @property
     def resolved_format(self) -> Literal["json", "msgpack"]:
-        from texir.serialize.snapshot import format_for_path
-
         if self.format is not None:
             return self.format
         return format_for_path(self.output) if self.output is not None else "json"
@@ -78,9 +79,6 @@ def run(args: argparse.Namespace) -> int:
     if options.output is None and options.resolved_format == "msgpack" and sys.stdout.isatty():
         raise TexirError("refusing to write binary msgpack to a terminal; use -o FILE or redirect stdout")
     refuse_clobbering("texir snapshot", [options.model], [("-o", options.output)])
-    from texir.cli.model_spec import load_value
-    from texir.serialize import snapshot
-
     with Progress("texir snapshot") as progress:
         with progress.phase(f"loading {options.model}"):
             value = load_value(options.model, decompose=options.decompose)

@@ -38,12 +38,14 @@ import pydantic
 
 from texir.errors import ModelSpecError
 from texir.ir.types import LoweredBackendModule, Program
+from texir.serialize import snapshot
+from texir.serialize.bpte.codec import loads as loads_bpte
+from texir.serialize.bpte.schema import BundledProgram
+from texir.serialize.pte.codec import loads as loads_pte
+from texir.serialize.pte.schema import PteProgram
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
-
-    from texir.serialize.bpte.schema import BundledProgram
-    from texir.serialize.pte.schema import PteProgram
 
 __all__ = [
     "SNAPSHOT_SUFFIXES",
@@ -85,7 +87,7 @@ class ExportRecipe(pydantic.BaseModel):
     @pydantic.field_validator("module")
     @classmethod
     def _is_module(cls, value: Any) -> Any:
-        import torch
+        import torch  # the value is a module a MODEL built: torch is loaded already
 
         if not isinstance(value, torch.nn.Module):
             raise ValueError(f"expected a torch.nn.Module, got {type(value).__name__}")
@@ -183,7 +185,7 @@ def _resolve_attr(module: ModuleType, attr: str, source: str) -> Any:
 
 
 def _export(recipe: ExportRecipe, where: str) -> ExportedProgram:
-    import torch
+    import torch  # torch loads in ~2 s: only commands given a MODEL pay (texir show/diff of files never do)
 
     try:
         return torch.export.export(
@@ -220,7 +222,7 @@ def _recipe(value: Any, where: str) -> ExportRecipe:
 def _load_pt2(path: Path) -> ExportedProgram:
     if not path.is_file():
         raise ModelSpecError(f"MODEL file {str(path)!r} does not exist")
-    import torch
+    import torch  # torch loads in ~2 s: only commands given a MODEL pay (texir show/diff of files never do)
 
     # torch logs its own traceback (a warning) before raising on a bad archive: texir says it once.
     quiet = [logging.getLogger(name) for name in ("torch.export", "torch._export")]
@@ -260,6 +262,7 @@ def _load_model(spec: str) -> tuple[ExportedProgram, ExportRecipe | None]:
     if not isinstance(spec, str) or not spec.strip():
         raise ModelSpecError("MODEL is empty; give FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE or FILE.pt2")
     spec = spec.strip()
+    # the adapters import torch, which loads in ~2 s: only commands given a MODEL pay
     from texir.adapters.torch_patches import make_torchvision_importable
 
     make_torchvision_importable()  # a model module (or transformers) may import torchvision
@@ -276,7 +279,7 @@ def _load_model(spec: str) -> tuple[ExportedProgram, ExportRecipe | None]:
         module = _import_module(source)
     target = _resolve_attr(module, attr, source)
 
-    import torch
+    import torch  # torch loads in ~2 s: only commands given a MODEL pay (texir show/diff of files never do)
 
     if isinstance(target, torch.export.ExportedProgram):
         return target, None
@@ -311,11 +314,9 @@ def load_value(
     (after `run_decompositions()` to core ATen when `decompose`; `allow_non_core`: keep ops outside
     core ATen instead of refusing them, see `from_exported_program`)."""
     if is_snapshot_path(spec):
-        from texir.serialize import snapshot
-
         return snapshot.load(Path(spec))
     ep = load_model(spec)
-    from texir.adapters import from_exported_program
+    from texir.adapters import from_exported_program  # imports torch (~2 s): only a MODEL pays
 
     return from_exported_program(ep, decompose=decompose, allow_non_core=allow_non_core)
 
@@ -327,9 +328,6 @@ def load_input(
     torch), a snapshot file, or a MODEL spec converted to a Program."""
     suffix = Path(spec).suffix.lower()
     if suffix in (".pte", ".bpte"):
-        from texir.serialize.bpte.codec import loads as loads_bpte
-        from texir.serialize.pte.codec import loads as loads_pte
-
         try:
             data = Path(spec).read_bytes()
         except OSError as exc:
