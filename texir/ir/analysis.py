@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from texir.errors import IRError
+
 from texir.ir.types import (
     Argument,
     CallFunction,
@@ -77,8 +79,6 @@ def placeholders(graph: Graph) -> tuple[Placeholder, ...]:
 def output_node(graph: Graph) -> Output:
     last = graph.nodes[-1] if graph.nodes else None
     if not isinstance(last, Output):
-        from texir.errors import IRError
-
         raise IRError("graph has no output node; end every graph with one Output node")
     return last
 

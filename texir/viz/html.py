@@ -20,7 +20,7 @@ from typing import Any
 
 from texir._io import atomic_write
 from texir.errors import TexirError
-from texir.ir.analysis import node_inputs
+from texir.ir.analysis import iter_refs, node_inputs
 from texir.ir.printer import format_arg, format_input_spec, format_meta, format_output_spec
 from texir.ir.types import (
     BufferInput,
@@ -38,6 +38,8 @@ from texir.ir.types import (
     UserInput,
     UserOutput,
 )
+from texir.serialize.pte import schema as s
+from texir.viz.pte_view import _instruction, _operator, _value
 
 __all__ = ["HtmlStats", "KINDS", "PALETTE", "build_model", "layout", "partition_color", "render_html", "write_html"]
 
@@ -300,16 +302,11 @@ class _ProgramModel:
 
 
 def _refs(arg: Any) -> list[str]:
-    from texir.ir.analysis import iter_refs
-
     return list(iter_refs(arg))
 
 
 def _pte_model(pte: Any) -> dict[str, Any]:
     """Page graphs of a PteProgram: one per method; instructions as nodes, values as edges."""
-    from texir.serialize.pte import schema as s
-    from texir.viz.pte_view import _instruction, _operator, _value
-
     program = pte.program
     graphs: list[dict[str, Any]] = []
     partitions: list[dict[str, Any]] = []

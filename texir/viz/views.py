@@ -16,6 +16,7 @@ from texir.viz.diff import (
     original_names,
 )
 from texir.ir.types import LoweredBackendModule, Program
+from texir.viz.pte_view import bundle_text, pte_text
 
 __all__ = ["TextView", "text_view"]
 
@@ -38,16 +39,12 @@ def text_view(obj: Any) -> TextView:
         text = canonical_module_text(obj)
         return TextView(text, module_original_names(obj, text), "lowered_module")
     if type(obj).__name__ == "ExportedProgram":  # convenience for tests on torch.export output
-        from texir.adapters import from_exported_program
+        from texir.adapters import from_exported_program  # imports torch (~2 s): only this case pays
 
         return text_view(from_exported_program(obj))
     if type(obj).__name__ == "PteProgram":
-        from texir.viz.pte_view import pte_text
-
         return TextView(pte_text(obj), {}, "pte")
     if type(obj).__name__ == "BundledProgram":
-        from texir.viz.pte_view import bundle_text
-
         return TextView(bundle_text(obj), {}, "bpte")
     raise TexirError(
         f"cannot snapshot or diff a {type(obj).__name__}: pass a texir Program, a "

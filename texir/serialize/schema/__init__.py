@@ -22,6 +22,7 @@ import msgspec
 
 from texir.ir.blob import Blob
 from texir.ir.types import SCHEMA_VERSION
+from texir.serialize.snapshot import LoweredModuleSnapshot, ProgramSnapshot
 
 __all__ = [
     "CURRENT_SCHEMA_PATH",
@@ -74,8 +75,6 @@ def generate_schema(
 ) -> dict[str, Any]:
     """The JSON Schema of the snapshot envelopes (or of `types`), without descriptions."""
     if types is None:
-        from texir.serialize.snapshot import LoweredModuleSnapshot, ProgramSnapshot
-
         types = (ProgramSnapshot, LoweredModuleSnapshot)
     roots, defs = msgspec.json.schema_components(tuple(types), schema_hook=_schema_hook)
     schema = {
