@@ -11,7 +11,9 @@ from typing import Any, cast
 
 import torch
 from torch._decomp import get_decompositions
+from torch._export.utils import _is_preservable_cia_op
 from torch._ops import OpOverload, OpOverloadPacket
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from texir.adapters.targets import canonical_target, resolve_target
 from texir.errors import UnsupportedError
@@ -69,8 +71,6 @@ def must_decompose_functionally(op: Any) -> bool:
     """Whether `ep.run_decompositions({})` decomposes `op`: a CompositeImplicitAutograd op that torch
     will not preserve (it may alias or mutate, like batch_norm, or is a metadata function); every
     other op it keeps."""
-    from torch._export.utils import _is_preservable_cia_op
-
     if not isinstance(op, OpOverload) or op.namespace != "aten":
         return False
     if not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):  # type: ignore[no-untyped-call]  # OpOverload.name is untyped
@@ -119,8 +119,6 @@ def has_subclass_state(ep: torch.export.ExportedProgram) -> bool:
     """Some weight or constant of `ep` is a tensor subclass that wraps other tensors (torchao's
     quantized weights, e.g. IntxUnpackedToInt8Tensor): a retrace (`functionalize`) unwraps it
     into the plain tensors ExecuTorch's programs hold."""
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-
     return any(
         is_traceable_wrapper_subclass(value)
         for table in (ep.state_dict, ep.constants) for value in table.values()

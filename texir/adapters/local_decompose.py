@@ -35,6 +35,7 @@ from typing import Any, cast
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
+from torch._export.utils import _is_preservable_cia_op
 from torch._guards import detect_fake_mode
 from torch._ops import OpOverload
 from torch.export import ExportedProgram
@@ -237,8 +238,6 @@ def _is_default(param: Any, value: Any) -> bool:
 
 
 def _preservable_composite(func: OpOverload) -> bool:
-    from torch._export.utils import _is_preservable_cia_op
-
     return bool(_is_preservable_cia_op(func))
 
 

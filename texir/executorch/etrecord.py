@@ -18,8 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from texir.executorch.deps import require_executorch
+import torch
+
+from texir.adapters.delegate_op import LoweredBackendModule as TexirLowered
+from texir.adapters.delegate_op import texir_call_delegate
+from texir.adapters.fx_export import to_exported_program
 from texir.errors import TexirError, UnsupportedError
+from texir.executorch.deps import require_executorch
+from texir.executorch.edge_program import executorch_edge_target, to_edge_exported_program
 from texir.ir.types import Program
 
 __all__ = ["DebugMaps", "EtrecordError", "write_etrecord"]
@@ -47,7 +53,7 @@ def write_etrecord(
     returns it, or the emitted Program itself; or a mapping method name -> one) and `emitted` (what
     `emit_with_debug` returned) to `path`, atomically. Needs the `executorch` extra."""
     require_executorch("writing an ETRecord")
-    from executorch.devtools.etrecord._etrecord import ETRecord
+    from executorch.devtools.etrecord._etrecord import ETRecord  # executorch is an optional extra: imported on use
 
     methods = {"forward": program} if isinstance(program, Program) else dict(program)
     handles = emitted.debug_handle_map()
@@ -82,16 +88,10 @@ def write_etrecord(
 def _exported(name: str, program: Program) -> Any:
     """`program` as an ExportedProgram whose delegate calls are ExecuTorch's, over ExecuTorch
     lowered modules (their `original_module` the delegated sub-program, handles included)."""
+    # executorch is an optional extra: imported on use
     from executorch.exir.backend.compile_spec_schema import CompileSpec
     from executorch.exir.delegate import executorch_call_delegate
     from executorch.exir.lowered_backend_module import LoweredBackendModule
-
-    import torch
-
-    from texir.adapters.delegate_op import LoweredBackendModule as TexirLowered
-    from texir.executorch.edge_program import executorch_edge_target, to_edge_exported_program
-    from texir.adapters.delegate_op import texir_call_delegate
-    from texir.adapters.fx_export import to_exported_program
 
     if not program.lowered_modules:
         return to_edge_exported_program(program)

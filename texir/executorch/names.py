@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
+import types
 from typing import Any, Final
 
 from texir.executorch.deps import require_executorch
@@ -28,10 +31,6 @@ function returning one built with default options."""
 def openvino_partitioner() -> Any:
     """ExecuTorch's OpenvinoPartitioner for the CPU device. Its package __init__ also imports its
     quantizer (nncf); the partitioner and backend need only openvino, so they are imported without it."""
-    import importlib.util
-    import sys
-    import types
-
     name = "executorch.backends.openvino"
     if name not in sys.modules:
         try:
@@ -44,6 +43,7 @@ def openvino_partitioner() -> Any:
             package = types.ModuleType(name)
             package.__path__ = list(spec.submodule_search_locations)
             sys.modules[name] = package
+    # executorch is an optional extra (and its backends' own dependencies too): imported on use
     from executorch.backends.openvino.partitioner import OpenvinoPartitioner
     from executorch.exir.backend.compile_spec_schema import CompileSpec
 
@@ -53,6 +53,7 @@ def openvino_partitioner() -> Any:
 def tosa_partitioner() -> Any:
     """Arm's TOSAPartitioner for TOSA-1.0+FP (a float program; quantize with Arm's TOSAQuantizer and
     give TOSA-1.0+INT through the Python API for integer programs)."""
+    # executorch is an optional extra (and its backends' own dependencies too): imported on use
     from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
     from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
 
@@ -62,6 +63,7 @@ def tosa_partitioner() -> Any:
 def ethos_u_partitioner() -> Any:
     """Arm's EthosUPartitioner for an Ethos-U55 with 128 MACs (the program must be quantized with
     Arm's EthosUQuantizer)."""
+    # executorch is an optional extra (and its backends' own dependencies too): imported on use
     from executorch.backends.arm.ethosu.compile_spec import EthosUCompileSpec
     from executorch.backends.arm.ethosu.partitioner import EthosUPartitioner
 
@@ -101,7 +103,7 @@ def partitioner_by_name(name: str) -> ExecutorchPartitioner:
 def as_executorch_partitioner(obj: Any) -> ExecutorchPartitioner | None:
     """`obj` as a texir partitioner when it is an ExecuTorch `Partitioner` class (built with no
     arguments) or instance; None for anything else (executorch not needed to say so)."""
-    try:
+    try:  # executorch is an optional extra: without it nothing is an ExecuTorch partitioner
         from executorch.exir.backend.partitioner import Partitioner
     except ImportError:
         return None

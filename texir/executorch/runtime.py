@@ -44,6 +44,7 @@ def runtime() -> Any:
     "missing operator". Importing it first gives every caller the same operator registry, whatever the
     process imported before."""
     require_executorch("running a .pte")
+    # executorch is an optional extra: imported on use
     import executorch.kernels.quantized  # noqa: F401  (registers the quantized kernels with the runtime)
     from executorch.runtime import Runtime
 
@@ -95,7 +96,7 @@ def verify_bpte(data: bytes, *, rtol: float = 1e-5, atol: float = 1e-8) -> tuple
     that updates buffers would otherwise see the state the previous case left). Cases without
     expected outputs are skipped."""
     require_executorch("verifying a .bpte")
-    from executorch.extension.pybindings import portable_lib
+    from executorch.extension.pybindings import portable_lib  # executorch is an optional extra: imported on use
 
     bundle = bpte.read_bundle(data)
     raw = bytes(data)
