@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 from texir.errors import IRError
-
 from texir.ir.types import (
     Argument,
     CallFunction,
@@ -13,8 +12,6 @@ from texir.ir.types import (
     ListArg,
     Node,
     Output,
-    Placeholder,
-    Program,
     Ref,
     TupleArg,
     ValueMeta,
@@ -68,27 +65,11 @@ def value_metas(graph: Graph) -> dict[str, ValueMeta]:
     return table
 
 
-def node_map(graph: Graph) -> dict[str, Node]:
-    return {node.name: node for node in graph.nodes}
-
-
-def placeholders(graph: Graph) -> tuple[Placeholder, ...]:
-    return tuple(n for n in graph.nodes if isinstance(n, Placeholder))
-
-
 def output_node(graph: Graph) -> Output:
     last = graph.nodes[-1] if graph.nodes else None
     if not isinstance(last, Output):
         raise IRError("graph has no output node; end every graph with one Output node")
     return last
-
-
-def subgraph_map(graph: Graph) -> Mapping[str, Graph]:
-    return {sub.name: sub.graph for sub in graph.subgraphs}
-
-
-def state_map(program: Program) -> dict[str, object]:
-    return {entry.target: entry.value for entry in program.state}
 
 
 def walk_graphs(graph: Graph, path: str = "") -> Iterator[tuple[str, Graph]]:
