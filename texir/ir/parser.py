@@ -20,18 +20,16 @@ from collections.abc import Callable, Mapping
 from texir.errors import ParseError
 from texir.ir.blob import Blob
 from texir.ir.builder import GraphBuilder
-from texir.ir.parse_expr import HEX, INT, NAME, WORD, Cursor
+from texir.ir.parse_expr import HEX, NAME, WORD, Cursor
+from texir.ir.parse_lines import (
+    read_backend_meta, read_input_spec, read_module_call, read_output_spec, read_quoted, read_range_constraint,
+)
 from texir.ir.printer import tensor_nbytes
 from texir.ir.types import (
-    Argument, BackendNodeMeta, BoolArg, BufferInput, BufferMutation, CallFunction, CompileSpec,
-    ConstantTensorInput, CustomObjInput, CustomObjMeta, DebugHandleEntry, DelegateMeta, DeviceArg, Dim,
-    DType, DTypeArg, FloatArg, GetAttr, GradientToParameter, GradientToUserInput, Graph, GraphSignature,
-    InputSpec, IntArg, Layout, LayoutArg, ListArg, Location, LossOutput, LoweredBackendModule,
-    MemoryFormat, MemoryFormatArg, ModuleCallEntry, ModuleCallSignature, ModuleFrame, NamedDataEntry,
-    NamedLoweredModule, Node, NoneArg, NoneMeta, Output, OutputSpec, ParameterInput, Placeholder,
-    Program, Provenance, RangeConstraint, Ref, ScalarMeta, SourceFn, StateEntry, StrArg, Subgraph,
-    SubgraphMeta, SymBoolMeta, SymExprArg, SymFloatMeta, SymIntMeta, TensorData, TensorMeta, TokenInput,
-    TokenMeta, TokenOutput, TupleArg, TupleMeta, UserInput, UserInputMutation, UserOutput, ValueMeta,
+    Argument, BackendNodeMeta, CallFunction, CompileSpec, DebugHandleEntry, GetAttr, Graph,
+    GraphSignature, Location, LoweredBackendModule, ModuleCallEntry, ModuleFrame, NamedDataEntry,
+    NamedLoweredModule, Node, Output, Placeholder, Program, Provenance, RangeConstraint, SourceFn,
+    StateEntry, Subgraph, TensorData, TensorMeta, TupleArg, ValueMeta,
 )
 
 __all__ = ["parse_lowered_module", "parse_program", "payloads_of"]
@@ -135,9 +133,9 @@ class _Parser:
         c.expect("program dialect=")
         dialect = c.rest()
         self.take(indent + 2, "'inputs:'", "inputs:")
-        inputs = tuple(self.input_spec(line) for line in self.block(indent + 4))
+        inputs = tuple(read_input_spec(line.cursor()) for line in self.block(indent + 4))
         self.take(indent + 2, "'outputs:'", "outputs:")
-        outputs = tuple(self.output_spec(line) for line in self.block(indent + 4))
+        outputs = tuple(read_output_spec(line.cursor()) for line in self.block(indent + 4))
         self.take(indent, "'graph():'", "graph():")
         graph = self.graph(indent + 2, path)
         state: tuple[StateEntry, ...] = ()
@@ -147,14 +145,14 @@ class _Parser:
         if self.peek(indent, "state:") and self.take(indent, "state:"):
             state = tuple(self.state_entry(line) for line in self.block(indent + 2))
         if self.peek(indent, "range_constraints:") and self.take(indent, "range_constraints:"):
-            range_constraints = tuple(self.range_constraint(line) for line in self.block(indent + 2))
+            range_constraints = tuple(read_range_constraint(line.cursor()) for line in self.block(indent + 2))
         if self.peek(indent, "module_call_graph:") and self.take(indent, "module_call_graph:"):
-            calls = tuple(self.module_call(line) for line in self.block(indent + 2))
+            calls = tuple(read_module_call(line.cursor()) for line in self.block(indent + 2))
         if self.peek(indent, "backend_meta:") and self.take(indent, "backend_meta:"):
-            backend_meta = tuple(self.backend_meta(line) for line in self.block(indent + 2))
+            backend_meta = tuple(read_backend_meta(line.cursor()) for line in self.block(indent + 2))
         op_schemas: tuple[str, ...] = ()
         if self.peek(indent, "op_schemas:") and self.take(indent, "op_schemas:"):
-            op_schemas = tuple(self.quoted(line) for line in self.block(indent + 2))
+            op_schemas = tuple(read_quoted(line.cursor()) for line in self.block(indent + 2))
         lowered = []
         while line := self.peek(indent, "lowered_module "):
             self.pos += 1
@@ -167,58 +165,6 @@ class _Parser:
             range_constraints=range_constraints, module_call_graph=calls, lowered_modules=tuple(lowered),
             dialect=dialect, backend_meta=backend_meta, op_schemas=op_schemas,
         )
-
-    def input_spec(self, line: _Line) -> InputSpec:
-        c = line.cursor()
-        arg = c.arg()
-        c.expect(": ")
-        kind = c.match(WORD, "an input kind")
-        if kind == "user_input":
-            c.end()
-            return UserInput(arg=arg)
-        name = self._ref_name(c, arg)
-        if kind == "token":
-            c.end()
-            return TokenInput(name=name)
-        kinds = {"parameter": ParameterInput, "buffer": BufferInput, "constant": ConstantTensorInput,
-                 "custom_obj": CustomObjInput}
-        if kind not in kinds:
-            c.pos -= len(kind)
-            c.fail("user_input, parameter, buffer, constant, custom_obj or token")
-        c.expect(" ")
-        target = c.rest()
-        if kind == "buffer":
-            persistent = not target.endswith(" (non-persistent)")
-            return BufferInput(name=name, target=target.removesuffix(" (non-persistent)"), persistent=persistent)
-        return kinds[kind](name=name, target=target)  # type: ignore[no-any-return]  # an InputSpec class
-
-    def output_spec(self, line: _Line) -> OutputSpec:
-        c = line.cursor()
-        arg = c.arg()
-        c.expect(": ")
-        kind = c.match(WORD, "an output kind")
-        if kind == "user_output":
-            c.end()
-            return UserOutput(arg=arg)
-        name = self._ref_name(c, arg)
-        if kind in ("loss", "token"):
-            c.end()
-            return LossOutput(name=name) if kind == "loss" else TokenOutput(name=name)
-        kinds: dict[str, type[BufferMutation | UserInputMutation | GradientToParameter | GradientToUserInput]] = {
-            "buffer_mutation": BufferMutation, "user_input_mutation": UserInputMutation,
-            "gradient_to_parameter": GradientToParameter, "gradient_to_user_input": GradientToUserInput}
-        if kind not in kinds:
-            c.pos -= len(kind)
-            c.fail(", ".join(["user_output", "loss", "token", *kinds]))
-        c.expect(" ")
-        return kinds[kind](name=name, target=c.rest())
-
-    @staticmethod
-    def _ref_name(c: Cursor, arg: Argument) -> str:
-        if not isinstance(arg, Ref):
-            c.pos = 0
-            c.fail("a %name")
-        return arg.name
 
     # -- graph --------------------------------------------------------------------------------
     def graph(self, indent: int, path: str) -> Graph:
@@ -366,66 +312,6 @@ class _Parser:
         data = None if absent else self.blob(line, sha, nbytes, f"state {target!r}", required=False)
         blob = None if data is None else data if isinstance(data, Blob) else Blob(data, digest=sha)
         return StateEntry(target=target, value=TensorData(meta=meta, sha256=sha, nbytes=nbytes, data=blob))
-
-    def range_constraint(self, line: _Line) -> RangeConstraint:
-        c = line.cursor()
-        symbol = c.balanced(": [")
-        c.pos += 3
-        low = c.integer()
-        c.expect(", ")
-        high = None if c.eat("inf") else c.integer()
-        c.expect("]")
-        hint = c.integer() if c.eat(" hint=") else None
-        c.end()
-        return RangeConstraint(symbol=symbol, min=low, max=high, hint=hint)
-
-    def module_call(self, line: _Line) -> ModuleCallEntry:
-        c = line.cursor()
-        fqn = c.string()
-        if not c.eat(": "):
-            c.end()
-            return ModuleCallEntry(fqn=fqn)
-        c.keyed("inputs")
-        inputs = c.arg()
-        c.expect(" ")
-        c.keyed("outputs")
-        outputs = c.arg()
-        c.expect(" ")
-        c.keyed("in_spec")
-        in_spec = c.string()
-        c.expect(" ")
-        c.keyed("out_spec")
-        out_spec = c.string()
-        names: tuple[str, ...] | None = None
-        if c.eat(" forward_arg_names="):
-            value = c.literal()
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                c.fail("a list of quoted names")
-            names = tuple(value)
-        c.end()
-        if not isinstance(inputs, ListArg) or not isinstance(outputs, ListArg):
-            c.fail("inputs=[...] and outputs=[...]")
-        return ModuleCallEntry(fqn=fqn, signature=ModuleCallSignature(
-            inputs=inputs.items, outputs=outputs.items, in_spec=in_spec, out_spec=out_spec,
-            forward_arg_names=names,
-        ))
-
-    def quoted(self, line: _Line) -> str:
-        c = line.cursor()
-        text = c.string()
-        c.end()
-        return text
-
-    def backend_meta(self, line: _Line) -> BackendNodeMeta:
-        c = line.cursor()
-        c.expect("%")
-        node = c.match(NAME, "a node name")
-        c.expect(" ")
-        key = c.string()
-        c.expect(": ")
-        value = c.string()
-        c.end()
-        return BackendNodeMeta(node=node, key=key, value=value)
 
     def lowered(self, indent: int, path: str) -> LoweredBackendModule:
         line = self.take(indent, "'backend=... processed=...B sha256=...'", "backend=")
