@@ -21,10 +21,9 @@ payload is decoded. Every decoding failure is a `SnapshotError` naming the bad f
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 from pathlib import Path
-from typing import Any, Final, Literal, TypeAlias, TypeVar
+from typing import Final
 
 import msgspec
 
@@ -34,6 +33,31 @@ from texir.ir.canonical import drop_stack_traces
 from texir.ir.blob import Blob
 from texir.ir.verify import check_indices
 from texir.serialize import legacy_v1
+from texir.serialize.snapshot_wire import (
+    FORMAT_MARKER,
+    JSON_ENCODER,
+    JSON_ENVELOPE,
+    JSON_MODULE,
+    JSON_MODULE_V1,
+    JSON_PROGRAM,
+    JSON_PROGRAM_V1,
+    MSGPACK_ENCODER,
+    MSGPACK_ENVELOPE,
+    MSGPACK_MODULE,
+    MSGPACK_MODULE_V1,
+    MSGPACK_PROGRAM,
+    MSGPACK_PROGRAM_V1,
+    LoweredModuleSnapshot,
+    ProgramSnapshot,
+    SnapshotFormat,
+    SnapshotVersionError,
+    check_header,
+    check_version,
+    decode_payload,
+    detect_format,
+    immutable,
+    read_header,
+)
 from texir.ir.types import SCHEMA_VERSION, Graph, LoweredBackendModule, NamedLoweredModule, Program, StateEntry
 
 __all__ = [
@@ -57,115 +81,6 @@ __all__ = [
     "loads_value",
     "strip_data",
 ]
-
-SnapshotFormat: TypeAlias = Literal["json", "msgpack"]
-
-FORMAT_MARKER: Final = "texir-snapshot"
-"""Value of the envelope's first field, ``format``; identifies texir snapshots."""
-
-_BLOB_EXT_CODE: Final = 1
-
-
-class SnapshotVersionError(SnapshotError):
-    """The snapshot was written with a schema version this texir cannot read."""
-
-
-# --------------------------------------------------------------------------------------------------
-# Envelopes (their JSON schema is checked in under texir/serialize/schema/)
-
-
-class ProgramSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of one Program."""
-
-    format: Literal["texir-snapshot"] = "texir-snapshot"
-    schema_version: tuple[int, int]
-    kind: Literal["program"] = "program"
-    program: Program
-
-
-class LoweredModuleSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of one LoweredBackendModule (with its original program)."""
-
-    format: Literal["texir-snapshot"] = "texir-snapshot"
-    schema_version: tuple[int, int]
-    kind: Literal["lowered_module"] = "lowered_module"
-    module: LoweredBackendModule
-
-
-class _Header(msgspec.Struct, kw_only=True):
-    """The envelope as first read: loosely typed so foreign input gets a precise message, with the
-    payload kept as undecoded bytes (msgspec skips it without building objects)."""
-
-    format: Any = None
-    schema_version: Any = None
-    kind: Any = "program"
-    program: msgspec.Raw = msgspec.Raw()
-    """Empty when absent (msgspec cannot decode Raw inside a union)."""
-    module: msgspec.Raw = msgspec.Raw()
-
-
-# --------------------------------------------------------------------------------------------------
-# Blob hooks
-
-
-def _enc_hook_json(obj: Any) -> Any:
-    if isinstance(obj, Blob):
-        return obj.view()  # msgspec writes buffers as base64 strings in JSON
-    raise NotImplementedError(f"texir snapshots cannot encode {type(obj).__name__}")
-
-
-def _enc_hook_msgpack(obj: Any) -> Any:
-    if isinstance(obj, Blob):
-        return msgspec.msgpack.Ext(_BLOB_EXT_CODE, obj.view())
-    raise NotImplementedError(f"texir snapshots cannot encode {type(obj).__name__}")
-
-
-class _BadExtension(ValueError):
-    pass
-
-
-def _ext_hook(code: int, data: memoryview) -> Any:
-    # `data` is a view of the input buffer; `loads` only passes immutable buffers, so the Blob can
-    # alias it without a copy.
-    if code != _BLOB_EXT_CODE:
-        raise _BadExtension(f"unknown msgpack extension type {code} (texir writes only type 1, a tensor payload)")
-    return Blob(data)
-
-
-def _dec_hook(typ: type, obj: Any) -> Any:
-    if typ is Blob:
-        if isinstance(obj, Blob):
-            return obj
-        if isinstance(obj, str):
-            try:
-                return Blob(base64.b64decode(obj, validate=True))
-            except (binascii.Error, ValueError) as exc:
-                raise ValueError(f"invalid base64 tensor payload ({exc})") from None
-        raise TypeError(f"expected a tensor payload, got {type(obj).__name__}")
-    raise NotImplementedError(f"no decoder for {typ!r}")
-
-
-_JSON_ENCODER: Final = msgspec.json.Encoder(enc_hook=_enc_hook_json, order="deterministic")
-_MSGPACK_ENCODER: Final = msgspec.msgpack.Encoder(enc_hook=_enc_hook_msgpack, order="deterministic")
-
-_JSON_HEADER: Final = msgspec.json.Decoder(_Header)
-_MSGPACK_HEADER: Final = msgspec.msgpack.Decoder(_Header, ext_hook=_ext_hook)
-_JSON_PROGRAM: Final = msgspec.json.Decoder(Program, dec_hook=_dec_hook)
-_MSGPACK_PROGRAM: Final = msgspec.msgpack.Decoder(Program, dec_hook=_dec_hook, ext_hook=_ext_hook)
-_JSON_ENVELOPE: Final = msgspec.json.Decoder(ProgramSnapshot, dec_hook=_dec_hook)
-_MSGPACK_ENVELOPE: Final = msgspec.msgpack.Decoder(ProgramSnapshot, dec_hook=_dec_hook, ext_hook=_ext_hook)
-_JSON_MODULE: Final = msgspec.json.Decoder(LoweredBackendModule, dec_hook=_dec_hook)
-_MSGPACK_MODULE: Final = msgspec.msgpack.Decoder(
-    LoweredBackendModule, dec_hook=_dec_hook, ext_hook=_ext_hook
-)
-# Schema 1.x payloads, upgraded on load (texir/serialize/legacy_v1.py).
-_JSON_PROGRAM_V1: Final = msgspec.json.Decoder(legacy_v1.ProgramV1, dec_hook=_dec_hook)
-_MSGPACK_PROGRAM_V1: Final = msgspec.msgpack.Decoder(legacy_v1.ProgramV1, dec_hook=_dec_hook, ext_hook=_ext_hook)
-_JSON_MODULE_V1: Final = msgspec.json.Decoder(legacy_v1.LoweredBackendModuleV1, dec_hook=_dec_hook)
-_MSGPACK_MODULE_V1: Final = msgspec.msgpack.Decoder(
-    legacy_v1.LoweredBackendModuleV1, dec_hook=_dec_hook, ext_hook=_ext_hook
-)
-
 
 # --------------------------------------------------------------------------------------------------
 # Stripping payloads
@@ -211,9 +126,9 @@ def strip_data(program: Program) -> Program:
 
 def _encode(envelope: ProgramSnapshot | LoweredModuleSnapshot, format: SnapshotFormat) -> bytes:
     if format == "json":
-        encoder: msgspec.json.Encoder | msgspec.msgpack.Encoder = _JSON_ENCODER
+        encoder: msgspec.json.Encoder | msgspec.msgpack.Encoder = JSON_ENCODER
     elif format == "msgpack":
-        encoder = _MSGPACK_ENCODER
+        encoder = MSGPACK_ENCODER
     else:
         raise SnapshotError(f"unknown snapshot format {format!r}; use 'json' or 'msgpack'")
     try:
@@ -311,116 +226,6 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 # Decoding
 
 
-def detect_format(data: bytes | bytearray | memoryview) -> SnapshotFormat:
-    """'json' if the input starts with ``{``, ``[`` or a blank, else 'msgpack'. Raises on empty input."""
-    view = memoryview(data)
-    if view.nbytes == 0:
-        raise SnapshotError("empty input: a snapshot holds at least its header")
-    # JSON may start with blanks; msgpack envelopes start with a map header (0x80-0x8f, 0xde, 0xdf),
-    # never with one of these bytes.
-    first = view[0]
-    if first in b"{[ \t\r\n":
-        return "json"
-    return "msgpack"
-
-
-def _immutable(data: bytes | bytearray | memoryview) -> bytes | memoryview:
-    # Payload Blobs alias the input buffer, so it must not change under them: copy writable input.
-    if isinstance(data, bytes):
-        return data
-    view = memoryview(data)
-    return view if view.readonly else view.tobytes()
-
-
-def _supported_versions() -> str:
-    major, minor = SCHEMA_VERSION
-    current = f"{major}.0" if minor == 0 else f"{major}.0 to {major}.{minor}"
-    return ", ".join(f"{a}.{b}" for a, b in legacy_v1.LEGACY_VERSIONS) + f" and {current}"
-
-
-def _check_header(header: _Header) -> None:
-    if header.format != FORMAT_MARKER:
-        found = "no format marker" if header.format is None else f"format marker {header.format!r}"
-        raise SnapshotError(
-            f"not a texir snapshot ({found}; expected \"format\": \"{FORMAT_MARKER}\"); "
-            "create one with `texir snapshot MODEL -o FILE` or texir.serialize.snapshot.dumps"
-        )
-    _check_version(header.schema_version)
-
-
-def _check_version(version: Any) -> None:
-    if (
-        not isinstance(version, (list, tuple))
-        or len(version) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in version)
-    ):
-        raise SnapshotError(
-            f"bad snapshot header at $.schema_version: expected [major, minor], got {version!r}"
-        )
-    major, minor = int(version[0]), int(version[1])
-    our_major, our_minor = SCHEMA_VERSION
-    if (major == our_major and 0 <= minor <= our_minor) or (major, minor) in legacy_v1.LEGACY_VERSIONS:
-        return
-    found = f"{major}.{minor}"
-    if (major, minor) > SCHEMA_VERSION:
-        advice = "upgrade texir, or re-create the snapshot with this texir (`texir snapshot MODEL -o FILE`)"
-        what = "newer than this texir"
-    else:
-        advice = "re-create the snapshot with this texir (`texir snapshot MODEL -o FILE`)"
-        what = "older than this texir can read"
-    raise SnapshotVersionError(
-        f"snapshot schema version {found} is {what} (this texir reads {_supported_versions()}); {advice}"
-    )
-
-
-_T = TypeVar("_T")
-
-
-def _decode_payload(
-    decoder: msgspec.json.Decoder[_T] | msgspec.msgpack.Decoder[_T], raw: msgspec.Raw, field: str
-) -> _T:
-    try:
-        with gc_paused():
-            return decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        # msgspec reports paths relative to the decoded object: "... - at `$.graph.nodes[3]`".
-        message = str(exc)
-        if "`$" in message:
-            message = message.replace("`$", f"`$.{field}", 1)
-        else:
-            message = f"{message} - at `$.{field}`"
-        raise SnapshotError(f"invalid snapshot: {message}") from None
-    except msgspec.DecodeError as exc:
-        raise SnapshotError(f"corrupt snapshot in $.{field}: {exc}") from None
-    except RecursionError:
-        raise SnapshotError(f"corrupt snapshot: $.{field} is nested too deeply") from None
-    except _BadExtension as exc:
-        raise SnapshotError(f"corrupt snapshot in $.{field}: {exc}") from None
-    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
-        raise SnapshotError(f"corrupt snapshot in $.{field}: {type(exc).__name__}: {exc}") from None
-
-
-def _read_header(data: bytes | memoryview, fmt: SnapshotFormat) -> _Header:
-    decoder = _JSON_HEADER if fmt == "json" else _MSGPACK_HEADER
-    try:
-        return decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        # A file that is not a map at all is not a snapshot of either format: say so plainly.
-        what = "not a texir snapshot" if "expected `object`" not in str(exc).lower() else (
-            "not a texir snapshot (neither a JSON nor a msgpack envelope)" if fmt == "msgpack" else "not a texir snapshot"
-        )
-        raise SnapshotError(
-            f"{what} ({fmt}: {exc}); expected the envelope "
-            f'{{"format": "{FORMAT_MARKER}", "schema_version": ..., "program": ...}}'
-        ) from None
-    except msgspec.DecodeError as exc:
-        raise SnapshotError(f"corrupt or truncated {fmt} snapshot: {exc}") from None
-    except RecursionError:
-        raise SnapshotError(f"corrupt {fmt} snapshot: nested too deeply") from None
-    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
-        raise SnapshotError(f"corrupt {fmt} snapshot: {type(exc).__name__}: {exc}") from None
-
-
 def _check_tables(graph: Graph, where: str) -> None:
     # Table indices (`meta_id`, provenance locations) must resolve, or the Program would fail later
     # far from the bad input.
@@ -453,7 +258,7 @@ def _check_payloads(program: Program, where: str) -> None:
 def loads_value(data: bytes | bytearray | memoryview) -> Program | LoweredBackendModule:
     """Decode any texir snapshot (format detected): a Program or a LoweredBackendModule."""
     try:
-        buf = _immutable(data)
+        buf = immutable(data)
     except TypeError as exc:
         raise SnapshotError(f"cannot read a snapshot from {type(data).__name__}: {exc}") from None
     fmt = detect_format(buf)
@@ -462,35 +267,35 @@ def loads_value(data: bytes | bytearray | memoryview) -> Program | LoweredBacken
     # gives the precise message.
     try:
         with gc_paused():
-            envelope = (_JSON_ENVELOPE if fmt == "json" else _MSGPACK_ENVELOPE).decode(buf)
+            envelope = (JSON_ENVELOPE if fmt == "json" else MSGPACK_ENVELOPE).decode(buf)
     except (msgspec.DecodeError, RecursionError, ValueError, TypeError, OverflowError, MemoryError):
         envelope = None  # msgspec.ValidationError and _BadExtension are ValueErrors
     if envelope is not None and envelope.schema_version[0] == SCHEMA_VERSION[0]:
-        _check_version(envelope.schema_version)
+        check_version(envelope.schema_version)
         _check_payloads(envelope.program, "$.program")
         return envelope.program
-    header = _read_header(buf, fmt)
-    _check_header(header)
+    header = read_header(buf, fmt)
+    check_header(header)
     legacy = tuple(header.schema_version) in legacy_v1.LEGACY_VERSIONS
     json = fmt == "json"
     if header.kind == "program":
         if not header.program:
             raise SnapshotError("invalid snapshot: the envelope has no `$.program`")
         if legacy:
-            old = _decode_payload(_JSON_PROGRAM_V1 if json else _MSGPACK_PROGRAM_V1, header.program, "program")
+            old = decode_payload(JSON_PROGRAM_V1 if json else MSGPACK_PROGRAM_V1, header.program, "program")
             program = legacy_v1.upgrade_program(old)
         else:
-            program = _decode_payload(_JSON_PROGRAM if json else _MSGPACK_PROGRAM, header.program, "program")
+            program = decode_payload(JSON_PROGRAM if json else MSGPACK_PROGRAM, header.program, "program")
         _check_payloads(program, "$.program")
         return program
     if header.kind == "lowered_module":
         if not header.module:
             raise SnapshotError("invalid snapshot: the envelope has no `$.module`")
         if legacy:
-            old_module = _decode_payload(_JSON_MODULE_V1 if json else _MSGPACK_MODULE_V1, header.module, "module")
+            old_module = decode_payload(JSON_MODULE_V1 if json else MSGPACK_MODULE_V1, header.module, "module")
             module = legacy_v1.upgrade_module(old_module)
         else:
-            module = _decode_payload(_JSON_MODULE if json else _MSGPACK_MODULE, header.module, "module")
+            module = decode_payload(JSON_MODULE if json else MSGPACK_MODULE, header.module, "module")
         _check_payloads(module.original_program, "$.module.original_program")
         return module
     raise SnapshotError(
