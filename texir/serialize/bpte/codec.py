@@ -22,7 +22,7 @@ from texir.errors import PteError
 from texir.ir.blob import Blob
 from texir.serialize.bpte import schema as b
 from texir.serialize.bpte.check import BundleCaseError, check_cases
-from texir.serialize.pte._fbread import PteDecodeError, _Reader, _Tab
+from texir.serialize.fb_reader import FbReader, PteDecodeError, Tab
 from texir.serialize.pte._fbwrite import PteEncodeError
 from texir.serialize.pte.schema import ScalarType
 
@@ -179,7 +179,7 @@ def dump(bundle: b.BundledProgram, path: str | os.PathLike[str]) -> None:
 # --- decoding -------------------------------------------------------------------------------------
 
 
-class _BundleReader(_Reader):
+class _BundleReader(FbReader):
     """The `.pte` reader's checked primitives, failing with `.bpte` errors."""
 
     def fail(self, where: str, msg: str) -> NoReturn:
@@ -223,11 +223,11 @@ class _BundleReader(_Reader):
             val = b.Double(double_val=float(self.scalar(m, 0, _F64, 0.0, where)))  # type: ignore[arg-type]  # f64
         return b.Value(val=val)
 
-    def scalar_u8(self, t: _Tab, slot: int, where: str) -> int:
+    def scalar_u8(self, t: Tab, slot: int, where: str) -> int:
         p = self.field(t, slot, 1, where)
         return int(self.d[p]) if p else 0
 
-    def values(self, t: _Tab, slot: int, where: str) -> tuple[b.Value, ...]:
+    def values(self, t: Tab, slot: int, where: str) -> tuple[b.Value, ...]:
         return tuple(self.value(p, f"{where}[{i}]") for i, p in enumerate(self.table_list(t, slot, where)))
 
     def bundle(self, pos: int) -> b.BundledProgram:

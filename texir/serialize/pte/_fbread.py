@@ -1,189 +1,21 @@
 """A bounds-checked reader of the ET12 flatbuffer into `schema.Program` (never trusts an offset).
 
-Every offset, vtable and vector length is checked against the buffer before it is followed or
-allocated, and the total number of decoded elements is capped by a budget proportional to the input,
-so shared or overlapping vectors in a hostile file cannot blow up memory or time. Tables and vectors
-reached twice (the encoder shares equal ones) are decoded once.
+The bounds-checked primitives are texir.serialize.fb_reader's; this module adds program.fbs' tables.
+Tables and vectors reached twice (the encoder shares equal ones) are decoded once.
 """
 
 from __future__ import annotations
 
-import struct
-from typing import NoReturn
-
-from texir.errors import PteError
-from texir.ir.blob import Blob
+from texir.serialize.fb_reader import BOOL, F64, I64, U32, U64, U8, FbReader, PteDecodeError, Tab
 from texir.serialize.pte import schema as s
 
-_U8 = struct.Struct("<B")
-_I8 = struct.Struct("<b")
-_U16x2 = struct.Struct("<HH")
-_U16 = struct.Struct("<H")
-_I32 = struct.Struct("<i")
-_U32 = struct.Struct("<I")
-_I64 = struct.Struct("<q")
-_U64 = struct.Struct("<Q")
-_F64 = struct.Struct("<d")
-_BOOL = struct.Struct("<?")
+__all__ = ["PteDecodeError", "decode_program"]
 
 
-class PteDecodeError(PteError):
-    """`.pte` bytes are malformed, truncated or of an unsupported version."""
+class _Reader(FbReader):
+    """program.fbs' tables over the bounds-checked primitives."""
 
-
-# A table handle: (position, field offsets from its vtable, table size).
-_Tab = tuple[int, tuple[int, ...], int]
-
-
-class _Reader:
-    __slots__ = ("d", "n", "budget", "memo", "vtables")
-
-    def __init__(self, data: memoryview, size: int) -> None:
-        self.d = data
-        self.n = size
-        # Decoded vector elements allowed in total: legit files decode each element once.
-        self.budget = size + 4096
-        self.memo: dict[tuple[str, int], object] = {}
-        self.vtables: dict[tuple[int, int], tuple[int, ...]] = {}
-
-    def fail(self, where: str, msg: str) -> NoReturn:
-        raise PteDecodeError(f"malformed .pte flatbuffer at {where}: {msg}")
-
-    def charge(self, count: int, where: str) -> None:
-        self.budget -= count
-        if self.budget < 0:
-            self.fail(where, "decoded data exceeds the input size (overlapping or looping offsets)")
-
-    # -- primitives -----------------------------------------------------------------------------
-
-    def table(self, pos: int, where: str) -> _Tab:
-        n = self.n
-        if pos < 0 or pos + 4 > n:
-            self.fail(where, f"table offset {pos} outside the buffer of {n} bytes")
-        vt = pos - _I32.unpack_from(self.d, pos)[0]
-        if vt < 0 or vt + 4 > n:
-            self.fail(where, f"vtable offset {vt} outside the buffer")
-        vtsize, tsize = _U16x2.unpack_from(self.d, vt)
-        if vtsize < 4 or vtsize & 1 or vt + vtsize > n:
-            self.fail(where, f"bad vtable size {vtsize} at offset {vt}")
-        if tsize < 4 or pos + tsize > n:
-            self.fail(where, f"bad table size {tsize} at offset {pos}")
-        count = (vtsize - 4) >> 1
-        slots = self.vtables.get((vt, count))
-        if slots is None:
-            slots = self.vtables[(vt, count)] = struct.unpack_from(f"<{count}H", self.d, vt + 4)
-        return (pos, slots, tsize)
-
-    def field(self, t: _Tab, slot: int, width: int, where: str) -> int:
-        """Absolute position of a field, or 0 when it is absent."""
-        slots = t[1]
-        if slot >= len(slots):
-            return 0
-        off = slots[slot]
-        if off == 0:
-            return 0
-        if off < 4 or off + width > t[2]:
-            self.fail(where, f"field slot {slot} offset {off} outside its table of {t[2]} bytes")
-        return t[0] + off
-
-    def scalar(self, t: _Tab, slot: int, fmt: struct.Struct, default: object, where: str) -> object:
-        p = self.field(t, slot, fmt.size, where)
-        if not p:
-            return default
-        return fmt.unpack_from(self.d, p)[0]
-
-    def u32(self, t: _Tab, slot: int, where: str) -> int:
-        p = self.field(t, slot, 4, where)
-        return int(_U32.unpack_from(self.d, p)[0]) if p else 0
-
-    def i32(self, t: _Tab, slot: int, where: str) -> int:
-        p = self.field(t, slot, 4, where)
-        return int(_I32.unpack_from(self.d, p)[0]) if p else 0
-
-    def i8(self, t: _Tab, slot: int, where: str) -> int:
-        p = self.field(t, slot, 1, where)
-        return int(_I8.unpack_from(self.d, p)[0]) if p else 0
-
-    def ref(self, t: _Tab, slot: int, where: str) -> int:
-        """Target of an offset field, or -1 when absent."""
-        p = self.field(t, slot, 4, where)
-        if not p:
-            return -1
-        target = p + _U32.unpack_from(self.d, p)[0]
-        if target + 4 > self.n:
-            self.fail(where, f"offset in slot {slot} points to {target}, past the buffer end {self.n}")
-        return int(target)
-
-    def vector(self, pos: int, elem: int, where: str) -> tuple[int, int]:
-        """(start of elements, count) of the vector at `pos`, checked before anything is read."""
-        if pos < 0 or pos + 4 > self.n:
-            self.fail(where, f"vector offset {pos} outside the buffer")
-        count: int = _U32.unpack_from(self.d, pos)[0]
-        start = pos + 4
-        if count * elem > self.n - start:
-            self.fail(where, f"vector of {count} x {elem}-byte elements overruns the buffer end")
-        self.charge(count, where)
-        return start, count
-
-    def scalars(self, pos: int, code: str, elem: int, where: str) -> tuple[object, ...]:
-        key = (code, pos)
-        hit = self.memo.get(key)
-        if hit is not None:
-            return hit  # type: ignore[return-value]  # memo stores what this function returned
-        start, count = self.vector(pos, elem, where)
-        out = struct.unpack_from(f"<{count}{code}", self.d, start) if count else ()
-        self.memo[key] = out
-        return out
-
-    def ints(self, t: _Tab, slot: int, code: str, elem: int, where: str) -> tuple[int, ...]:
-        p = self.ref(t, slot, where)
-        if p < 0:
-            return ()
-        return self.scalars(p, code, elem, where)  # type: ignore[return-value]  # ints by code
-
-    def string_at(self, pos: int, where: str) -> str:
-        key = ("s", pos)
-        hit = self.memo.get(key)
-        if hit is not None:
-            return hit  # type: ignore[return-value]  # memo stores what this function returned
-        start, count = self.vector(pos, 1, where)
-        try:
-            text = str(self.d[start : start + count], "utf-8")
-        except UnicodeDecodeError as exc:
-            self.fail(where, f"string is not UTF-8 ({exc.reason})")
-        self.memo[key] = text
-        return text
-
-    def string(self, t: _Tab, slot: int, where: str) -> str | None:
-        p = self.ref(t, slot, where)
-        return None if p < 0 else self.string_at(p, where)
-
-    def req_string(self, t: _Tab, slot: int, where: str) -> str:
-        p = self.ref(t, slot, where)
-        if p < 0:
-            self.fail(where, f"required string in slot {slot} is missing")
-        return self.string_at(p, where)
-
-    def blob(self, t: _Tab, slot: int, where: str) -> Blob:
-        p = self.ref(t, slot, where)
-        if p < 0:
-            return Blob(b"")
-        if p + 4 > self.n:
-            self.fail(where, "byte vector outside the buffer")
-        count: int = _U32.unpack_from(self.d, p)[0]
-        start = p + 4
-        if count > self.n - start:
-            self.fail(where, f"byte vector of {count} bytes overruns the buffer end")
-        return Blob(self.d[start : start + count])
-
-    def table_list(self, t: _Tab, slot: int, where: str) -> list[int]:
-        """Positions of the tables in a vector-of-tables field (empty when absent)."""
-        p = self.ref(t, slot, where)
-        if p < 0:
-            return []
-        start, count = self.vector(p, 4, where)
-        offs = struct.unpack_from(f"<{count}I", self.d, start)
-        return [start + 4 * i + o for i, o in enumerate(offs)]
+    __slots__ = ()
 
     # -- tables ---------------------------------------------------------------------------------
 
@@ -193,7 +25,7 @@ class _Reader:
         if hit is not None:
             return hit  # type: ignore[return-value]  # memo stores what this function returned
         t = self.table(pos, where)
-        tag = int(self.scalar(t, 0, _U8, 0, where))  # type: ignore[call-overload]  # u8
+        tag = int(self.scalar(t, 0, U8, 0, where))  # type: ignore[call-overload]  # u8
         if tag < 1 or tag > len(s.KERNEL_TYPES):
             self.fail(where, f"EValue.val_type {tag} is not a KernelTypes member (1..11)")
         vp = self.ref(t, 1, where)
@@ -213,13 +45,13 @@ class _Reader:
         if cls is s.Tensor:
             return self.tensor(t, where)
         if cls is s.Int:
-            return s.Int(int_val=int(self.scalar(t, 0, _I64, 0, where)))  # type: ignore[call-overload]  # i64
+            return s.Int(int_val=int(self.scalar(t, 0, I64, 0, where)))  # type: ignore[call-overload]  # i64
         if cls is s.Null:
             return s.Null()
         if cls is s.Bool:
-            return s.Bool(bool_val=bool(self.scalar(t, 0, _BOOL, False, where)))
+            return s.Bool(bool_val=bool(self.scalar(t, 0, BOOL, False, where)))
         if cls is s.Double:
-            return s.Double(double_val=float(self.scalar(t, 0, _F64, 0.0, where)))  # type: ignore[arg-type]  # f64
+            return s.Double(double_val=float(self.scalar(t, 0, F64, 0.0, where)))  # type: ignore[arg-type]  # f64
         if cls is s.String:
             text = self.req_string(t, 0, where + ".string_val")
             return s.String(string_val=text)
@@ -233,13 +65,13 @@ class _Reader:
             return s.TensorList(items=self.list_items(t, "i", 4, where))
         return s.OptionalTensorList(items=self.list_items(t, "i", 4, where))
 
-    def list_items(self, t: _Tab, code: str, elem: int, where: str) -> tuple[int, ...]:
+    def list_items(self, t: Tab, code: str, elem: int, where: str) -> tuple[int, ...]:
         p = self.ref(t, 0, where)
         if p < 0:
             self.fail(where, "list value has no items vector")
         return self.scalars(p, code, elem, where + ".items")  # type: ignore[return-value]  # by code
 
-    def tensor(self, t: _Tab, where: str) -> s.Tensor:
+    def tensor(self, t: Tab, where: str) -> s.Tensor:
         w = where + ".Tensor"
         st = self.i8(t, 0, w)
         try:
@@ -269,7 +101,7 @@ class _Reader:
             storage_offset=self.i32(t, 1, w),
             sizes=self.ints(t, 2, "i", 4, w + ".sizes"),
             dim_order=self.ints(t, 3, "B", 1, w + ".dim_order"),
-            requires_grad=bool(self.scalar(t, 4, _BOOL, False, w)),
+            requires_grad=bool(self.scalar(t, 4, BOOL, False, w)),
             data_buffer_idx=self.u32(t, 5, w),
             allocation_info=alloc,
             layout=self.i8(t, 7, w),
@@ -277,14 +109,14 @@ class _Reader:
             extra_tensor_info=extra,
         )
 
-    def extra_tensor_info(self, t: _Tab, where: str) -> s.ExtraTensorInfo:
+    def extra_tensor_info(self, t: Tab, where: str) -> s.ExtraTensorInfo:
         loc, dev = self.i8(t, 2, where), self.i8(t, 3, where)
         try:
             location, device = s.TensorDataLocation(loc), s.DeviceType(dev)
         except ValueError:
             self.fail(where, f"extra_tensor_info location {loc} / device_type {dev} out of range")
         return s.ExtraTensorInfo(
-            mutable_data_segments_idx=int(self.scalar(t, 0, _U64, 0, where)),  # type: ignore[call-overload]  # u64
+            mutable_data_segments_idx=int(self.scalar(t, 0, U64, 0, where)),  # type: ignore[call-overload]  # u64
             fully_qualified_name=self.string(t, 1, where),
             location=location,
             device_type=device,
@@ -293,7 +125,7 @@ class _Reader:
 
     def instruction(self, pos: int, where: str) -> s.Instruction:
         t = self.table(pos, where)
-        tag = int(self.scalar(t, 0, _U8, 0, where))  # type: ignore[call-overload]  # u8
+        tag = int(self.scalar(t, 0, U8, 0, where))  # type: ignore[call-overload]  # u8
         if tag < 1 or tag > len(s.INSTRUCTION_ARGUMENTS):
             self.fail(where, f"Instruction.instr_args_type {tag} is not an InstructionArguments member")
         ap = self.ref(t, 1, where)
@@ -315,7 +147,7 @@ class _Reader:
             args = s.FreeCall(value_index=self.i32(a, 0, where))
         return s.Instruction(instr_args=args)
 
-    def call_args(self, t: _Tab, where: str) -> tuple[int, ...]:
+    def call_args(self, t: Tab, where: str) -> tuple[int, ...]:
         p = self.ref(t, 1, where)
         if p < 0:
             self.fail(where, "call has no args vector")
@@ -468,8 +300,8 @@ class _Reader:
             st = self.table(p, f"Program.segments[{i}]")
             segs.append(
                 s.DataSegment(
-                    offset=int(self.scalar(st, 0, _U64, 0, where)),  # type: ignore[call-overload]  # u64
-                    size=int(self.scalar(st, 1, _U64, 0, where)),  # type: ignore[call-overload]  # u64
+                    offset=int(self.scalar(st, 0, U64, 0, where)),  # type: ignore[call-overload]  # u64
+                    size=int(self.scalar(st, 1, U64, 0, where)),  # type: ignore[call-overload]  # u64
                 )
             )
         cp = self.ref(t, 5, where)
@@ -506,5 +338,5 @@ def decode_program(data: memoryview, size: int) -> s.Program:
     if size < 8:
         raise PteDecodeError(f"flatbuffer of {size} bytes is too short (need at least 8)")
     reader = _Reader(data, size)
-    root: int = _U32.unpack_from(data, 0)[0]
+    root: int = U32.unpack_from(data, 0)[0]
     return reader.program(root)

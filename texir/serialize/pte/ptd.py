@@ -24,7 +24,7 @@ from texir.serialize.fb_builder import Builder
 from texir._io import atomic_write
 from texir.errors import PteError
 from texir.ir.blob import Blob
-from texir.serialize.pte._fbread import PteDecodeError, _Reader
+from texir.serialize.fb_reader import FbReader, PteDecodeError
 from texir.serialize.pte.codec import tensor_nbytes
 from texir.serialize.pte.schema import PtdEntry, PtdFile, Program, ScalarType, Tensor, TensorDataLocation, TensorLayout
 
@@ -178,7 +178,7 @@ def dump_ptd(ptd: PtdFile, path: str | os.PathLike[str]) -> None:
 # --- reading --------------------------------------------------------------------------------------
 
 
-class _PtdReader(_Reader):
+class _PtdReader(FbReader):
     __slots__ = ()
 
     def fail(self, where: str, msg: str) -> NoReturn:
