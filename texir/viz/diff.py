@@ -12,23 +12,31 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import re
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
 from texir.ir.analysis import iter_refs
-from texir.ir.canonical import canonicalize, canonicalize_with_names
+from texir.ir.canonical import canonicalize
 from texir.ir.names import rename_arg, rename_input_spec, rename_node, rename_output_spec
-from texir.ir.parser import parse_lowered_module, parse_program
 from texir.ir.printer import (
-    format_input_spec, format_lowered_module, format_meta, format_module_call, format_node, format_output_spec,
-    format_program, tensor_nbytes,
+    format_input_spec, format_meta, format_module_call, format_node, format_output_spec, tensor_nbytes,
 )
 from texir.ir.types import (
     Argument, CallFunction, Graph, LoweredBackendModule, ModuleCallEntry, Node, Output, Program, Provenance, Ref, UserInput,
 )
+from texir.viz.canonical_text import (
+    MODULE_HEADER,
+    Names,
+    StandIns,
+    canonical_module_text,
+    canonical_text,
+    module_original_names,
+    names_of,
+    original_names,
+    parse_text,
+)
+from texir.viz.diff_report import Change, ChangeKind, ProgramDiff, format_diff, iter_changed_nodes, summary_line
 from texir.viz.outline_diff import diff_outlines
 
 __all__ = [
@@ -40,128 +48,11 @@ __all__ = [
     "diff_programs",
     "diff_texts",
     "format_diff",
+    "iter_changed_nodes",
     "module_original_names",
     "original_names",
+    "summary_line",
 ]
-
-ChangeKind = Literal["added", "removed", "changed"]
-
-
-class Change(msgspec.Struct, frozen=True, kw_only=True):
-    """One difference. `scope` locates it ("graph", "lowered_module m > graph", "method forward >
-    operators"); `key` is the canonical node name (%N) or the entry key; `a`/`b` are the lines."""
-
-    scope: str
-    kind: ChangeKind
-    key: str
-    a: str | None = None
-    b: str | None = None
-    a_name: str | None = None
-    """The node's original name on side a, when known (canonical names are positions)."""
-    b_name: str | None = None
-    b_key: str | None = None
-    """The node's canonical name on side b when it differs from `key` (nodes moved)."""
-    fields: tuple[str, ...] = ()
-    """For changed nodes: which parts differ ("op", "meta", "args", "debug_handle", "provenance")."""
-    is_node: bool = False
-
-
-class ProgramDiff(msgspec.Struct, frozen=True, kw_only=True):
-    """The result of a diff; `changes` is in a stable order (scope order of side a, then b)."""
-
-    a_label: str
-    b_label: str
-    changes: tuple[Change, ...]
-
-    @property
-    def equal(self) -> bool:
-        return not self.changes
-
-    def counts(self) -> dict[str, int]:
-        out = {"nodes_added": 0, "nodes_removed": 0, "nodes_changed": 0, "other": 0}
-        for c in self.changes:
-            if c.is_node:
-                out[f"nodes_{c.kind}"] += 1
-            else:
-                out["other"] += 1
-        return out
-
-
-# ------------------------------------------------------------------------------------------------
-# Canonical text and original names
-
-# Tensors compare by content hash: whether a payload is attached (a snapshot written without
-# data) is not part of what a program is, so the printer's "(no data)" marker is dropped.
-_NO_DATA_RE = re.compile(r"( sha256=[0-9a-f]+(?: nbytes=\d+)?) \(no data\)$", re.MULTILINE)
-_MODULE_HEADER = "lowered_module:\n"
-
-
-def canonical_text(program: Program) -> str:
-    """The canonical text form: what snapshots store."""
-    return _NO_DATA_RE.sub(r"\1", format_program(canonicalize(program)))
-
-
-def canonical_module_text(module: LoweredBackendModule) -> str:
-    """The canonical text form of a lowered backend module (its program canonicalized)."""
-    canon = msgspec.structs.replace(module, original_program=canonicalize(module.original_program))
-    return _NO_DATA_RE.sub(r"\1", _MODULE_HEADER + format_lowered_module(canon))
-
-
-Names = dict[tuple[str, str], str]
-"""(graph path, canonical node name) -> original name; paths as in `canonicalize_with_names`."""
-
-
-def _names(program: Program) -> Names:
-    _, maps = canonicalize_with_names(program)
-    return {(path, new): old for path, names in maps.items() for old, new in names.items()}
-
-
-def _by_line(text: str, names: Names, module: bool) -> dict[int, str]:
-    lines: dict[tuple[str, str], int] = {}
-    _parse(text, module, lines)
-    return {lines[key] - 1: name for key, name in names.items() if key in lines}
-
-
-def original_names(program: Program, text: str | None = None) -> dict[int, str]:
-    """Line number (0-based) in `canonical_text(program)` (or `text`) -> original name of the node
-    defined there."""
-    return _by_line(text if text is not None else canonical_text(program), _names(program), False)
-
-
-def module_original_names(module: LoweredBackendModule, text: str | None = None) -> dict[int, str]:
-    """As `original_names`, for `canonical_module_text(module)`."""
-    text = text if text is not None else canonical_module_text(module)
-    return _by_line(text, _names(module.original_program), True)
-
-
-class _StandIns:
-    """Delegate blobs a stored text names only by hash parse as stand-ins that remember it."""
-
-    def __init__(self) -> None:
-        self.known: dict[bytes, tuple[int, str]] = {}
-
-    def __call__(self, sha: str, nbytes: int) -> bytes:
-        stand_in = f"<blob {nbytes}B sha256={sha}>".encode()
-        self.known[stand_in] = (nbytes, sha)
-        return stand_in
-
-    def identity(self, data: bytes) -> tuple[int, str]:
-        return self.known.get(data) or (len(data), hashlib.sha256(data).hexdigest())
-
-
-def _parse(text: str, module: bool, lines: dict[tuple[str, str], int] | None = None,
-           blobs: _StandIns | None = None) -> Program | LoweredBackendModule:
-    stand_in = blobs or _StandIns()
-    if module:
-        body = text.removeprefix(_MODULE_HEADER)
-        shift = text[: len(text) - len(body)].count("\n")
-        found: dict[tuple[str, str], int] = {}
-        parsed = parse_lowered_module(body, missing_blob=stand_in, node_lines=found)
-        if lines is not None:
-            lines.update({k: v + shift for k, v in found.items()})
-        return parsed
-    return parse_program(text, missing_blob=stand_in, node_lines=lines)
-
 
 # ------------------------------------------------------------------------------------------------
 # Struct diff
@@ -196,7 +87,7 @@ def _nodes(graph: Graph) -> list[_Node]:
 
 
 class _Side:
-    def __init__(self, names: Names, blobs: _StandIns) -> None:
+    def __init__(self, names: Names, blobs: StandIns) -> None:
         self.names, self.blobs = names, blobs
 
 
@@ -426,7 +317,7 @@ def _mapped_call(entry: ModuleCallEntry, a_to_b: dict[str, str]) -> object:
         outputs=tuple(rename_arg(x, a_to_b) for x in sig.outputs)))
 
 
-def _backend_line(module: LoweredBackendModule, blobs: _StandIns) -> str:
+def _backend_line(module: LoweredBackendModule, blobs: StandIns) -> str:
     nbytes, sha = blobs.identity(module.processed_bytes)
     return f"backend={module.backend_id} processed={nbytes}B sha256={sha[:16]}"  # short: a report line
 
@@ -456,7 +347,7 @@ def _result(ctx: _Ctx, a_label: str, b_label: str) -> ProgramDiff:
 
 def diff_programs(a: Program, b: Program, *, a_label: str = "a", b_label: str = "b") -> ProgramDiff:
     """Structural diff of two programs in canonical form (names do not matter, content does)."""
-    ctx = _Ctx(_Side(_names(a), _StandIns()), _Side(_names(b), _StandIns()))
+    ctx = _Ctx(_Side(names_of(a), StandIns()), _Side(names_of(b), StandIns()))
     ca, cb = canonicalize(a), canonicalize(b)
     if ca != cb:
         _diff_program("", ca, cb, ("", ""), ctx)
@@ -466,7 +357,7 @@ def diff_programs(a: Program, b: Program, *, a_label: str = "a", b_label: str = 
 def diff_modules(a: LoweredBackendModule, b: LoweredBackendModule, *, a_label: str = "a",
                  b_label: str = "b") -> ProgramDiff:
     """Structural diff of two lowered backend modules (their programs in canonical form)."""
-    ctx = _Ctx(_Side(_names(a.original_program), _StandIns()), _Side(_names(b.original_program), _StandIns()))
+    ctx = _Ctx(_Side(names_of(a.original_program), StandIns()), _Side(names_of(b.original_program), StandIns()))
     ca = msgspec.structs.replace(a, original_program=canonicalize(a.original_program))
     cb = msgspec.structs.replace(b, original_program=canonicalize(b.original_program))
     if ca != cb:
@@ -487,10 +378,10 @@ def diff_texts(
     lowered-module texts are parsed and compared as structs, `.pte` outlines line by line.
     `a_names`/`b_names` map a text's (0-based) line numbers to original node names."""
     sides: list[_Side] = []
-    ctx = _Ctx(_Side({}, _StandIns()), _Side({}, _StandIns()))
+    ctx = _Ctx(_Side({}, StandIns()), _Side({}, StandIns()))
     if a == b:  # equal texts (a passing snapshot test) need no parsing
         return _result(ctx, a_label, b_label)
-    kinds = {t.startswith("program ") + 2 * t.startswith(_MODULE_HEADER) for t in (a, b)}
+    kinds = {t.startswith("program ") + 2 * t.startswith(MODULE_HEADER) for t in (a, b)}
     if len(kinds) != 1 or kinds == {0}:
         diff_outlines(a, b, lambda scope, kind, key, x, y: ctx.add(scope, kind, key, x, y))  # type: ignore[arg-type]  # kind is a ChangeKind
         return _result(ctx, a_label, b_label)
@@ -498,8 +389,8 @@ def diff_texts(
     parsed = []
     for text, by_line in ((a, a_names or {}), (b, b_names or {})):
         lines: dict[tuple[str, str], int] = {}
-        blobs = _StandIns()
-        parsed.append(_parse(text, module, lines, blobs))
+        blobs = StandIns()
+        parsed.append(parse_text(text, module, lines, blobs))
         sides.append(_Side({key: by_line[n - 1] for key, n in lines.items() if n - 1 in by_line}, blobs))
     ctx = _Ctx(sides[0], sides[1])
     pa, pb = parsed
@@ -508,78 +399,3 @@ def diff_texts(
     elif isinstance(pa, Program) and isinstance(pb, Program):
         _diff_program("", pa, pb, ("", ""), ctx)
     return _result(ctx, a_label, b_label)
-
-
-# ------------------------------------------------------------------------------------------------
-# Text report
-
-
-def _node_label(c: Change) -> str:
-    names = []
-    if c.a_name is not None or c.b_name is not None:
-        if c.kind == "changed" and c.a_name is not None and c.b_name is not None and c.a_name != c.b_name:
-            names.append(f"{c.a_name} -> {c.b_name}")
-        else:
-            names.append(c.a_name or c.b_name or "")
-    pos = c.key if c.b_key is None else f"{c.key} -> {c.b_key}"
-    return pos + (f" ({names[0]})" if names and names[0] else "")
-
-
-def summary_line(diff: ProgramDiff) -> str:
-    n = diff.counts()
-    total = len(diff.changes)
-    head = f"{total} difference{'s' if total != 1 else ''}"
-    if not (n["nodes_changed"] or n["nodes_added"] or n["nodes_removed"]):
-        return head  # e.g. two .pte files: their differences are tables, not graph nodes
-    node_word = "node" if n["nodes_changed"] == 1 else "nodes"
-    return (
-        f"{head}: {n['nodes_changed']} {node_word} changed, "
-        f"{n['nodes_added']} added, {n['nodes_removed']} removed; {n['other']} other"
-    )
-
-
-def _body(line: str | None) -> str:
-    """A node line without its leading "%name : " (the label already names the node)."""
-    text = line or ""
-    return text.split(" : ", 1)[1] if text.startswith("%") and " : " in text else text
-
-
-def format_diff(diff: ProgramDiff, *, limit: int | None = 200, header: bool = True) -> str:
-    """A readable report: a summary line, then the changes grouped by scope."""
-    if diff.equal:
-        return f"{diff.a_label} and {diff.b_label} are structurally equal\n"
-    out = [f"--- {diff.a_label}", f"+++ {diff.b_label}"] if header else []
-    out.append(summary_line(diff))
-    scope: str | None = None
-    shown = 0
-    for c in diff.changes:
-        if limit is not None and shown >= limit:
-            out.append(f"... {len(diff.changes) - shown} more changes (use --json for all)")
-            break
-        shown += 1
-        if c.scope != scope:
-            scope = c.scope
-            out.append(f"{scope or 'program'}:")
-        if c.is_node:
-            label = _node_label(c)
-            if c.kind == "added":
-                out.append(f"  + node {label}: {_body(c.b)}")
-            elif c.kind == "removed":
-                out.append(f"  - node {label}: {_body(c.a)}")
-            else:
-                out.append(f"  ~ node {label} [{', '.join(c.fields)}]")
-                out.append(f"      - {c.a}")
-                out.append(f"      + {c.b}")
-        elif c.kind == "added":
-            out.append(f"  + {c.b}")
-        elif c.kind == "removed":
-            out.append(f"  - {c.a}")
-        else:
-            out.append(f"  ~ {c.key}")
-            out.append(f"      - {c.a}")
-            out.append(f"      + {c.b}")
-    return "\n".join(out) + "\n"
-
-
-def iter_changed_nodes(diff: ProgramDiff) -> Iterator[Change]:
-    return (c for c in diff.changes if c.is_node)
