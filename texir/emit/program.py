@@ -38,7 +38,7 @@ from texir.emit.common import (
 from texir.emit.debug import Emitted
 from texir.emit.memory_plan import align_up
 from texir.emit.method import MethodEmitter
-from texir.emit.values import constant_method_plan
+from texir.emit.plan_assembly import constant_method_plan
 
 
 def emit(

@@ -8,12 +8,6 @@ from collections.abc import Mapping
 from typing import cast
 
 from texir.emit.debug import DelegateDebug, MethodDebug
-from texir.emit.memory_plan import (
-    Interval,
-    align_up,
-    check_plan,
-    plan_memory,
-)
 from texir.ir.blob import Blob
 from texir.ir.op_facts import op_table
 from texir.ir.op_schema import ArgSchema, OpSchema
@@ -21,7 +15,6 @@ from texir.ir.types import (
     DTYPE_ITEMSIZE,
     Argument,
     BoolArg,
-    ConstantMethod,
     CallFunction,
     DeviceArg,
     DType,
@@ -44,16 +37,11 @@ from texir.ir.types import (
 )
 from texir.serialize.pte.dtypes import DTYPE_TO_SCALAR_TYPE
 from texir.serialize.pte.schema import (
-    AllocationDetails,
     BackendDelegate,
     Bool,
     BoolList,
-    Chain,
-    ContainerMetadata,
     Double,
     DoubleList,
-    EValue,
-    ExecutionPlan,
     Instruction,
     Int,
     IntList,
@@ -88,8 +76,6 @@ from texir.emit.common import (
     split_op,
 )
 
-
-XNNPACK_EXTRA_PADDING = 64
 
 
 class ValueTable:
@@ -414,63 +400,6 @@ class ValueTable:
             delegates=tuple(self.debug_delegates),
         )
 
-    def finish(self) -> ExecutionPlan:
-        intervals = [Interval(size=s.size, start=s.start, end=s.end) for s in self.storages]
-        plan = plan_memory(intervals, planner=self.options.planner, alignment=self.options.alignment)
-        if self.options.check_plan:
-            check_plan(intervals, plan)
-        values: list[EValue] = []
-        for value in self.values:
-            if isinstance(value, PendingTensor):
-                allocation = None
-                if value.storage is not None:
-                    offset = plan.offsets[value.storage]
-                    allocation = AllocationDetails(
-                        memory_id=1, memory_offset_low=offset & 0xFFFFFFFF, memory_offset_high=offset >> 32
-                    )
-                elif value.shared_offset is not None:
-                    offset = value.shared_offset
-                    allocation = AllocationDetails(
-                        memory_id=2, memory_offset_low=offset & 0xFFFFFFFF, memory_offset_high=offset >> 32
-                    )
-                values.append(EValue(val=Tensor(
-                    scalar_type=value.scalar_type, sizes=value.sizes, dim_order=value.dim_order,
-                    requires_grad=value.requires_grad, data_buffer_idx=value.data_buffer_idx,
-                    allocation_info=allocation, shape_dynamism=value.dynamism,
-                    extra_tensor_info=value.extra,
-                )))
-            else:
-                values.append(EValue(val=value))
-        return ExecutionPlan(
-            name=self.name,
-            container_meta_type=self.container_meta(),
-            values=tuple(values),
-            inputs=tuple(self.inputs),
-            outputs=tuple(self.outputs),
-            chains=(Chain(inputs=(), outputs=(), instructions=tuple(self.instructions)),),
-            operators=tuple(self.operators),
-            delegates=tuple(self.delegates),
-            non_const_buffer_sizes=(
-                0, align_up(plan.total + self.extra_padding(intervals), self.options.alignment),
-                *(() if self.state.shared_size is None else (self.state.shared_size,)),
-            ),
-        )
-
-    def extra_padding(self, intervals: list[Interval]) -> int:
-        # XNNPACK may read up to 64 bytes past a planned tensor, so ExecuTorch's planner pads the
-        # arena of a method calling an XNNPACK delegate by 64 bytes (exir memory_planning).
-        if intervals and any("xnnpack" in d.id.lower() for d in self.delegates):
-            return XNNPACK_EXTRA_PADDING
-        return 0
-
-    def container_meta(self) -> ContainerMetadata:
-        for entry in self.program.module_call_graph:
-            if entry.fqn == "" and entry.signature is not None:
-                return ContainerMetadata(
-                    encoded_inp_str=entry.signature.in_spec, encoded_out_str=entry.signature.out_spec
-                )
-        return ContainerMetadata(encoded_inp_str="", encoded_out_str="")
-
     @property
     def output_names(self) -> frozenset[str]:
         if self._output_names is None:
@@ -482,47 +411,3 @@ class ValueTable:
                         names.add(arg.name)
             self._output_names = frozenset(names)
         return self._output_names
-
-
-def constant_method_plan(name: str, method: ConstantMethod, state: ProgramState) -> ExecutionPlan:
-    """A method without inputs or instructions whose outputs are `method`'s constants; tensors go
-    to the constant segment (never to a `.ptd`: they have no fully qualified name)."""
-    values: list[EValue] = []
-    for i, leaf in enumerate(method.values):
-        where = f"constant method {name!r}, value {i}"
-        if isinstance(leaf, bool):
-            values.append(EValue(val=Bool(bool_val=leaf)))
-        elif isinstance(leaf, int):
-            values.append(EValue(val=Int(int_val=leaf)))
-        elif isinstance(leaf, float):
-            values.append(EValue(val=Double(double_val=leaf)))
-        elif isinstance(leaf, str):
-            values.append(EValue(val=String(string_val=leaf)))
-        else:
-            meta = leaf.meta
-            scalar_type = DTYPE_TO_SCALAR_TYPE.get(meta.dtype)
-            if scalar_type is None:
-                raise EmitError(f"{where}: tensor dtype {meta.dtype} has no ExecuTorch scalar type; convert it")
-            if leaf.data is None:
-                raise EmitError(f"{where}: the tensor holds no data (a snapshot written without include_data)")
-            if any(isinstance(d, str) for d in meta.shape):
-                raise EmitError(f"{where}: a constant tensor cannot have a symbolic shape")
-            sizes = tuple(int(d) for d in meta.shape)
-            if leaf.data.nbytes != math.prod(sizes) * DTYPE_ITEMSIZE[meta.dtype]:
-                raise EmitError(f"{where}: holds {leaf.data.nbytes} bytes but {meta.dtype}{list(sizes)} needs "
-                                f"{math.prod(sizes) * DTYPE_ITEMSIZE[meta.dtype]}")
-            values.append(EValue(val=Tensor(
-                scalar_type=scalar_type, sizes=sizes, dim_order=tuple(range(len(sizes))),
-                requires_grad=meta.requires_grad, data_buffer_idx=state.constant(leaf.data, leaf.sha256),
-            )))
-    return ExecutionPlan(
-        name=name,
-        container_meta_type=ContainerMetadata(encoded_inp_str="", encoded_out_str=method.out_spec),
-        values=tuple(values),
-        inputs=(),
-        outputs=tuple(range(len(values))),
-        chains=(Chain(inputs=(), outputs=(), instructions=()),),
-        operators=(),
-        delegates=(),
-        non_const_buffer_sizes=(0,),
-    )
