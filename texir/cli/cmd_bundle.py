@@ -13,7 +13,6 @@ from texir.cli.cmd_lower import executorch_partitioner_for
 from texir.cli.model_spec import load_model_eager
 from texir.cli.paths import refuse_clobbering
 from texir.cli.progress import Progress
-from texir.emit import emit
 from texir.errors import ConversionError, UsageError
 from texir.serialize import bpte, pte
 from texir.serialize.bpte import Tensor, describe_value
@@ -87,8 +86,10 @@ def _describe(values: tuple[Any, ...]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    # torch loads in seconds (the adapters and orchestrate import it): only `texir bundle` pays
+    # torch loads in seconds (the adapters and orchestrate import it), the emitter in a few tenths:
+    # only `texir bundle` pays, not every command's start
     from texir.adapters.bundle import eager_case, random_inputs
+    from texir.emit import emit
     from texir.orchestrate import lower
 
     output = _check(args)

@@ -12,10 +12,8 @@ from typing import Any, Literal
 
 import pydantic
 
-from texir.backends import xnnpack
 from texir.backends.demo import BACKEND_ID
 from texir.cli.progress import Progress
-from texir.emit import emit
 from texir.errors import TexirError
 from texir.ir import CallFunction, verify
 from texir.lowering import OpSupportPartitioner, WholeProgramPartitioner, get_lowered_submodules, to_backend
@@ -92,10 +90,12 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     """Run the demo pipeline and return its summary (what `--json` prints)."""
     if options.partitioner in ("xnnpack", "executorch:xnnpack"):
         return _run_xnnpack(options)
-    # torch (and the adapters and model, which import it) loads in seconds: only `texir demo` pays
+    # torch (and the adapters and model, which import it) loads in seconds, the emitter in a few
+    # tenths: only `texir demo` pays, not every command's start
     import torch
 
     from texir.adapters import from_exported_program, to_exported_program
+    from texir.emit import emit
     from texir.models import conv_relu_tan
 
     out_dir = _out_dir(options)
@@ -183,9 +183,12 @@ def _out_dir(options: DemoOptions) -> Path:
 
 
 def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
-    # torch (and the modules below, which import it) loads in seconds: only `texir demo` pays
+    # torch (and the bridge, orchestrate and model, which import it) loads in seconds, the emitter
+    # and the XNNPACK backend in a few tenths: only `texir demo` pays, not every command's start
     import torch
 
+    from texir.backends import xnnpack
+    from texir.emit import emit
     from texir.executorch import partitioner_by_name, run_pte
     from texir.models import conv_relu_tan
     from texir.orchestrate import lower

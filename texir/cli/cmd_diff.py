@@ -11,7 +11,6 @@ import msgspec
 from texir.cli.model_spec import load_input
 from texir.cli.progress import Progress
 from texir.errors import TexirError
-from texir.emit import emit
 from texir.ir.types import LoweredBackendModule, Program
 from texir.serialize.bpte import BundledProgram
 from texir.serialize.pte import loads
@@ -33,6 +32,8 @@ file is emitted to .pte first; a .bpte compared with anything but a .bpte stands
 
 def _as_pte(value: Any) -> Any:
     if isinstance(value, Program):
+        from texir.emit import emit  # the emitter loads in a few tenths: only diffs of a Program and a .pte pay
+
         return emit(value)
     return value
 

@@ -14,7 +14,6 @@ from texir.ir.types import LoweredBackendModule, Program
 from texir.serialize.bpte.schema import BundledProgram
 from texir.serialize.pte.schema import PteProgram
 from texir.serialize.snapshot import atomic_write_bytes
-from texir.viz.html import write_html
 from texir.viz.pte_view import bundle_text, pte_text
 
 EPILOG = """\
@@ -83,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
             print("texir show: showing MODEL as exported; `texir lower` decomposes it first (add --decompose "
                   "to see that form)", file=sys.stderr)
         if args.html is not None:
+            from texir.viz.html import write_html  # the page builder's import costs every command: --html pays
+
             with progress.phase(f"writing {args.html}"):
                 stats = write_html(value, args.html, title=args.model)
             print(f"wrote {args.html}: {stats.nodes} nodes, {stats.edges} edges, "

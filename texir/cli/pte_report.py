@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from texir.backends.xnnpack.flatbuffer import XnnpackBlobError
-from texir.backends.xnnpack.inspect import format_blob
 from texir.ir.blob import Blob
 from texir.serialize.pte import schema as s
 from texir.serialize.pte.check import check_indices
@@ -185,6 +183,10 @@ def inspect_pte(data: bytes, *, brief: bool = False) -> JsonDict:
 
 def _xnnpack_nodes(blob: Blob) -> list[str]:
     """An XNNPACK delegate's values, nodes and constants, one line each (texir.backends.xnnpack)."""
+    # the XNNPACK backend loads in a few tenths of a second: only a .pte with an XNNPACK delegate pays
+    from texir.backends.xnnpack.flatbuffer import XnnpackBlobError
+    from texir.backends.xnnpack.inspect import format_blob
+
     try:
         return format_blob(blob.tobytes()).splitlines()
     except XnnpackBlobError as exc:
