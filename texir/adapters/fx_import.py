@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import warnings
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
@@ -13,7 +11,6 @@ import sympy  # type: ignore[import-untyped]  # sympy ships no type information
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 import torch.fx
-from torch._ops import HigherOrderOperator, OpOverload
 from torch.export import ExportedProgram
 from torch.export import graph_signature as gs
 from torch.fx.immutable_collections import immutable_list
@@ -23,6 +20,7 @@ from texir._io import gc_paused
 from texir.adapters import delegate_op
 from texir.adapters.core_aten import check_core_aten
 from texir.adapters.decompositions import edge_decomposition_table
+from texir.adapters.fx_provenance import CustomMetaError, FxProvenance, getattr_path
 from texir.adapters.fx_signature import argument_spec, input_spec, output_spec
 from texir.adapters.local_decompose import decompose_locally
 from texir.adapters.op_schemas import recorded_op_schemas
@@ -46,60 +44,16 @@ from texir.ir.builder import GraphBuilder
 __all__ = ["CustomMetaError", "from_exported_program"]
 
 
-class CustomMetaError(ConversionError):
-    """A node's ``meta["custom"]`` holds a value that is not JSON data."""
-
-
 # --------------------------------------------------------------------------------------------------
 # FX -> IR
 
 
-_STR_OF_CACHE: dict[Any, str] = {}
-
-
-def _str_of(value: Any) -> str:
-    """A stable string for a source_fn / nn_module_stack target (a class, function or string)."""
-    if isinstance(value, str):
-        return value
-    try:
-        return _STR_OF_CACHE[value]
-    except (KeyError, TypeError):
-        pass
-    text = _str_of_uncached(value)
-    try:
-        _STR_OF_CACHE[value] = text
-    except TypeError:
-        pass
-    return text
-
-
-def _stable_frame_key(key: str, path: str) -> str:
-    """Strict export keys nn_module_stack frames by the module's id(), which changes every run:
-    such a key becomes the one non-strict export would give the same module (from its path), so
-    the same model gives the same bytes."""
-    if not key.isdigit():
-        return key
-    return "L__self__" if not path else "L__self___" + path.replace(".", "_")
-
-
-def _str_of_uncached(value: Any) -> str:
-    if isinstance(value, OpOverload):
-        return canonical_target(value) or str(value)
-    module = getattr(value, "__module__", None)
-    qualname = getattr(value, "__qualname__", None)
-    if module is not None and qualname is not None:
-        return f"{module}.{qualname}"
-    return str(value)
-
-
 class _FromFx:
-    """One conversion: holds the debug-handle numbering and the caches of a single call."""
+    """One conversion: holds its provenance (debug-handle numbering) and the caches of a single call."""
 
     def __init__(self, ep: ExportedProgram) -> None:
         self.ep = ep
-        self.handles: dict[torch.fx.Node, tuple[int, str]] = {}
-        self.graph_ordinals: dict[int, int] = {}
-        self.module_stack_cache: dict[Any, tuple[ir.ModuleFrame, ...]] = {}
+        self.provenance = FxProvenance()
         self.sym_cache: dict[Any, str] = {}
         self.arg_dispatch: dict[type, Callable[[Any, torch.fx.Node], ir.Argument]] = {
             torch.fx.Node: lambda v, n: ir.Ref(name=v.name),
@@ -119,49 +73,6 @@ class _FromFx:
             torch.SymFloat: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="float"),
             torch.SymBool: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="bool"),
         }
-
-    # -- debug handles, numbered as ExecuTorch's DebugHandleGeneratorPass numbers them ---------
-
-    def _ordinal(self, graph_id: int) -> int:
-        # torch's graph ids are id() values; renumber them in first-seen order so that the stored
-        # ancestor identifiers are the same in every process.
-        k = self.graph_ordinals.get(graph_id)
-        if k is None:
-            k = self.graph_ordinals[graph_id] = len(self.graph_ordinals)
-        return k
-
-    def number_debug_handles(self, gm: torch.fx.GraphModule) -> None:
-        seen: dict[str, int] = {}
-        queue: deque[torch.fx.GraphModule] = deque([gm])
-        while queue:
-            current = queue.popleft()
-            graph_id = id(current.graph)
-            for node in current.graph.nodes:
-                op = node.op
-                if op == "placeholder" or op == "output":
-                    continue
-                sources = node.meta.get("from_node")
-                if sources:
-                    source = sources[-1]
-                    while source.from_node:
-                        source = source.from_node[-1]
-                    ancestor = f"{source.name}.{self._ordinal(source.graph_id)}"
-                else:
-                    ancestor = f"{node.name}.{self._ordinal(graph_id)}"
-                handle = seen.get(ancestor)
-                if handle is None:
-                    handle = seen[ancestor] = len(seen) + 1
-                self.handles[node] = (handle, ancestor)
-            # Nested graphs follow the graph, in the order their HOP calls name them (for cond:
-            # true then false branch), as ExecuTorch's bfs_trace_with_node_process visits them.
-            for node in current.graph.nodes:
-                if node.op == "call_function" and isinstance(node.target, HigherOrderOperator) \
-                        and node.target is not delegate_op.texir_call_delegate:
-                    for a in node.args:
-                        if isinstance(a, torch.fx.Node) and a.op == "get_attr":
-                            sub = _getattr_path(current, str(a.target))
-                            if isinstance(sub, torch.fx.GraphModule):
-                                queue.append(sub)
 
     # -- metadata ----------------------------------------------------------------------------
 
@@ -199,48 +110,6 @@ class _FromFx:
             f"{type(val).__name__} is not supported"
         )
 
-    def prov(self, node: torch.fx.Node) -> ir.Provenance | None:
-        meta = node.meta
-        handle = self.handles.get(node)
-        stack = meta.get("nn_module_stack")
-        frames: tuple[ir.ModuleFrame, ...] = ()
-        if stack:
-            # torch gives every node its own dict, but a layer's nodes repeat its contents: cache
-            # by content (which also makes equal stacks one tuple, cheap for GraphBuilder to intern).
-            try:
-                key: Any = tuple(stack.items())
-                cached = self.module_stack_cache.get(key)
-            except TypeError:  # an unhashable entry: convert without caching
-                key = cached = None
-            if cached is not None:
-                frames = cached
-            else:
-                frames = tuple(
-                    ir.ModuleFrame(key=_stable_frame_key(k, v[0]), path=v[0], type=_str_of(v[1]))
-                    for k, v in stack.items()
-                )
-                if key is not None:
-                    self.module_stack_cache[key] = frames
-        source_fn = meta.get("source_fn_stack")
-        sources: tuple[ir.SourceFn, ...] = ()
-        if source_fn:
-            sources = tuple(ir.SourceFn(name=s[0], target=_str_of(s[1])) for s in source_fn)
-        torch_fn = meta.get("torch_fn")
-        stack_trace = meta.get("stack_trace")
-        custom_text = None if (custom := meta.get("custom")) is None else _custom_json(custom, node)
-        if handle is None and not frames and not sources and torch_fn is None and stack_trace is None \
-                and custom_text is None:
-            return None
-        return ir.Provenance(
-            debug_handle=handle[0] if handle else None,
-            ancestor=handle[1] if handle else None,
-            stack_trace=stack_trace,
-            nn_module_stack=frames,
-            source_fn_stack=sources,
-            torch_fn=(str(torch_fn[0]), str(torch_fn[1])) if torch_fn else None,
-            custom=custom_text,
-        )
-
     # -- arguments ---------------------------------------------------------------------------
 
     def _dtype_arg(self, v: torch.dtype, node: torch.fx.Node) -> ir.Argument:
@@ -275,7 +144,7 @@ class _FromFx:
         subgraphs: list[ir.Subgraph] = []
         arg = self.arg
         meta_of = self.meta
-        prov_of = self.prov
+        prov_of = self.provenance.prov
         for node in gm.graph.nodes:
             op = node.op
             if op == "call_function":
@@ -324,7 +193,7 @@ class _FromFx:
         """The node and its metadata; collects the subgraph or lowered module it names."""
         target = node.target
         assert isinstance(target, str)  # FX guarantees string get_attr targets
-        attr = _getattr_path(gm, target)
+        attr = getattr_path(gm, target)
         meta: ir.ValueMeta
         if isinstance(attr, delegate_op.LoweredBackendModule):
             if not any(entry.name == target for entry in lowered):
@@ -347,26 +216,6 @@ class _FromFx:
                 "(tensors must be lifted: use torch.export.export, not a traced GraphModule)"
             )
         return ir.GetAttr(name=node.name, target=target), meta
-
-
-_TORCH_MARKERS = "_torchdynamo_disable"
-"""Keys torch's retrace adds to `meta["custom"]` depending on what the process ran before: dropped."""
-
-
-def _custom_json(value: Any, node: torch.fx.Node) -> str | None:
-    """`meta["custom"]` as JSON text, as torch.export serializes it (json.dumps; None when empty)."""
-    if isinstance(value, dict):
-        value = {k: v for k, v in value.items() if not (isinstance(k, str) and k.startswith(_TORCH_MARKERS))}
-        if not value:
-            return None
-    try:
-        return json.dumps(value, allow_nan=True)
-    except (TypeError, ValueError) as exc:
-        raise CustomMetaError(
-            f"node {node.name!r} ({node.op} {node.target}): meta['custom'] is not JSON data ({exc}); texir "
-            "carries it as JSON, as torch.export's serializer does: store only dicts, lists, strings, numbers, "
-            "booleans and None there"
-        ) from None
 
 
 def _unsupported_target_message(node: torch.fx.Node) -> str:
@@ -397,20 +246,6 @@ class _NodeRef:
 _MISSING = object()
 _NONE_ARG = ir.NoneArg()
 _NONE_META = ir.NoneMeta()
-
-
-def _no_prov(index: int) -> None:
-    """`Graph.prov` of a graph without provenance."""
-    return None
-
-
-def _getattr_path(module: torch.nn.Module, target: str) -> Any:
-    obj: Any = module
-    for part in target.split("."):
-        if not hasattr(obj, part):
-            raise ConversionError(f"get_attr target {target!r} does not exist on the graph module")
-        obj = getattr(obj, part)
-    return obj
 
 
 def _custom_obj_fqn(val: Any) -> str:
@@ -478,7 +313,7 @@ def from_exported_program(
 def _convert_from(ep: ExportedProgram) -> ir.Program:
     conv = _FromFx(ep)
     gm = ep.graph_module
-    conv.number_debug_handles(gm)
+    conv.provenance.number_debug_handles(gm)
     lowered: list[ir.NamedLoweredModule] = []
     graph = conv.graph(gm, lowered)
     sig = ep.graph_signature
