@@ -7,11 +7,18 @@ TYPE_CHECKING, and `importlib.import_module("texir...")` calls) goes to the same
 Below the adapters (ir, serialize, lowering, edge, emit, backends) nothing imports torch, wherever
 the import stands (tests/test_torch_free.py runs them without it); only texir/executorch may import
 executorch; texir/ir imports neither flatbuffers nor sympy.
+
+Imports stand at module level: one inside a function carries a comment saying why, on its line or
+the line above (an optional extra, a slow import only some commands need). No module is over 500
+lines.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -134,10 +141,123 @@ def test_third_party_boundaries() -> None:
     assert not problems, "\n".join(problems)
 
 
+MAX_LINES = 500
+
+# Files other branches were rewriting when these two gates went in (lowering/, executorch's
+# partitioner, backend and edge_program, cli/cmd_lower, backends/xnnpack/): exempt from the gates
+# below until those branches land. Empty it; never add to it.
+NOT_YET_CHECKED: frozenset[str] = frozenset({
+    "texir/backends/xnnpack/partitioner.py",  # 540 lines
+    "texir/backends/xnnpack/serialize.py",  # 559 lines
+    "texir/cli/cmd_lower.py",  # function-local imports without a reason
+    "texir/executorch/backend.py",  # function-local imports without a reason
+    "texir/executorch/edge_program.py",  # function-local imports without a reason
+    "texir/executorch/partitioner.py",  # function-local imports without a reason
+    "texir/lowering/delegate.py",  # 571 lines
+    "texir/lowering/plan.py",  # 510 lines
+})
+
+
 def test_modules_stay_small() -> None:
     sizes = {str(p.relative_to(ROOT.parent)): len(p.read_text(encoding="utf-8").splitlines()) for p in SOURCES}
-    big = {k: v for k, v in sizes.items() if v > 610}
-    assert not big, f"modules over ~600 lines (split them): {big}"
+    big = sorted(f"{k}: {v} lines" for k, v in sizes.items() if v > MAX_LINES and k not in NOT_YET_CHECKED)
+    assert not big, f"modules over {MAX_LINES} lines (split them by concern):\n" + "\n".join(big)
+
+
+def _comments(source: str) -> dict[int, str]:
+    """line -> the text of the comment on it (without the '#')."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return {tok.start[0]: tok.string.lstrip("#").strip() for tok in tokens if tok.type == tokenize.COMMENT}
+
+
+_MARKERS = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(\s*,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?|pragma:[^#]*")
+
+
+def _gives_a_reason(comment: str | None) -> bool:
+    """A comment of a few words once linter markers (`noqa`, `type: ignore[...]`, `pragma: ...`) are
+    dropped: `# noqa: F401` alone says nothing about why the import is where it is."""
+    if comment is None:
+        return False
+    words = re.findall(r"[A-Za-z][A-Za-z'-]*", _MARKERS.sub(" ", comment))
+    return len(words) >= 3
+
+
+def unexplained_local_imports(path: Path) -> Iterator[int]:
+    """Lines of imports inside a function with no reason given. The reason is a comment on the import's
+    own lines or on the line directly above it; imports that follow each other share the comment above
+    the first of them."""
+    source = path.read_text(encoding="utf-8")
+    comments = _comments(source)
+
+    def explained(stmt: ast.stmt, first_of_run: ast.stmt) -> bool:
+        own = range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
+        return any(_gives_a_reason(comments.get(line)) for line in own) or _gives_a_reason(
+            comments.get(first_of_run.lineno - 1)
+        )
+
+    def visit(node: ast.AST, in_function: bool) -> Iterator[int]:
+        for field in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            if not isinstance(statements, list):
+                continue
+            run_start: ast.stmt | None = None
+            for child in statements:
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    run_start = run_start or child
+                    if in_function and not explained(child, run_start):
+                        yield child.lineno
+                else:
+                    run_start = None
+                    yield from visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        for part in [*getattr(node, "handlers", ()), *getattr(node, "cases", ())]:  # except/case bodies
+            yield from visit(part, in_function)
+
+    yield from visit(ast.parse(source, filename=str(path)), False)
+
+
+def test_function_local_imports_say_why() -> None:
+    problems = [
+        f"{path.relative_to(ROOT.parent)}:{line}"
+        for path in SOURCES
+        if str(path.relative_to(ROOT.parent)) not in NOT_YET_CHECKED
+        for line in unexplained_local_imports(path)
+    ]
+    assert not problems, (
+        "imports inside a function with no comment saying why (move them to module level, or say why on the"
+        " import's line or the line above: `# torch loads in ~2 s: only the commands that need it pay`):\n"
+        + "\n".join(problems)
+    )
+
+
+def test_the_exemptions_name_existing_files() -> None:
+    assert all((ROOT.parent / name).is_file() for name in NOT_YET_CHECKED), sorted(NOT_YET_CHECKED)
+
+
+@pytest.mark.parametrize(
+    ("source", "unexplained"),
+    [
+        ("import os\ndef f():\n    import json\n", [3]),
+        ("def f():\n    import json  # noqa: F401\n", [2]),  # a linter marker is no reason
+        ("def f():\n    import json  # why\n", [2]),  # nor is one word
+        ("def f():\n    import json  # type: ignore[import-untyped]\n", [2]),
+        ("def f():\n    # torch loads in seconds: only this command pays\n    import torch\n", []),
+        ("def f():\n    import torch  # loads in seconds, imported on use\n", []),
+        ("def f():\n    import x  # noqa: F401  (registers the kernels on import)\n", []),
+        # a comment above a run of imports covers the run; a blank line does not end it
+        ("def f():\n    # optional extra: imported on use\n    import a\n\n    from b import c\n    x = 1\n"
+         "    import d\n", [7]),
+        ("def f():\n    # a comment two lines above\n    x = 1\n    import json\n", [4]),
+        ("class C:\n    def m(self):\n        if self:\n            import json\n", [4]),
+        ("def f():\n    try:\n        import json\n    except ImportError:\n        import simplejson\n", [3, 5]),
+        ("def f():\n    def g():\n        from a import (\n            b,  # the reason can sit on any of its lines\n"
+         "        )\n", []),
+        ("import os\nif os:\n    import json\n", []),  # module level, not in a function
+    ],
+)
+def test_the_local_import_check(tmp_path: Path, source: str, unexplained: list[int]) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text(source, encoding="utf-8")
+    assert list(unexplained_local_imports(path)) == unexplained
 
 
 @pytest.mark.parametrize(
