@@ -1,5 +1,5 @@
 """`XnnpackNativeBackend`: ExecuTorch 1.5.1's XnnpackBackend.preprocess, as a pure function of the
-sub-program (float and static-int8 programs; see `serialize.VISITORS` for the ops)."""
+sub-program (float and static-int8 programs; see `visitors.VISITORS` for the ops)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from texir.backends.xnnpack.flatbuffer import encode_blob
 from texir.backends.xnnpack.channels_last import run_passes
 from texir.backends.xnnpack.graph import XGraph
 from texir.backends.xnnpack.schema import XNNGraph
-from texir.backends.xnnpack.serialize import VISITORS, Serializer
+from texir.backends.xnnpack.serialize import Serializer
+from texir.backends.xnnpack.visitors import VISITORS
 from texir.ir import CompileSpec, NamedDataEntry, Program
 from texir.lowering.backend import Backend, PreprocessResult, backend_registered, register_backend
 
