@@ -219,8 +219,9 @@ def test_partitioner_options_are_validated() -> None:
         partitioner(per_op_mod=True)
     with pytest.raises(PartitionerError, match="takes 'fp32' with optionally 'static_int8'"):
         partitioner(config_precisions=("static_int8",))
-    with pytest.raises(PartitionerError, match="dynamic int8"):
-        partitioner(config_precisions=("fp32", "dynamic_int8"))
+    with pytest.raises(PartitionerError, match="4-bit weights"):
+        partitioner(config_precisions=("fp32", "int4"))
+    partitioner(config_precisions=("fp32", "dynamic_int8"))
 
 
 _BLOCKED_LOWERING = """

@@ -1,5 +1,6 @@
-"""texir's native XNNPACK partitioner and backend on pt2e static int8 models (XNNPACKQuantizer,
-per-tensor and per-channel weights) against ExecuTorch 1.5.1's XnnpackPartitioner and backend.
+"""texir's native XNNPACK partitioner and backend on pt2e int8 models (XNNPACKQuantizer: static with
+per-tensor and per-channel weights, dynamic with per-channel weights) against ExecuTorch 1.5.1's
+XnnpackPartitioner and backend.
 
 The reference of each model is ExecuTorch's partitioner and backend run by texir on the same program
 (`lower(ep, [executorch_partitioner(XnnpackPartitioner())])`); tests/test_executorch_backends.py
@@ -24,7 +25,7 @@ from texir.backends.xnnpack.backend import XnnpackNativeBackend, registered
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.flatbuffer import decode_blob
 from texir.backends.xnnpack.partitioner import partitioner
-from texir.ir import DType, DTypeArg, IntArg, Program
+from texir.ir import DType, DTypeArg, IntArg, Program, Ref
 
 _seed = torch.Generator().manual_seed
 
@@ -78,6 +79,15 @@ class _ConvNet(nn.Module):
         return self.fc(self.dropout(pooled))
 
 
+class _MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
 class _Cat(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -100,9 +110,15 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bo
     "convnet_flat_mean": (lambda: _ConvNet(flat_mean=True), ((1, 3, 8, 8),), False),
     "convnet_pc": (_ConvNet, ((1, 3, 8, 8),), True),
 }
+DYNAMIC_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bool]] = {
+    # activations quantized at run time, per-channel int8 weights (XNNPACKQuantizer's dynamic scheme)
+    "linear_dynamic": (lambda: _Linear(relu=False), ((2, 8),), True),
+    "mlp_dynamic_3d": (_MLP, ((2, 3, 8),), True),
+}
 CAT: Final = ("cat_linear", (_Cat, ((2, 4), (2, 4)), False))
+DYNAMIC_CONV: Final = "conv_dynamic"
+"""A dynamically quantized convolution: ExecuTorch's partitioner takes it, the native one not yet."""
 DYNAMIC: Final = "linear_dynamic"
-"""The linear model with dynamically quantized activations (a scheme the native backend does not take)."""
 
 
 _PATTERNS: dict[Any, Any] = {}
@@ -143,10 +159,11 @@ def quantized(name: str) -> tuple[torch.export.ExportedProgram, tuple[torch.Tens
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    make, shapes, per_channel = dict([*MODELS.items(), CAT, (DYNAMIC, (MODELS["linear"][0], ((2, 8),), True))])[name]
+    conv = (lambda: _Conv(relu=False), ((1, 4, 6, 6),), True)
+    make, shapes, per_channel = {**MODELS, **DYNAMIC_MODELS, CAT[0]: CAT[1], DYNAMIC_CONV: conv}[name]
     torch.manual_seed(0)
     module, args = make().eval(), _inputs(*shapes)
-    config = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=name == DYNAMIC)
+    config = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=name in DYNAMIC_MODELS or name == DYNAMIC_CONV)
     quantizer = XNNPACKQuantizer().set_global(config)
     with _pattern_graphs_reused():
         prepared = prepare_pt2e(torch.export.export(module, args, strict=False).module(), quantizer)  # type: ignore[arg-type]  # a GraphModule from export
@@ -208,7 +225,7 @@ def _first_difference(mine: s.XNNGraph, theirs: s.XNNGraph) -> str:
 # -- partitions, blobs, named data, runtime --------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", [*MODELS, *DYNAMIC_MODELS])
 def test_native_int8_lowering_equals_executorchs(name: str) -> None:
     """Same partitions (ops and shapes, q/dq included) and implicit q/dq tags; each blob byte-equal
     (else the first differing field is named); named data equal; the whole .pte equal."""
@@ -302,19 +319,84 @@ def test_an_unsupported_int8_op_is_left_undelegated_with_the_reason() -> None:
     assert torch.allclose(out, ep.module()(*args), atol=0.1)
 
 
-def test_dynamic_int8_is_turned_down_with_the_reason() -> None:
-    from tests.xnnpack_oracle import run_pte, texir_partitions
-    from texir.adapters import from_exported_program
+def test_dynamic_values_in_the_blob() -> None:
+    """The dynamic MLP's blob: each run-time quantize is a Convert from the fp32 value to a qdint8 one
+    (per token, 1 non-batch dim) carrying the quantize's debug handle; the linears read it with qcint8
+    filters and fp32 biases; the dequantizes, choose_qparams and getitems emit nothing."""
+    program = native_lowered("mlp_dynamic_3d")
+    (lowered,) = program.lowered_modules
+    graph = decode_blob(lowered.module.processed_bytes)
+    values = [v.xvalue_union for v in graph.xvalues]
+    kinds = [type(n.xnode_union).__name__ for n in graph.xnodes]
+    assert kinds == ["XNNConvert", "XNNFullyConnected", "XNNConvert", "XNNFullyConnected"]
+    sub = lowered.module.original_program.graph
+    quantizes = [h for n, h in zip(sub.nodes, sub.debug_handles())
+                 if getattr(n, "target", "") == "quantized_decomposed::quantize_per_tensor.tensor"]
+    assert [n.debug_handle for n in graph.xnodes if isinstance(n.xnode_union, s.XNNConvert)] == quantizes
+    for node in graph.xnodes:
+        u = node.xnode_union
+        if isinstance(u, s.XNNConvert):
+            src, out = values[u.input_id], values[u.output_id]
+            assert isinstance(src, s.XNNTensorValue) and src.datatype == s.XNNDatatype.xnn_datatype_fp32
+            assert isinstance(out, s.XNNQuantizedTensorValue) and out.tensor_value is not None
+            assert out.tensor_value.datatype == s.XNNDatatype.xnn_datatype_qdint8
+            assert out.quant_params == s.PerTokenDynamicQuant(num_nonbatch_dims=1)
+            assert out.tensor_value.dims[:2] == (2, 3)
+        elif isinstance(u, s.XNNFullyConnected):
+            x, w, b = values[u.input1_id], values[u.filter_id], values[u.bias_id]
+            assert isinstance(x, s.XNNQuantizedTensorValue) and isinstance(x.quant_params, s.PerTokenDynamicQuant)
+            assert isinstance(w, s.XNNQuantizedTensorValue) and isinstance(w.quant_params, s.PerChannelQuant)
+            assert w.tensor_value is not None and w.tensor_value.datatype == s.XNNDatatype.xnn_datatype_qcint8
+            assert isinstance(b, s.XNNTensorValue) and b.datatype == s.XNNDatatype.xnn_datatype_fp32
+    assert graph.xnodes[1].output_min_max is not None  # the relu is fused into the first linear
 
-    reasons = partitioner().reasons(from_exported_program(quantized(DYNAMIC)[0]))
-    linear = [why for node, why in reasons.items() if "linear" in node]
-    assert linear and all(why.startswith("dynamically quantized GEMMs are not yet supported") for why in linear)
-    # What it turns down runs as portable kernels: the per-channel dequantize of the weights among
-    # them, emitted through its out variant from ExecuTorch's quantized kernels.
+
+def test_native_dynamic_int8_pte_runs_bitwise_as_executorchs() -> None:
+    """The dynamic MLP (a 3-D input batch) in the runtime: outputs bitwise those of ExecuTorch's own
+    pipeline's .pte."""
+    from tests.xnnpack_oracle import executorch_xnnpack, run_pte
+
+    ep, args = quantized("mlp_dynamic_3d")
+    reference = executorch_xnnpack(ep)
+    assert reference.pte is not None, reference.error
+    mine, theirs = run_pte(pte(native_lowered("mlp_dynamic_3d")), args)[0], run_pte(reference.pte, args)[0]
+    assert mine and len(mine) == len(theirs)
+    for a, b in zip(mine, theirs, strict=True):
+        assert torch.equal(a, b)
+    assert torch.allclose(mine[0], ep.module()(*args), atol=0.05)
+
+
+def test_dynamic_int8_can_be_turned_off_and_runs_as_portable_kernels() -> None:
+    """Without 'dynamic_int8' the dynamic linear is turned down with the reason; what stays out runs
+    as portable kernels (the per-channel dequantize of the weights among them, through its out
+    variant from ExecuTorch's quantized kernels)."""
+    from texir.adapters import from_exported_program
+    from texir.orchestrate import lower
+    from tests.xnnpack_oracle import run_pte, texir_partitions
+
     ep, args = quantized(DYNAMIC)
-    program = native_lowered(DYNAMIC)
+    options = partitioner(config_precisions=("fp32", "static_int8"))
+    reasons = options.reasons(from_exported_program(ep))
+    assert reasons.get("linear") == "dynamic_int8 is not in config_precisions", reasons
+    with registered():
+        program = lower(ep, [options])
     assert not any("linear" in op for p in texir_partitions(program) for op in p)
     out = run_pte(pte(program), args)[0][0]
+    assert torch.allclose(out, ep.module()(*args), atol=0.1)
+
+
+def test_a_dynamic_convolution_is_left_undelegated_with_the_reason() -> None:
+    """lower's report names the reason; the convolution runs as portable kernels."""
+    from texir.orchestrate import lower_with_edge
+    from tests.xnnpack_oracle import run_pte, texir_partitions
+
+    ep, args = quantized(DYNAMIC_CONV)
+    with registered():
+        result = lower_with_edge(ep, [partitioner()])
+    conv = [u.detail for u in result.report.undelegated if u.target == "aten::convolution.default"]
+    assert conv and all(why.startswith("dynamically quantized convolutions are not yet supported") for why in conv)
+    assert not any("convolution" in op for p in texir_partitions(result.program) for op in p)
+    out = run_pte(pte(result.program), args)[0][0]
     assert torch.allclose(out, ep.module()(*args), atol=0.1)
 
 
@@ -335,9 +417,11 @@ def _forced(name: str, edit: Callable[[Any], Any]) -> Program:
     return msgspec.structs.replace(program, graph=msgspec.structs.replace(program.graph, nodes=nodes))
 
 
-def test_a_4bit_weight_forced_into_a_partition_is_a_typed_error_naming_the_node() -> None:
+@pytest.mark.parametrize("name", ["linear_relu_pc", DYNAMIC])
+def test_a_4bit_weight_forced_into_a_partition_is_a_typed_error_naming_the_node(name: str) -> None:
     """A per-channel weight dequantize with 4-bit bounds (qmin -8, qmax 7) that the native
-    partitioner would leave out: the backend names the node before writing any bytes."""
+    partitioner would leave out (static or dynamic activations): the backend names the node before
+    writing any bytes."""
 
     def four_bit(n: Any) -> Any:
         if getattr(n, "target", "") == "quantized_decomposed::dequantize_per_channel.default":
@@ -345,8 +429,22 @@ def test_a_4bit_weight_forced_into_a_partition_is_a_typed_error_naming_the_node(
         return n
 
     with pytest.raises(XnnpackUnsupportedError, match=r"dequantize_per_channel.*not supported") as info:
-        XnnpackNativeBackend().preprocess(_forced("linear_relu_pc", four_bit), ())
+        XnnpackNativeBackend().preprocess(_forced(name, four_bit), ())
     assert info.value.node == "quantized_decomposed_dequantize_per_channel_default"
+
+
+def test_a_tensor_dequantize_not_fed_by_choose_qparams_is_a_typed_error() -> None:
+    """A dequantize_per_tensor.tensor whose scale is not a choose_qparams's output (not dynamic
+    quantization) forced into a partition: the backend names it before writing any bytes."""
+
+    def constant_scale(n: Any) -> Any:
+        if getattr(n, "target", "") == "quantized_decomposed::dequantize_per_tensor.tensor":
+            return msgspec.structs.replace(n, args=(n.args[0], Ref(name="p_fc_bias"), *n.args[2:]))
+        return n
+
+    with pytest.raises(XnnpackUnsupportedError, match="not a choose_qparams's outputs") as info:
+        XnnpackNativeBackend().preprocess(_forced(DYNAMIC, constant_scale), ())
+    assert info.value.node == "quantized_decomposed_dequantize_per_tensor_tensor"
 
 
 def test_a_uint8_activation_forced_into_a_partition_is_a_typed_error() -> None:

@@ -1,9 +1,9 @@
-"""`partitioner(**options)`: ExecuTorch 1.5.1's XnnpackPartitioner (float and static-int8 configs)
-computed on the IR.
+"""`partitioner(**options)`: ExecuTorch 1.5.1's XnnpackPartitioner (float, static-int8 and
+dynamic-int8 configs) computed on the IR.
 
-Each supported op has a check (`op_checks.CHECKS`) that returns None when XNNPACK takes the node, or the
-reason it does not; static-int8 patterns (`quant_partition`) add the q/dq nodes and quantized
-weights around their op and tag the q/dq implicit. Partitions are then the maximal ones torch's
+Each supported op has a check (`op_checks.CHECKS`) that returns None when XNNPACK takes the node, or
+the reason it does not; int8 patterns (`quant_partition`) add the q/dq nodes and quantized weights
+around their op and tag the q/dq implicit. Partitions are then the maximal ones torch's
 CapabilityBasedPartitioner proposes (`OpSupportPartitioner`), with the constants they read, as
 ExecuTorch tags them.
 """
@@ -23,7 +23,7 @@ from texir.backends.xnnpack.quant_partition import (
     IMPLICIT_KEY,
     Q_PER_TENSOR,
     QuantPlan,
-    static_quant,
+    quant_patterns,
 )
 from texir.ir import (
     BackendNodeMeta,
@@ -44,35 +44,43 @@ from texir.lowering.plan import PartitionPlan
 __all__ = ["CHECKS", "KEPT_OPS", "XnnpackNativePartitioner", "partitioner"]
 
 
+_PRECISIONS: Final = ("fp32", "static_int8", "dynamic_int8")
+
+
 class _Options(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 
     per_op_mode: bool = False
     """One partition per supported node (ExecuTorch's `per_op_mode`)."""
-    config_precisions: tuple[str, ...] = ("fp32", "static_int8")
-    """ExecuTorch's precisions the partitioner takes: 'fp32' (always) and 'static_int8' (pt2e
-    static int8, XNNPACKQuantizer's per-tensor or per-channel scheme)."""
+    config_precisions: tuple[str, ...] = ("fp32", "static_int8", "dynamic_int8")
+    """ExecuTorch's precisions the partitioner takes: 'fp32' (always), 'static_int8' (pt2e static
+    int8, XNNPACKQuantizer's per-tensor or per-channel scheme) and 'dynamic_int8' (activations
+    quantized at run time, per-channel int8 weights). A quantized GEMM whose precision is left out
+    stays with portable kernels (ExecuTorch may still take it as fp32 or in its own precision)."""
 
 
 class XnnpackNativePartitioner:
-    """ExecuTorch's XnnpackPartitioner for float and static-int8 programs, as a texir partitioner;
-    `reasons(program)` says why each call node is turned down."""
+    """ExecuTorch's XnnpackPartitioner for float and int8 programs, as a texir partitioner;
+    `reasons(program)` says why each call node is turned down, and `explain(node)` (lower's
+    report) why a node of the program it last partitioned was."""
 
     def __init__(self, options: _Options) -> None:
         self.options = options
+        self._turned_down: dict[str, str] = {}
+        """The reasons of the last call (node name -> why), for `explain`."""
 
     def __repr__(self) -> str:
         return f"texir.backends.xnnpack.partitioner(per_op_mode={self.options.per_op_mode})"
 
     def _quant(self, program: Program, constants: frozenset[str]) -> QuantPlan:
-        if "static_int8" not in self.options.config_precisions:
-            return QuantPlan(enabled=False)
+        static = "static_int8" in self.options.config_precisions
+        dynamic = "dynamic_int8" in self.options.config_precisions
         metas = value_metas(program.graph)
 
         def accepts(node: CallFunction) -> bool:
             return _verdict(node, metas, constants, QuantPlan()) is None
 
-        return static_quant(program, constants, accepts)
+        return quant_patterns(program, constants, accepts, static=static, dynamic=dynamic)
 
     def reasons(self, program: Program) -> dict[str, str]:
         """Every top-level call node the partitioner turns down, with the reason."""
@@ -108,6 +116,11 @@ class XnnpackNativePartitioner:
             and _verdict(node, metas, constants, quant) is not None
         )
 
+    def explain(self, node: CallFunction) -> str:
+        """Why the last call left `node` out (for lower's report and `texir lower --explain`)."""
+        why = self._turned_down.get(node.name)
+        return why if why is not None else f"{node.target} is supported but was left in no XNNPACK partition"
+
     def __call__(self, program: Program) -> PartitionPlan:
         if self.options.per_op_mode:
             raise PartitionerError("per_op_mode is not implemented by the native XNNPACK partitioner yet")
@@ -115,12 +128,18 @@ class XnnpackNativePartitioner:
         quant = self._quant(program, constants)
         fused_bn = _fusable_batch_norms(program, constants)
 
+        turned_down: dict[str, str] = {}
+
         def supported(node: CallFunction, metas: Mapping[str, ValueMeta]) -> bool:
             if node.name in fused_bn:
                 return True
-            return _verdict(node, metas, constants, quant) is None
+            why = _verdict(node, metas, constants, quant)
+            if why is not None:
+                turned_down[node.name] = why
+            return why is None
 
         plan = OpSupportPartitioner(BACKEND_ID, supported)(program)
+        self._turned_down = turned_down
         # Like ExecuTorch's partitioner, only the top-level graph (never inside a cond or map branch).
         tags = {key: tag for key, tag in plan.tags if "/" not in key}
         support = dict.fromkeys(tags, True)
@@ -179,7 +198,7 @@ def _verdict(node: CallFunction, metas: Mapping[str, ValueMeta], constants: froz
         return common_check(NodeView(node, metas, constants))
     if node.name in quant.deps:
         return None  # part of a static-int8 pattern its anchor op takes
-    if not quant.enabled and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR):
+    if not quant.static and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR):
         return "static_int8 is not in config_precisions"
     check = CHECKS.get(node.target)
     if check is None:
@@ -230,9 +249,9 @@ def partitioner(**options: object) -> XnnpackNativePartitioner:
         raise PartitionerError(
             f"invalid XNNPACK partitioner option '{'.'.join(str(p) for p in first['loc'])}': {first['msg']}"
         ) from None
-    if set(opts.config_precisions) - {"fp32", "static_int8"} or "fp32" not in opts.config_precisions:
+    if set(opts.config_precisions) - set(_PRECISIONS) or "fp32" not in opts.config_precisions:
         raise PartitionerError(
             f"config_precisions {list(opts.config_precisions)}: the native XNNPACK partitioner takes 'fp32' with "
-            "optionally 'static_int8' (dynamic int8 and 4-bit weights: --partitioner executorch:xnnpack)"
+            "optionally 'static_int8' and 'dynamic_int8' (4-bit weights: --partitioner executorch:xnnpack)"
         )
     return XnnpackNativePartitioner(opts)

@@ -1,6 +1,7 @@
-"""Static int8 in the serializer: the quantization parameters of a value as ExecuTorch 1.5.1's
+"""int8 in the serializer: the quantization parameters of a value as ExecuTorch 1.5.1's
 `QuantParams` derives them from the q/dq nodes around it, the int32 bias XNNPACK needs, and the
-per-tensor q/dq visitors (an implicit q/dq node only shares its input's value id)."""
+q/dq visitors (an implicit q/dq node only shares its input's value id; a dynamic quantize is a
+Convert to qdint8, a dynamic dequantize shares its input's id)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import numpy as np
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import XNode
-from texir.backends.xnnpack.quant_partition import DQ_PER_CHANNEL, DQ_PER_TENSOR, Q_PER_CHANNEL, Q_PER_TENSOR
+from texir.backends.xnnpack.quant_partition import (
+    CHOOSE_QPARAMS,
+    DQ_PER_CHANNEL,
+    DQ_PER_TENSOR,
+    DYNAMIC_DQ,
+    DYNAMIC_Q,
+    GETITEM,
+    Q_PER_CHANNEL,
+    Q_PER_TENSOR,
+)
 from texir.ir import DType
 from texir.ir.blob import Blob
 
@@ -22,8 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["QDQ_VISITORS", "QuantParams", "bias_params", "from_inputs", "from_outputs", "from_weights"]
 
-QUANTS: Final = (Q_PER_TENSOR, Q_PER_CHANNEL)
-DEQUANTS: Final = (DQ_PER_TENSOR, DQ_PER_CHANNEL)
+QUANTS: Final = (Q_PER_TENSOR, Q_PER_CHANNEL, *sorted(DYNAMIC_Q))
+DEQUANTS: Final = (DQ_PER_TENSOR, DQ_PER_CHANNEL, *sorted(DYNAMIC_DQ))
 _INT32_RANGE: Final = (-(2**31), 2**31 - 1)
 
 
@@ -42,8 +52,13 @@ class QuantParams:
     axis: int = 0
     is_input: bool = False
     is_output: bool = False
+    is_dynamic: bool = False
+    """Quantized at run time (XNNPACK's qdint8, per token): no scale or zero point is stored."""
+    num_nonbatch_dims: int = 1
 
     def datatype(self, name: str) -> s.XNNDatatype:
+        if self.is_dynamic:
+            return s.XNNDatatype.xnn_datatype_qdint8
         if self.per_channel:
             if self.dtype == DType.int32:
                 return s.XNNDatatype.xnn_datatype_qcint32
@@ -66,9 +81,39 @@ def _scalar(v: Any, name: str) -> Any:
     return v
 
 
-def from_q_dq(node: XNode, users: list[XNode]) -> QuantParams:
-    """ExecuTorch's `QuantParams.from_q_dq_node` for per-tensor and per-channel q/dq."""
+def is_dynamic(node: XNode) -> bool:
+    """A q/dq whose scale and zero point are getitems of a choose_qparams (ExecuTorch's `is_dynamic_qdq`)."""
+    if node.target not in QUANTS and node.target not in DEQUANTS or len(node.args) < 3:
+        return False
+    params = node.args[1:3]
+    return all(isinstance(p, XNode) and p.target == GETITEM and isinstance(p.args[0], XNode)
+               and p.args[0].target in CHOOSE_QPARAMS for p in params)
+
+
+def _feeds_conv(ser: Serializer, node: XNode) -> bool:
+    """Whether a convolution comes before any linear among the users downstream of `node` (a
+    depth-first walk, as ExecuTorch's `_feeds_into_conv`)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if "linear" in current.target:
+            return False
+        if "convolution" in current.target:
+            return True
+        stack.extend(ser.g.users(current))
+    return False
+
+
+def from_q_dq(ser: Serializer, node: XNode) -> QuantParams:
+    """ExecuTorch's `QuantParams.from_q_dq_node` for per-tensor, per-channel and dynamic q/dq."""
     args = node.args
+    if is_dynamic(node):
+        q_input = args[0]
+        return QuantParams(
+            q_input=q_input, scale=0.0, zero_point=0, dtype=DType.float32, qmin=0, qmax=0,
+            is_input=q_input.target == "placeholder", is_dynamic=True,
+            num_nonbatch_dims=3 if _feeds_conv(ser, node) else 1,
+        )
     q_input = node.inputs()[0]
     per_channel = node.target in (Q_PER_CHANNEL, DQ_PER_CHANNEL)
     scale: Any
@@ -86,7 +131,7 @@ def from_q_dq(node: XNode, users: list[XNode]) -> QuantParams:
     return QuantParams(
         q_input=q_input, scale=scale, zero_point=zero_point, dtype=dtype, qmin=int(args[-3]), qmax=int(args[-2]),
         per_channel=per_channel, axis=axis, is_input=q_input.target == "placeholder",
-        is_output=any(u.target == "output" for u in users),
+        is_output=any(u.target == "output" for u in ser.g.users(node)),
     )
 
 
@@ -96,15 +141,15 @@ def from_inputs(ser: Serializer, n: XNode) -> QuantParams | None:
         return None
     src = n.args[0]
     if isinstance(src, XNode) and src.target in QUANTS and src.args[0].const is not None:
-        return from_q_dq(src, ser.g.users(src))
-    return from_q_dq(n, ser.g.users(n))
+        return from_q_dq(ser, src)
+    return from_q_dq(ser, n)
 
 
 def from_outputs(ser: Serializer, n: XNode) -> QuantParams | None:
     """A value whose only user is an implicit q has that q's params."""
     users = ser.g.users(n)
     if len(users) == 1 and users[0].target in QUANTS and users[0].implicit:
-        return from_q_dq(users[0], ser.g.users(users[0]))
+        return from_q_dq(ser, users[0])
     return None
 
 
@@ -114,7 +159,7 @@ def from_weights(ser: Serializer, n: XNode) -> QuantParams | None:
     src = n.args[0] if isinstance(n.args[0], XNode) and n.args[0].target in QUANTS else n
     if src.args[0].const is None:
         raise XnnpackUnsupportedError(f"'{n.name}': a quantized weight must be a constant", node=n.name, op=n.target)
-    return from_q_dq(src, ser.g.users(src))
+    return from_q_dq(ser, src)
 
 
 def bias_params(bias: XNode, weight: QuantParams | None, act: QuantParams | None) -> QuantParams | None:
@@ -125,6 +170,8 @@ def bias_params(bias: XNode, weight: QuantParams | None, act: QuantParams | None
                 f"'{bias.name}': the weight and the input of its GEMM must both be quantized, or neither",
                 node=bias.name)
         return None
+    if act.is_dynamic:
+        return None  # XNNPACK takes a float bias with dynamically quantized inputs
     if act.per_channel or not isinstance(act.scale, float):
         raise XnnpackUnsupportedError(f"'{bias.name}': the GEMM input must be quantized per tensor", node=bias.name)
     if weight.per_channel:
@@ -156,9 +203,11 @@ def quantize(arr: np.ndarray[Any, Any], qp: QuantParams, name: str) -> np.ndarra
     return out
 
 
-def schema_params(ser: Serializer, qp: QuantParams, axis: int) -> s.PerChannelQuant | s.PerTensorQuant:
+def schema_params(ser: Serializer, qp: QuantParams, axis: int) -> s.XNNQuantParams:
     """The blob's params; per-channel scales become their own named data entry (`scale_<sha256>`),
     appended right after the value's data entry."""
+    if qp.is_dynamic:
+        return s.PerTokenDynamicQuant(num_nonbatch_dims=qp.num_nonbatch_dims)
     if not qp.per_channel:
         return s.PerTensorQuant(scale=float(qp.scale), zero_point=int(qp.zero_point))
     scale = np.asarray(qp.scale)
@@ -187,7 +236,7 @@ def _dequantize(ser: Serializer, n: XNode) -> None:
     if n.target != DQ_PER_TENSOR:
         raise XnnpackUnsupportedError(f"'{n.name}': a per-channel dequantize must feed a GEMM's weight",
                                       node=n.name, op=n.target)
-    qp = replace(from_q_dq(n, ser.g.users(n)), is_output=False)
+    qp = replace(from_q_dq(ser, n), is_output=False)
     out = ser.define(n, quant=None)
     ser.define(src, quant=qp)
     ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
@@ -202,10 +251,49 @@ def _quantize(ser: Serializer, n: XNode) -> None:
     if n.target != Q_PER_TENSOR:
         raise XnnpackUnsupportedError(f"'{n.name}': per-channel quantize of an activation", node=n.name,
                                       op=n.target)
-    qp = replace(from_q_dq(n, ser.g.users(n)), q_input=n, is_input=False)
+    qp = replace(from_q_dq(ser, n), q_input=n, is_input=False)
     ser.define(src, quant=None)
     out = ser.define(n, quant=qp)
     ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
+
+
+def _not_dynamic(n: XNode) -> XnnpackUnsupportedError:
+    return XnnpackUnsupportedError(
+        f"'{n.name}': {n.target} with a scale and zero point that are not a choose_qparams's outputs is not "
+        "supported by the native XNNPACK backend (dynamic quantization only); leave it out of the partition",
+        node=n.name, op=n.target)
+
+
+def _dynamic_quantize(ser: Serializer, n: XNode) -> None:
+    """A Convert from the float input to a qdint8 value, whatever the tag."""
+    if not is_dynamic(n):
+        raise _not_dynamic(n)
+    src = n.args[0]
+    ser.define(src, quant=None)
+    qp = replace(from_q_dq(ser, n), q_input=n, is_input=False)
+    out = ser.define(n, quant=qp)
+    ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
+
+
+def _dynamic_dequantize(ser: Serializer, n: XNode) -> None:
+    """Always implicit: the value is its quantize's qdint8 one."""
+    if not is_dynamic(n):
+        raise _not_dynamic(n)
+    src = n.args[0]
+    if id(src) in ser.ids:
+        ser.ids[id(n)] = ser.ids[id(src)]
+
+
+def _choose_qparams(ser: Serializer, n: XNode) -> None:
+    """Run time params of a dynamic quantize: nothing to serialize (XNNPACK computes them)."""
+
+
+def _getitem(ser: Serializer, n: XNode) -> None:
+    src = n.args[0]
+    if not isinstance(src, XNode) or src.target not in CHOOSE_QPARAMS:
+        raise XnnpackUnsupportedError(
+            f"'{n.name}': a getitem of {getattr(src, 'target', src)!r} cannot be serialized by the native XNNPACK "
+            "backend (only a choose_qparams's outputs, which it skips)", node=n.name, op=n.target)
 
 
 QDQ_VISITORS: Final = {
@@ -213,4 +301,8 @@ QDQ_VISITORS: Final = {
     DQ_PER_TENSOR: _dequantize,
     Q_PER_CHANNEL: _quantize,
     DQ_PER_CHANNEL: _dequantize,
+    **dict.fromkeys(sorted(DYNAMIC_Q), _dynamic_quantize),
+    **dict.fromkeys(sorted(DYNAMIC_DQ), _dynamic_dequantize),
+    **dict.fromkeys(sorted(CHOOSE_QPARAMS), _choose_qparams),
+    GETITEM: _getitem,
 }

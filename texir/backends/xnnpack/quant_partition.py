@@ -1,9 +1,12 @@
-"""Static int8 (pt2e) patterns for the native XNNPACK partitioner, as ExecuTorch 1.5.1's configs
-find them: a GEMM (linear, convolution) with a dequantized static weight, a dequantized activation
-and a quantize after it (through an optional relu/hardtanh), and element-wise ops whose inputs are
-all dequantized and whose only user (through an optional fused relu) is a quantize. The q/dq nodes
-of a matched pattern are *implicit*: the backend folds them into the quantized values and emits no
-node for them. The partitioner passes that tag to the backend as a `BackendNodeMeta` note.
+"""Quantized (pt2e) patterns for the native XNNPACK partitioner, as ExecuTorch 1.5.1's configs
+find them. Static int8: a GEMM (linear, convolution) with a dequantized static weight, a
+dequantized activation and a quantize after it (through an optional relu/hardtanh), and element-wise
+ops whose inputs are all dequantized and whose only user (through an optional fused relu) is a
+quantize. Dynamic int8: a linear with a per-channel dequantized static weight whose activation is
+quantized at run time (choose_qparams -> two getitems -> quantize -> dequantize), with no quantize
+after it. The q/dq nodes of a matched pattern are *implicit*: the backend folds them into the
+quantized values (a dynamic quantize still becomes a Convert). The partitioner passes that tag to
+the backend as a `BackendNodeMeta` note.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from typing import Final
 from texir.ir import CallFunction, DType, DTypeArg, NoneArg, Program, Ref
 
 __all__ = [
-    "DQ_PER_CHANNEL", "DQ_PER_TENSOR", "IMPLICIT_KEY", "Q_PER_CHANNEL", "Q_PER_TENSOR", "QDQ_OPS",
-    "QuantPlan", "static_quant",
+    "CHOOSE_QPARAMS", "DQ_PER_CHANNEL", "DQ_PER_TENSOR", "DYNAMIC_DQ", "DYNAMIC_Q", "IMPLICIT_KEY", "Q_PER_CHANNEL",
+    "Q_PER_TENSOR", "QDQ_OPS", "QuantPlan", "static_quant",
 ]
 
 Q_PER_TENSOR: Final = "quantized_decomposed::quantize_per_tensor.default"
@@ -26,10 +29,18 @@ DQ_PER_CHANNEL: Final = "quantized_decomposed::dequantize_per_channel.default"
 QDQ_OPS: Final = frozenset({Q_PER_TENSOR, DQ_PER_TENSOR, Q_PER_CHANNEL, DQ_PER_CHANNEL})
 IMPLICIT_KEY: Final = "IS_IMPLICIT_Q_DQ_TAG"
 """ExecuTorch's node-meta key for an implicit q/dq node (the note's value is "true")."""
-_DYNAMIC: Final = frozenset({
-    "quantized_decomposed::quantize_per_tensor.tensor", "quantized_decomposed::dequantize_per_tensor.tensor",
-    "quantized_decomposed::quantize_per_token.default", "quantized_decomposed::dequantize_per_token.default",
+DYNAMIC_Q: Final = frozenset({
+    "quantized_decomposed::quantize_per_tensor.tensor", "quantized_decomposed::quantize_per_token.default",
 })
+"""Quantizes whose params are computed at run time (when they come from a choose_qparams)."""
+DYNAMIC_DQ: Final = frozenset({
+    "quantized_decomposed::dequantize_per_tensor.tensor", "quantized_decomposed::dequantize_per_token.default",
+})
+CHOOSE_QPARAMS: Final = frozenset({
+    "quantized_decomposed::choose_qparams.tensor",
+    "quantized_decomposed::choose_qparams_per_token_asymmetric.default",
+})
+GETITEM: Final = "_operator::getitem"
 _GEMMS: Final = {
     # op: (activation, weight, bias) argument positions
     "aten::linear.default": (0, 1, 2),
@@ -57,7 +68,7 @@ _EXECUTORCH_STATIC: Final = frozenset({
 
 @dataclass
 class QuantPlan:
-    """What the static-int8 analysis found in one program."""
+    """What the int8 analysis found in one program."""
 
     gemms: set[str] = field(default_factory=set)
     """Quantized GEMMs whose whole pattern is valid (taken with their deps)."""
@@ -66,8 +77,10 @@ class QuantPlan:
     implicit: set[str] = field(default_factory=set)
     refused: dict[str, str] = field(default_factory=dict)
     """Node -> why the native backend turns down its quantized form."""
-    enabled: bool = True
+    static: bool = True
     """False when the partitioner's options leave static int8 out."""
+    dynamic: bool = True
+    """False when the partitioner's options leave dynamic int8 out."""
 
 
 def _ref(node: CallFunction, i: int) -> str | None:
@@ -111,16 +124,17 @@ class _Graph:
         return deps, out if out is not None and self.target(out) == Q_PER_TENSOR else None
 
 
-def static_quant(program: Program, constants: frozenset[str], accepts: Callable[[CallFunction], bool]) -> QuantPlan:
-    """The static-int8 patterns of `program`'s top-level graph (see the module doc). `accepts` is
-    the op's own float check: a pattern counts only around an op its config takes (ExecuTorch
-    checks a config's constraints before it collects the q/dq around the op)."""
+def quant_patterns(program: Program, constants: frozenset[str], accepts: Callable[[CallFunction], bool], *,
+                   static: bool = True, dynamic: bool = True) -> QuantPlan:
+    """The int8 patterns of `program`'s top-level graph (see the module doc), static and dynamic
+    ones as enabled. `accepts` is the op's own float check: a pattern counts only around an op its
+    config takes (ExecuTorch checks a config's constraints before it collects the q/dq around the op)."""
     g = _Graph(program)
-    plan = QuantPlan()
+    plan = QuantPlan(static=static, dynamic=dynamic)
     for node in g.calls.values():
         if node.target in _GEMMS:
             _gemm(node, g, constants, plan)
-        elif (node.target in GENERIC_STATIC or node.target in _EXECUTORCH_STATIC) and accepts(node):
+        elif static and (node.target in GENERIC_STATIC or node.target in _EXECUTORCH_STATIC) and accepts(node):
             inputs = list(dict.fromkeys(_walk(node.args)))
             if not inputs or any(g.target(i) not in (DQ_PER_TENSOR, DQ_PER_CHANNEL) for i in inputs):
                 continue
@@ -146,9 +160,11 @@ def _gemm(node: CallFunction, g: _Graph, constants: frozenset[str], plan: QuantP
     if w_node is None or w_node.target not in (DQ_PER_TENSOR, DQ_PER_CHANNEL):
         return  # a float GEMM (or a weight the float checks turn down)
     act = g.calls.get(_ref(node, act_i) or "")
-    if act is not None and act.target in _DYNAMIC:
-        plan.refused[node.name] = "dynamically quantized GEMMs are not yet supported by the native XNNPACK backend"
+    if act is not None and act.target in DYNAMIC_DQ:
+        _dynamic_gemm(node, w_node, act, g, constants, plan)
         return
+    if not plan.static:
+        return  # the float check turns it down (its weight is not a constant)
     why = _gemm_refusal(node, w_node, act, constants)
     fused: list[str] = []
     q: str | None = None
@@ -167,6 +183,60 @@ def _gemm(node: CallFunction, g: _Graph, constants: frozenset[str], plan: QuantP
     for dep in deps:
         plan.deps.setdefault(dep, node.name)
     plan.implicit.update((w_node.name, act.name, q))
+
+
+def _dynamic_gemm(node: CallFunction, w_node: CallFunction, act: CallFunction, g: _Graph,
+                  constants: frozenset[str], plan: QuantPlan) -> None:
+    """A GEMM whose activation is quantized at run time: the dequantized weight and its constants,
+    the activation's dq, q, the two getitems and the choose_qparams join it; nothing after it."""
+    why, chain = _dynamic_refusal(node, w_node, act, g, constants)
+    if not plan.dynamic:
+        why = "dynamic_int8 is not in config_precisions"
+    if why is not None:
+        plan.refused[node.name] = why
+        return
+    deps = [w_node.name, *_walk(w_node.args), *chain]
+    bias = _ref(node, 2)
+    if bias is not None:
+        deps.append(bias)
+    plan.gemms.add(node.name)
+    for dep in deps:
+        plan.deps.setdefault(dep, node.name)
+    plan.implicit.update((w_node.name, *chain[:2]))
+
+
+def _dynamic_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction, g: _Graph,
+                     constants: frozenset[str]) -> tuple[str | None, list[str]]:
+    """Why the native backend turns a dynamically quantized GEMM down (None: it takes it) and the
+    activation's chain: dq, q, getitem, getitem, choose_qparams."""
+    if node.target != "aten::linear.default":
+        return ("dynamically quantized convolutions are not yet supported by the native XNNPACK backend "
+                "(--partitioner executorch:xnnpack takes 2-D ones)"), []
+    if _ref(w_node, 0) not in constants:
+        return "the quantized weight is not a parameter, buffer or constant", []
+    if w_node.target != DQ_PER_CHANNEL:
+        return "XNNPACK does not support per-tensor quantized weights with dynamically quantized activations", []
+    if not all(_ref(w_node, i) in constants for i in (1, 2)):
+        return "per-channel scales and zero points are not constants", []
+    qmin, qmax = (getattr(w_node.args[i], "value", None) for i in (-3, -2))
+    if _qdtype(w_node) != DType.int8 or (qmin, qmax) == (-8, 7):
+        return "only int8 weights are supported by the native XNNPACK backend (no 4-bit)", []
+    q = g.calls.get(_ref(act, 0) or "")
+    if q is None or q.target not in DYNAMIC_Q:
+        return "the dynamically dequantized activation does not come from a quantize", []
+    getitems = [g.calls.get(_ref(q, i) or "") for i in (1, 2)]
+    if not all(x is not None and x.target == GETITEM for x in getitems):
+        return "the activation's scale and zero point are not a choose_qparams's outputs", []
+    first, second = (x.name for x in getitems if x is not None)
+    choose = g.calls.get(_ref(g.calls[first], 0) or "")
+    if choose is None or choose.target not in CHOOSE_QPARAMS:
+        return "the activation's scale and zero point are not a choose_qparams's outputs", []
+    if _qdtype(q) != DType.int8:
+        return "dynamically quantized activations must be int8", []
+    b = node.args[2] if len(node.args) > 2 else None
+    if b is not None and not isinstance(b, NoneArg) and _ref(node, 2) not in constants:
+        return "bias is not static", []
+    return None, [act.name, q.name, first, second, choose.name]
 
 
 def _gemm_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction | None,

@@ -108,6 +108,8 @@ class Serializer:
     def external(self, n: XNode, qp: QuantParams | None) -> tuple[int, int]:
         """External id and flags (ExecuTorch's `gen_ids_and_flags`): a quantized value is external
         when the fp32 tensor it quantizes is a graph input, or when its q's only user is the output."""
+        if qp is not None and qp.is_dynamic:
+            n, qp = qp.q_input, None  # judged by the float tensor it quantizes
         q_in = qp is not None and qp.is_input and qp.q_input.const is None
         key: XNode | None = None
         if n.user_input or q_in:

@@ -27,7 +27,10 @@ def _linear(ser: Serializer, n: XNode) -> None:
     b = _arg(n, 2)
     ser.define(x)
     ser.define(w, quant=from_weights(ser, w))
-    bias = ser.define(b, quant=_bias(ser, b, x, w)) if b is not None else s.INVALID_ID
+    xq = from_inputs(ser, x)
+    # XNNPACK has no dynamically quantized GEMM with a half-precision bias: it is stored as fp32.
+    dynamic = xq is not None and xq.is_dynamic
+    bias = ser.define(b, quant=_bias(ser, b, x, w), force_fp32=dynamic) if b is not None else s.INVALID_ID
     ser.emit(n, s.XNNFullyConnected(input1_id=ser.id(x), filter_id=ser.id(w), bias_id=bias,
                                     output_id=ser.define(n)), min_max=n.min_max)
 
