@@ -14,15 +14,20 @@ import numpy as np
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import XNode
+from texir.backends.xnnpack.int4 import bf16_bytes
 from texir.backends.xnnpack.quant_partition import (
+    AFFINE,
     CHOOSE_QPARAMS,
+    DQ_AFFINE,
     DQ_PER_CHANNEL,
     DQ_PER_TENSOR,
     DYNAMIC_DQ,
     DYNAMIC_Q,
     GETITEM,
+    Q_AFFINE,
     Q_PER_CHANNEL,
     Q_PER_TENSOR,
+    params_at,
 )
 from texir.ir import DType
 from texir.ir.blob import Blob
@@ -39,7 +44,7 @@ _INT32_RANGE: Final = (-(2**31), 2**31 - 1)
 
 @dataclass(frozen=True)
 class QuantParams:
-    """How one value is quantized (static schemes only)."""
+    """How one value is quantized."""
 
     q_input: XNode
     """The node whose value this is the quantized form of (for a weight: its constant)."""
@@ -55,11 +60,27 @@ class QuantParams:
     is_dynamic: bool = False
     """Quantized at run time (XNNPACK's qdint8, per token): no scale or zero point is stored."""
     num_nonbatch_dims: int = 1
+    group_size: int = 0
+    """Columns per scale of a group-wise weight (0: not group-wise)."""
+
+    @property
+    def is_qc4w(self) -> bool:
+        return self.per_channel and not self.is_dynamic and (self.qmin, self.qmax) == (-8, 7) and self.dtype == DType.int8
+
+    @property
+    def per_channel_group(self) -> bool:
+        """Group-wise (ExecuTorch: a 4-bit weight even when one group spans the row)."""
+        if self.group_size <= 0:
+            return False
+        columns = np.shape(self.scale)[1] * self.group_size
+        return self.group_size <= columns if self.is_qc4w else self.group_size < columns
 
     def datatype(self, name: str) -> s.XNNDatatype:
         if self.is_dynamic:
             return s.XNNDatatype.xnn_datatype_qdint8
-        if self.per_channel:
+        if self.per_channel_group and self.is_qc4w:
+            return s.XNNDatatype.xnn_datatype_qbint4
+        if self.per_channel and not self.per_channel_group:
             if self.dtype == DType.int32:
                 return s.XNNDatatype.xnn_datatype_qcint32
             if self.dtype == DType.int8 and (self.qmin, self.qmax) != (-8, 7):
@@ -83,9 +104,9 @@ def _scalar(v: Any, name: str) -> Any:
 
 def is_dynamic(node: XNode) -> bool:
     """A q/dq whose scale and zero point are getitems of a choose_qparams (ExecuTorch's `is_dynamic_qdq`)."""
-    if node.target not in QUANTS and node.target not in DEQUANTS or len(node.args) < 3:
+    if node.target not in QUANTS and node.target not in DEQUANTS or len(node.args) < 4:
         return False
-    params = node.args[1:3]
+    params = [node.args[i] for i in params_at(node.target)]
     return all(isinstance(p, XNode) and p.target == GETITEM and isinstance(p.args[0], XNode)
                and p.args[0].target in CHOOSE_QPARAMS for p in params)
 
@@ -114,6 +135,8 @@ def from_q_dq(ser: Serializer, node: XNode) -> QuantParams:
             is_input=q_input.target == "placeholder", is_dynamic=True,
             num_nonbatch_dims=3 if _feeds_conv(ser, node) else 1,
         )
+    if node.target in AFFINE:
+        return _group_wise(node)
     q_input = node.inputs()[0]
     per_channel = node.target in (Q_PER_CHANNEL, DQ_PER_CHANNEL)
     scale: Any
@@ -132,6 +155,26 @@ def from_q_dq(ser: Serializer, node: XNode) -> QuantParams:
         q_input=q_input, scale=scale, zero_point=zero_point, dtype=dtype, qmin=int(args[-3]), qmax=int(args[-2]),
         per_channel=per_channel, axis=axis, is_input=q_input.target == "placeholder",
         is_output=any(u.target == "output" for u in ser.g.users(node)),
+    )
+
+
+def _group_wise(node: XNode) -> QuantParams:
+    """torchao's affine dequantize of a static weight: per-channel groups of block_size[-1] columns."""
+    args = node.args
+    block, scale, zero_point = args[1], args[2], args[3]
+    ok = (isinstance(args[0], XNode) and args[0].const is not None and isinstance(block, list) and len(block) == 2
+          and block[0] == 1 and all(isinstance(a, XNode) and a.const is not None for a in (scale, zero_point))
+          and args[4] == DType.int8)
+    if not ok:
+        raise XnnpackUnsupportedError(
+            f"'{node.name}': {node.target} is supported by the native XNNPACK backend on a constant int8 weight "
+            "grouped by [1, group size] with constant scales and zero points only", node=node.name, op=node.target)
+    scales, zero_points = scale.const.numpy(), zero_point.const.numpy()
+    if scales.ndim == 1:
+        scales, zero_points = scales.reshape(-1, 1), zero_points.reshape(-1, 1)
+    return QuantParams(
+        q_input=args[0], scale=scales, zero_point=zero_points, dtype=DType.int8, qmin=int(args[5]),
+        qmax=int(args[6]), per_channel=True, axis=0, is_input=False, group_size=int(block[1]),
     )
 
 
@@ -208,6 +251,11 @@ def schema_params(ser: Serializer, qp: QuantParams, axis: int) -> s.XNNQuantPara
     appended right after the value's data entry."""
     if qp.is_dynamic:
         return s.PerTokenDynamicQuant(num_nonbatch_dims=qp.num_nonbatch_dims)
+    if qp.per_channel_group:
+        data = bf16_bytes(np.asarray(qp.scale), qp.q_input.name)
+        ser.constants.append((Blob(data), "scale_" + hashlib.sha256(data).hexdigest()))
+        return s.PerChannelGroupQuant(scale=(), channel_dim=axis, group_size=qp.group_size,
+                                      scale_buffer_idx=len(ser.constants), num_scales=int(np.size(qp.scale)))
     if not qp.per_channel:
         return s.PerTensorQuant(scale=float(qp.scale), zero_point=int(qp.zero_point))
     scale = np.asarray(qp.scale)
@@ -264,10 +312,23 @@ def _not_dynamic(n: XNode) -> XnnpackUnsupportedError:
         node=n.name, op=n.target)
 
 
+def _check_per_token(ser: Serializer, n: XNode) -> None:
+    """torchao's affine q/dq of an activation must be per token: blocks of one row."""
+    if n.target not in AFFINE:
+        return
+    block, shape = n.args[1], n.args[0].tensor.shape
+    if not isinstance(block, list) or len(block) != len(shape) or any(b != 1 for b in block[:-1]) or (
+            block[-1] != shape[-1]):
+        raise XnnpackUnsupportedError(
+            f"'{n.name}': a dynamically quantized activation must be quantized per token (block_size [1, ..., 1, "
+            f"{shape[-1]}]), got {block}", node=n.name, op=n.target)
+
+
 def _dynamic_quantize(ser: Serializer, n: XNode) -> None:
     """A Convert from the float input to a qdint8 value, whatever the tag."""
     if not is_dynamic(n):
         raise _not_dynamic(n)
+    _check_per_token(ser, n)
     src = n.args[0]
     ser.define(src, quant=None)
     qp = replace(from_q_dq(ser, n), q_input=n, is_input=False)
@@ -276,10 +337,14 @@ def _dynamic_quantize(ser: Serializer, n: XNode) -> None:
 
 
 def _dynamic_dequantize(ser: Serializer, n: XNode) -> None:
-    """Always implicit: the value is its quantize's qdint8 one."""
+    """Always implicit: the value is its quantize's qdint8 one (torchao's affine dequantize of a
+    static group-wise weight: nothing, its GEMM stores the weight)."""
+    src = n.args[0]
+    if n.target == DQ_AFFINE and not is_dynamic(n) and isinstance(src, XNode) and src.const is not None:
+        return
     if not is_dynamic(n):
         raise _not_dynamic(n)
-    src = n.args[0]
+    _check_per_token(ser, n)
     if id(src) in ser.ids:
         ser.ids[id(n)] = ser.ids[id(src)]
 

@@ -18,8 +18,8 @@ from typing import Final
 from texir.ir import CallFunction, DType, DTypeArg, NoneArg, Program, Ref
 
 __all__ = [
-    "CHOOSE_QPARAMS", "DQ_PER_CHANNEL", "DQ_PER_TENSOR", "DYNAMIC_DQ", "DYNAMIC_Q", "IMPLICIT_KEY", "Q_PER_CHANNEL",
-    "Q_PER_TENSOR", "QDQ_OPS", "QuantPlan", "static_quant",
+    "AFFINE", "CHOOSE_QPARAMS", "DQ_AFFINE", "DQ_PER_CHANNEL", "DQ_PER_TENSOR", "DYNAMIC_DQ", "DYNAMIC_Q", "GETITEM",
+    "IMPLICIT_KEY", "Q_AFFINE", "Q_PER_CHANNEL", "Q_PER_TENSOR", "QDQ_OPS", "QuantPlan", "quant_patterns",
 ]
 
 Q_PER_TENSOR: Final = "quantized_decomposed::quantize_per_tensor.default"
@@ -29,16 +29,22 @@ DQ_PER_CHANNEL: Final = "quantized_decomposed::dequantize_per_channel.default"
 QDQ_OPS: Final = frozenset({Q_PER_TENSOR, DQ_PER_TENSOR, Q_PER_CHANNEL, DQ_PER_CHANNEL})
 IMPLICIT_KEY: Final = "IS_IMPLICIT_Q_DQ_TAG"
 """ExecuTorch's node-meta key for an implicit q/dq node (the note's value is "true")."""
+Q_AFFINE: Final = "torchao::quantize_affine.default"
+DQ_AFFINE: Final = "torchao::dequantize_affine.default"
+AFFINE: Final = frozenset({Q_AFFINE, DQ_AFFINE})
+"""torchao's q/dq (8da4w): (input, block_size, scale, zero_point, dtype, qmin, qmax[, output dtype])."""
 DYNAMIC_Q: Final = frozenset({
-    "quantized_decomposed::quantize_per_tensor.tensor", "quantized_decomposed::quantize_per_token.default",
+    "quantized_decomposed::quantize_per_tensor.tensor", "quantized_decomposed::quantize_per_token.default", Q_AFFINE,
 })
 """Quantizes whose params are computed at run time (when they come from a choose_qparams)."""
 DYNAMIC_DQ: Final = frozenset({
     "quantized_decomposed::dequantize_per_tensor.tensor", "quantized_decomposed::dequantize_per_token.default",
+    DQ_AFFINE,
 })
 CHOOSE_QPARAMS: Final = frozenset({
     "quantized_decomposed::choose_qparams.tensor",
     "quantized_decomposed::choose_qparams_per_token_asymmetric.default",
+    "torchao::choose_qparams_affine.default",
 })
 GETITEM: Final = "_operator::getitem"
 _GEMMS: Final = {
@@ -89,8 +95,24 @@ def _ref(node: CallFunction, i: int) -> str | None:
 
 
 def _qdtype(node: CallFunction) -> DType | None:
-    last = node.args[-1] if node.args else None
+    last = node.args[4 if node.target in AFFINE else -1] if len(node.args) > 4 else None
     return last.value if isinstance(last, DTypeArg) else None
+
+
+def _bounds(node: CallFunction) -> tuple[object, object]:
+    """qmin and qmax of a q/dq node."""
+    n = len(node.args)
+    low, high = (5, 6) if node.target in AFFINE else (n - 3, n - 2)
+
+    def value(i: int) -> object:
+        return getattr(node.args[i], "value", None) if 0 <= i < n else None
+
+    return value(low), value(high)
+
+
+def params_at(target: str) -> tuple[int, int]:
+    """Argument positions of a q/dq node's scale and zero point."""
+    return (2, 3) if target in AFFINE else (1, 2)
 
 
 class _Graph:
@@ -157,7 +179,7 @@ def _gemm(node: CallFunction, g: _Graph, constants: frozenset[str], plan: QuantP
     act_i, w_i, b_i = _GEMMS[node.target]
     w_name = _ref(node, w_i)
     w_node = g.calls.get(w_name) if w_name is not None else None
-    if w_node is None or w_node.target not in (DQ_PER_TENSOR, DQ_PER_CHANNEL):
+    if w_node is None or w_node.target not in (DQ_PER_TENSOR, DQ_PER_CHANNEL, DQ_AFFINE):
         return  # a float GEMM (or a weight the float checks turn down)
     act = g.calls.get(_ref(node, act_i) or "")
     if act is not None and act.target in DYNAMIC_DQ:
@@ -165,6 +187,9 @@ def _gemm(node: CallFunction, g: _Graph, constants: frozenset[str], plan: QuantP
         return
     if not plan.static:
         return  # the float check turns it down (its weight is not a constant)
+    if w_node.target == DQ_AFFINE:
+        plan.refused[node.name] = "torchao's affine weights with static activations are not supported by XNNPACK"
+        return
     why = _gemm_refusal(node, w_node, act, constants)
     fused: list[str] = []
     q: str | None = None
@@ -214,17 +239,20 @@ def _dynamic_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction
                 "(--partitioner executorch:xnnpack takes 2-D ones)"), []
     if _ref(w_node, 0) not in constants:
         return "the quantized weight is not a parameter, buffer or constant", []
-    if w_node.target != DQ_PER_CHANNEL:
+    if w_node.target == DQ_PER_TENSOR:
         return "XNNPACK does not support per-tensor quantized weights with dynamically quantized activations", []
-    if not all(_ref(w_node, i) in constants for i in (1, 2)):
+    if not all(_ref(w_node, i) in constants for i in params_at(w_node.target)):
         return "per-channel scales and zero points are not constants", []
-    qmin, qmax = (getattr(w_node.args[i], "value", None) for i in (-3, -2))
-    if _qdtype(w_node) != DType.int8 or (qmin, qmax) == (-8, 7):
-        return "only int8 weights are supported by the native XNNPACK backend (no 4-bit)", []
+    if w_node.target == DQ_AFFINE:
+        why = _group_refusal(w_node)
+        if why is not None:
+            return why, []
+    elif _qdtype(w_node) != DType.int8 or _bounds(w_node) == (-8, 7):
+        return "only int8 per-channel weights are supported by the native XNNPACK backend (4-bit: group-wise)", []
     q = g.calls.get(_ref(act, 0) or "")
     if q is None or q.target not in DYNAMIC_Q:
         return "the dynamically dequantized activation does not come from a quantize", []
-    getitems = [g.calls.get(_ref(q, i) or "") for i in (1, 2)]
+    getitems = [g.calls.get(_ref(q, i) or "") for i in params_at(q.target)]
     if not all(x is not None and x.target == GETITEM for x in getitems):
         return "the activation's scale and zero point are not a choose_qparams's outputs", []
     first, second = (x.name for x in getitems if x is not None)
@@ -237,6 +265,18 @@ def _dynamic_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction
     if b is not None and not isinstance(b, NoneArg) and _ref(node, 2) not in constants:
         return "bias is not static", []
     return None, [act.name, q.name, first, second, choose.name]
+
+
+def _group_refusal(w_node: CallFunction) -> str | None:
+    """torchao's group-wise weight dequantize as XNNPACK takes it: 4-bit int8 values, blocks of one
+    row by a multiple of 32 columns (ExecuTorch's partitioner takes others, then fails to lower them)."""
+    block = w_node.args[1]
+    sizes = [getattr(x, "value", None) for x in getattr(block, "items", ())]
+    if _qdtype(w_node) != DType.int8 or _bounds(w_node) != (-8, 7):
+        return "only 4-bit (int8 in [-8, 7]) group-wise weights are supported by XNNPACK"
+    if len(sizes) != 2 or sizes[0] != 1 or not isinstance(sizes[1], int) or sizes[1] % 32:
+        return f"group-wise weights need blocks of [1, a multiple of 32], got {sizes}"
+    return None
 
 
 def _gemm_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction | None,

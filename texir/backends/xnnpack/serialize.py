@@ -10,6 +10,7 @@ import numpy as np
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import XGraph, XNode
+from texir.backends.xnnpack.int4 import check_groups, pack_int4
 from texir.backends.xnnpack.quant import QuantParams, from_inputs, from_outputs, quantize, schema_params, swapped_axis
 from texir.ir import DType
 from texir.ir.blob import Blob, digest_all
@@ -75,6 +76,8 @@ class Serializer:
         elif flags == 2:
             self.output_ids.append(id_out)
         dims = self.g.shape(n) or [1]
+        if qp is not None and qp.per_channel_group:
+            check_groups(n.name, dims, np.shape(qp.scale), qp.group_size, qp.axis)
         buffer_idx = self.constant(n, qp, nhwc=nhwc, swap=swap, groups=groups, force_fp32=force_fp32)
         if swap:
             dims = [dims[1] * groups, dims[0] // groups, *dims[2:]]
@@ -138,7 +141,8 @@ class Serializer:
             return 0
         quantized = qp is not None and const.dtype == qp.dtype
         keep_dtype = quantized or (const.dtype in (DType.float16, DType.bfloat16) and not force_fp32)
-        unchanged = const.array is None and not swap and not (nhwc and _moves(const.shape))
+        packed = qp is not None and qp.per_channel_group and qp.is_qc4w
+        unchanged = const.array is None and not swap and not (nhwc and _moves(const.shape)) and not packed
         key: str | None = None
         if unchanged and (const.dtype == DType.float32 or keep_dtype) and (qp is None or quantized):
             assert const.blob is not None
@@ -156,6 +160,8 @@ class Serializer:
                 arr = arr.reshape((shape[1] * groups, shape[0] // groups, *shape[2:]))
             if nhwc:
                 arr = arr.transpose(NCHW_TO_NHWC)
+            if packed:
+                arr = pack_int4(arr, n.name)
             arr = np.ascontiguousarray(arr)
             if arr.nbytes == 0:
                 raise XnnpackUnsupportedError(f"constant '{n.name}' has no bytes", node=n.name)
