@@ -146,8 +146,9 @@ def test_debug_maps_cover_every_delegate_call(files: dict[str, Any]) -> None:
 
 def test_8da4w_quantized_llama_equals_executorch_step_by_step() -> None:
     """torchao's 8da4w (int4 grouped weights as tensor subclasses, int8 dynamic activations), the
-    quantization ExecuTorch's LLM recipes use: same delegates, blobs and named data as ExecuTorch's
-    program, and the same logits at every step."""
+    quantization ExecuTorch's LLM recipes use, through ExecuTorch's XNNPACK (bridged) and texir's
+    native one: same delegates, blobs and named data as ExecuTorch's program, and the same logits
+    at every step (the native .pte's bitwise)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
     from executorch.runtime import Runtime
@@ -156,6 +157,8 @@ def test_8da4w_quantized_llama_equals_executorch_step_by_step() -> None:
     from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 
     from tests.xnnpack_oracle import pte_view
+    from texir.backends.xnnpack import registered
+    from texir.backends.xnnpack.partitioner import partitioner
     from texir.executorch import executorch_partitioner
     from texir.emit import emit
     from texir.orchestrate import lower
@@ -164,14 +167,18 @@ def test_8da4w_quantized_llama_equals_executorch_step_by_step() -> None:
     exportable = _exportable()
     quantize_(exportable.model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
     ours = dumps(emit(lower(_export(exportable), [executorch_partitioner(XnnpackPartitioner())], cache=None)))
+    with registered():  # texir's native XNNPACK partitioner and backend
+        native = dumps(emit(lower(_export(exportable), [partitioner()], cache=None)))
     theirs = bytes(to_edge_transform_and_lower(_export(exportable), partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
-    mine, reference = pte_view(ours), pte_view(theirs)
-    assert len(mine.delegates) == len(reference.delegates) > 0
-    assert mine.delegates == reference.delegates and mine.named == reference.named
-    assert mine.kernels == reference.kernels
+    reference = pte_view(theirs)
+    for mine in (pte_view(ours), pte_view(native)):
+        assert len(mine.delegates) == len(reference.delegates) > 0
+        assert mine.delegates == reference.delegates and mine.named == reference.named
+        assert mine.kernels == reference.kernels
     runtime = Runtime.get()
-    a, b = (load_method(data) for data in (ours, theirs))
+    a, b, c = (load_method(data) for data in (ours, theirs, native))
     for step, (args, expected) in enumerate(_steps(exportable)):
-        (got,), (their,) = a.execute(list(args)), b.execute(list(args))
+        (got,), (their,), (native_got,) = a.execute(list(args)), b.execute(list(args)), c.execute(list(args))
+        assert torch.equal(native_got, their), f"step {step}: native vs ExecuTorch"
         torch.testing.assert_close(got, their, rtol=1e-5, atol=1e-6, msg=f"step {step} vs ExecuTorch")
         torch.testing.assert_close(got, expected, rtol=0.05, atol=0.02, msg=f"step {step} vs eager (quantized)")
