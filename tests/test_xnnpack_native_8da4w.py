@@ -1,6 +1,6 @@
 """texir's native XNNPACK partitioner and backend on torchao's 8da4w (int8 activations quantized at
 run time per token, int4 weights in groups of 32: `Int8DynamicActivationIntxWeightConfig`, what
-ExecuTorch's LLM recipes use) against ExecuTorch 1.5.1's XnnpackPartitioner and backend, on a small
+ExecuTorch's LLM recipes use; and its 8-bit per-channel sibling, 8da8w) against ExecuTorch 1.5.1's XnnpackPartitioner and backend, on a small
 MLP: same partitions and implicit q/dq, blobs byte-equal, named data equal (nibble-packed weights,
 bfloat16 scales), the .pte equal and bitwise equal in the runtime.
 """
@@ -38,41 +38,48 @@ class _MLP(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
+SCHEMES = ("8da4w", "8da8w")
+"""int4 weights in groups of 32, and int8 weights per output channel (torchao's PerAxis(0))."""
+
+
 @functools.lru_cache(maxsize=None)
-def quantized() -> tuple[torch.export.ExportedProgram, tuple[torch.Tensor, ...]]:
+def quantized(scheme: str = "8da4w") -> tuple[torch.export.ExportedProgram, tuple[torch.Tensor, ...]]:
     from torchao.quantization import quantize_
-    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 
     torch.manual_seed(0)
     module = _MLP().eval()
-    quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    weights = dict(weight_dtype=torch.int4, weight_granularity=PerGroup(32)) if scheme == "8da4w" else dict(
+        weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    quantize_(module, Int8DynamicActivationIntxWeightConfig(**weights))  # type: ignore[arg-type]  # dtype and granularity
     args = (torch.randn(2, 3, 64, generator=torch.Generator().manual_seed(1)),)
     return torch.export.export(module, args, strict=False), args
 
 
 @functools.lru_cache(maxsize=None)
-def executorch_lowered() -> Program:
+def executorch_lowered(scheme: str = "8da4w") -> Program:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     from texir.executorch import executorch_partitioner
     from texir.orchestrate import lower
 
-    return lower(quantized()[0], [executorch_partitioner(XnnpackPartitioner())], cache=None)
+    return lower(quantized(scheme)[0], [executorch_partitioner(XnnpackPartitioner())], cache=None)
 
 
 @functools.lru_cache(maxsize=None)
-def native_lowered() -> Program:
+def native_lowered(scheme: str = "8da4w") -> Program:
     from texir.orchestrate import lower
 
     with registered():
-        return lower(quantized()[0], [partitioner()], cache=None)
+        return lower(quantized(scheme)[0], [partitioner()], cache=None)
 
 
-def test_native_8da4w_lowering_equals_executorchs() -> None:
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_native_8da4w_lowering_equals_executorchs(scheme: str) -> None:
     from tests.xnnpack_oracle import texir_partitions
 
-    mine, theirs = native_lowered(), executorch_lowered()
+    mine, theirs = native_lowered(scheme), executorch_lowered(scheme)
     assert texir_partitions(mine) == texir_partitions(theirs)
     assert len(mine.lowered_modules) == len(theirs.lowered_modules) == 1
     (a,), (b,) = mine.lowered_modules, theirs.lowered_modules
@@ -140,6 +147,24 @@ def test_native_8da4w_pte_runs_bitwise_as_executorchs() -> None:
     for a, b in zip(mine, theirs, strict=True):
         assert torch.equal(a, b)
     assert torch.allclose(mine[0], ep.module()(*args), atol=0.05)
+
+
+def test_8da8w_weights_are_per_channel_int8_and_run() -> None:
+    """int8 weights quantized per row by torchao: qcint8 filters with fp32 per-channel scales (its
+    .pte equals ExecuTorch's, above); the runtime's outputs are close to eager."""
+    from tests.xnnpack_oracle import run_pte
+
+    (lowered,) = native_lowered("8da8w").lowered_modules
+    graph = decode_blob(lowered.module.processed_bytes)
+    filters = [graph.xvalues[n.xnode_union.filter_id].xvalue_union for n in graph.xnodes
+               if isinstance(n.xnode_union, s.XNNFullyConnected)]
+    assert [type(f.quant_params).__name__ for f in filters if isinstance(f, s.XNNQuantizedTensorValue)] == [
+        "PerChannelQuant", "PerChannelQuant"]
+    assert all(isinstance(f, s.XNNQuantizedTensorValue) and f.tensor_value is not None
+               and f.tensor_value.datatype == s.XNNDatatype.xnn_datatype_qcint8 for f in filters)
+    ep, args = quantized("8da8w")
+    out = run_pte(pte(native_lowered("8da8w")), args)[0][0]
+    assert torch.allclose(out, ep.module()(*args), atol=0.05)
 
 
 def test_a_group_size_xnnpack_cannot_take_forced_into_a_partition_is_a_typed_error() -> None:

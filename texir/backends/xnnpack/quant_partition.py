@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from texir.ir import CallFunction, DType, DTypeArg, NoneArg, Program, Ref
+from texir.ir import CallFunction, DType, DTypeArg, NoneArg, Program, Ref, TensorMeta
+from texir.ir.analysis import value_metas
 
 __all__ = [
     "AFFINE", "CHOOSE_QPARAMS", "DQ_AFFINE", "DQ_PER_CHANNEL", "DQ_PER_TENSOR", "DYNAMIC_DQ", "DYNAMIC_Q", "GETITEM",
@@ -120,6 +121,7 @@ class _Graph:
 
     def __init__(self, program: Program) -> None:
         self.calls = {n.name: n for n in program.graph.nodes if isinstance(n, CallFunction)}
+        self.metas = value_metas(program.graph)
         users: dict[str, list[str]] = {}
         for n in program.graph.nodes:
             for a in dict.fromkeys(_walk(getattr(n, "args", ()))):
@@ -244,7 +246,7 @@ def _dynamic_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction
     if not all(_ref(w_node, i) in constants for i in params_at(w_node.target)):
         return "per-channel scales and zero points are not constants", []
     if w_node.target == DQ_AFFINE:
-        why = _group_refusal(w_node)
+        why = _group_refusal(w_node, g)
         if why is not None:
             return why, []
     elif _qdtype(w_node) != DType.int8 or _bounds(w_node) == (-8, 7):
@@ -267,15 +269,21 @@ def _dynamic_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction
     return None, [act.name, q.name, first, second, choose.name]
 
 
-def _group_refusal(w_node: CallFunction) -> str | None:
-    """torchao's group-wise weight dequantize as XNNPACK takes it: 4-bit int8 values, blocks of one
-    row by a multiple of 32 columns (ExecuTorch's partitioner takes others, then fails to lower them)."""
+def _group_refusal(w_node: CallFunction, g: _Graph) -> str | None:
+    """torchao's weight dequantize as XNNPACK takes it: 4-bit int8 values in blocks of one row by a
+    multiple of 32 columns, or int8 values in blocks of a whole row (per channel). ExecuTorch's
+    partitioner takes others, then fails to lower them."""
     block = w_node.args[1]
     sizes = [getattr(x, "value", None) for x in getattr(block, "items", ())]
-    if _qdtype(w_node) != DType.int8 or _bounds(w_node) != (-8, 7):
-        return "only 4-bit (int8 in [-8, 7]) group-wise weights are supported by XNNPACK"
-    if len(sizes) != 2 or sizes[0] != 1 or not isinstance(sizes[1], int) or sizes[1] % 32:
-        return f"group-wise weights need blocks of [1, a multiple of 32], got {sizes}"
+    weight = g.metas.get(_ref(w_node, 0) or "")
+    columns = weight.shape[-1] if isinstance(weight, TensorMeta) and len(weight.shape) == 2 else None
+    if _qdtype(w_node) != DType.int8 or len(sizes) != 2 or sizes[0] != 1 or not isinstance(sizes[1], int):
+        return f"only int8 weights in blocks of [1, columns] are supported by XNNPACK, got blocks of {sizes}"
+    if _bounds(w_node) != (-8, 7):
+        if sizes[1] != columns:
+            return "8-bit weights are supported by XNNPACK per channel only (blocks of a whole row), not in groups"
+    elif sizes[1] % 32:
+        return f"4-bit group-wise weights need groups of a multiple of 32 columns, got {sizes[1]}"
     return None
 
 
