@@ -24,7 +24,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from tests.real_models import QUANTIZED, REAL_MODELS, real_export
-from tests.xnnpack_oracle import Lowered, executorch_xnnpack, pte_view, run_pte, texir_xnnpack
+from tests.xnnpack_oracle import Lowered, executorch_xnnpack, native_xnnpack, pte_view, run_pte, texir_xnnpack
 from tests.zoo import STATEFUL_CALLS, ZOO, cached_export, example_argsets, fresh_module, zoo_model
 
 @dataclass(frozen=True)
@@ -68,6 +68,12 @@ def _lowered(name: str) -> tuple[torch.export.ExportedProgram, Lowered, Lowered]
     else:
         ep = real_export(name)[0]
     return ep, executorch_xnnpack(copy.deepcopy(ep)), texir_xnnpack(ep)
+
+
+@functools.lru_cache(maxsize=None)
+def _native(name: str) -> Lowered:
+    """texir's own XNNPACK (no ExecuTorch code) on the same export `_lowered` gives both other sides."""
+    return native_xnnpack(_lowered(name)[0])
 
 
 def _argsets(name: str) -> tuple[list[tuple[Any, ...]], int]:
@@ -114,8 +120,12 @@ def _check_failure(name: str, et: Lowered, tx: Lowered) -> None:
         assert re.search(expected.texir, f"{type(tx.error).__name__}: {tx.error}", re.S), repr(tx.error)
 
 
-def _check_same(name: str, *, quantized: bool = False) -> None:
+def _check_same(name: str, *, quantized: bool = False, native: bool = False) -> None:
+    """texir's .pte (through ExecuTorch's partitioner and backend; with `native`, texir's own XNNPACK)
+    against ExecuTorch's own: delegates, blobs, named data, kernels, partitions, outputs."""
     ep, et, tx = _lowered(name)
+    if native:
+        tx = _native(name)
     if name in EXECUTORCH_FAILS:
         _check_failure(name, et, tx)
         return
@@ -155,6 +165,13 @@ def test_real_model_matches_executorch_xnnpack(name: str) -> None:
 @pytest.mark.parametrize("name", QUANT_NAMES)
 def test_pt2e_int8_model_matches_executorch_xnnpack(name: str) -> None:
     _check_same(name, quantized=True)
+
+
+@pytest.mark.parametrize("name", ZOO_NAMES + REAL_NAMES)
+def test_native_xnnpack_matches_executorch_xnnpack(name: str) -> None:
+    # texir's own partitioner and backend (issue #29): the same partitions, byte-equal blobs, the same
+    # named data and kernels, outputs bitwise equal to ExecuTorch's own .pte's
+    _check_same(name, native=True)
 
 
 def test_real_model_zoo_is_wide_enough() -> None:

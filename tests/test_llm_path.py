@@ -144,6 +144,43 @@ def test_debug_maps_cover_every_delegate_call(files: dict[str, Any]) -> None:
     assert set(emitted.instruction_id_to_num_outs_map()["forward"]) == set(delegates)
 
 
+def test_native_xnnpack_writes_the_same_llama_and_it_runs_bitwise_equal(files: dict[str, Any], tmp_path: Path) -> None:
+    """texir's own XNNPACK (no ExecuTorch code at lowering) on the fp32 static-KV-cache Llama (issue
+    #29): the partitions, blobs and named data of ExecuTorch's XnnpackPartitioner/XnnpackBackend (run
+    by texir for `files`), the same .pte + .ptd, and the same logits bit for bit at every step."""
+    from texir.backends.xnnpack import registered
+    from texir.backends.xnnpack.partitioner import partitioner
+    from texir.orchestrate import lower
+
+    with registered():
+        program = lower(_export(_exportable()), [partitioner()], cache=None)
+
+    def delegates(p: Any) -> list[tuple[str, bytes, list[tuple[str, bytes]]]]:
+        return [(m.module.backend_id, bytes(m.module.processed_bytes),
+                 sorted((e.key, e.data.tobytes() if e.data is not None else b"") for e in m.module.named_data))
+                for m in p.lowered_modules]
+
+    mine, reference = delegates(program), delegates(files["program"])
+    assert len(mine) == len(reference) > 0
+    for i, (a, b) in enumerate(zip(mine, reference)):
+        assert a == b, f"delegate {i} ({a[0]}) differs from ExecuTorch's backend's"
+    emitted = emit_with_debug(
+        program,
+        EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG, emit_mutable_buffer_names=True),
+        constant_methods=constant_methods(METADATA),
+    )
+    (data,) = emitted.program.external
+    pte.dump_ptd(data, tmp_path / f"{data.tag}.ptd")
+    pte.dump(emitted.program, tmp_path / "model.pte")
+    assert (tmp_path / "model.pte").read_bytes() == Path(files["pte"]).read_bytes()
+    assert (tmp_path / f"{data.tag}.ptd").read_bytes() == Path(files["ptd"]).read_bytes()
+    native = load_method(tmp_path / "model.pte", data_path=str(tmp_path / f"{data.tag}.ptd"))
+    bridge = load_method(files["pte"], data_path=str(files["ptd"]))
+    for step, (args, _) in enumerate(_steps(_exportable())):
+        (got,), (their,) = native.execute(list(args)), bridge.execute(list(args))
+        assert torch.equal(got, their), f"step {step}: native and ExecuTorch-backend logits differ"
+
+
 def test_8da4w_quantized_llama_equals_executorch_step_by_step() -> None:
     """torchao's 8da4w (int4 grouped weights as tensor subclasses, int8 dynamic activations), the
     quantization ExecuTorch's LLM recipes use, through ExecuTorch's XNNPACK (bridged) and texir's

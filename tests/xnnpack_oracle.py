@@ -16,7 +16,7 @@ from texir.ir import CALL_DELEGATE, CallFunction, GetAttr, Program, Ref, TensorM
 from texir.serialize.pte.codec import dumps
 from texir.executorch.runtime import RuntimeRunError, load_method
 
-__all__ = ["Lowered", "PteView", "executorch_xnnpack", "pte_view", "run_pte", "texir_xnnpack"]
+__all__ = ["Lowered", "PteView", "executorch_xnnpack", "native_xnnpack", "pte_view", "run_pte", "texir_xnnpack"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,21 @@ def texir_xnnpack(ep: torch.export.ExportedProgram, options: EmitOptions | None 
     try:
         program = lower(ep, [executorch_partitioner(XnnpackPartitioner())])
         pte = dumps(emit(program, options))
+    except Exception as exc:
+        return Lowered(pte=None, error=exc)
+    return Lowered(pte=pte, partitions=texir_partitions(program))
+
+
+def native_xnnpack(ep: torch.export.ExportedProgram) -> Lowered:
+    """texir's own XNNPACK partitioner and backend (`texir.backends.xnnpack`), no ExecuTorch code."""
+    from texir.backends.xnnpack import registered
+    from texir.backends.xnnpack.partitioner import partitioner
+    from texir.orchestrate import lower
+
+    try:
+        with registered():
+            program = lower(ep, [partitioner()])
+        pte = dumps(emit(program))
     except Exception as exc:
         return Lowered(pte=None, error=exc)
     return Lowered(pte=pte, partitions=texir_partitions(program))
