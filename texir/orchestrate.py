@@ -19,6 +19,7 @@ from texir.adapters.fx_import import from_exported_program
 from texir.adapters.local_decompose import functional_program
 from texir.adapters.tensors import digest_memo
 from texir.errors import TexirError
+from texir.executorch.edge_program import conversion_memo, exported_program_of, remember_exported
 from texir.ir import CallFunction, Program
 from texir.lowering.api import _describe
 from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
@@ -158,9 +159,9 @@ def _lower_one(
     order: NodeOrder,
     allow_non_core: bool,
 ) -> Lowered:
-    # The program is converted twice (for ops_to_not_decompose, then decomposed), over the same
-    # weights: each weight is hashed once.
-    with digest_memo():
+    # Convert once: each weight is hashed once (digest_memo), and the partitioners' decomposition
+    # hooks share one ExportedProgram of the program they are shown (conversion_memo).
+    with digest_memo(), conversion_memo():
         return _lower_one_memo(method, source, partitioners, options, order, allow_non_core)
 
 
@@ -187,22 +188,26 @@ def _lower_one_memo(
     aten, ep = _transformed_before_decomposition(method, aten, ep, partitioners)
     if ep is not None:
         ep = _functional(ep)  # ExecuTorch's to_edge_transform_and_lower always starts so
+        aten = None  # (the functional program is another program than the input)
+    asks = any(getattr(p, "ops_to_not_decompose", None) is not None for p in partitioners)
+    if asks or (options.cache is not None and ep is not None):
+        # Partitioners are asked about the program as ExecuTorch's run_decompositions({}) leaves
+        # it: functional, the composite ops torch will not preserve (batch_norm) decomposed. The
+        # decomposition's reuse key is that program too: it is converted once for both.
+        if ep is None:
+            assert aten is not None  # one of the two is set above
+            ep = _functional(to_exported_program(aten))
+        aten = from_exported_program(ep)
+        if aten.dialect == "TRAINING":  # what run_decompositions gives back says "ATEN"
+            aten = msgspec.structs.replace(aten, dialect="ATEN")
+        remember_exported(aten, ep)  # the hooks' ExportedProgram of it is `ep` itself
     keep: dict[str, str] = {}
-    shown: Program | None = None
     for partitioner in partitioners:
         if getattr(partitioner, "ops_to_not_decompose", None) is None:
             continue
-        if shown is None:
-            # Partitioners are asked about the program as ExecuTorch's run_decompositions({}) leaves
-            # it: functional, the composite ops torch will not preserve (batch_norm) decomposed.
-            if ep is None:
-                assert aten is not None  # one of the two is set above
-                ep = _functional(to_exported_program(aten))
-            shown = from_exported_program(ep)
-            if shown.dialect == "TRAINING":  # what run_decompositions gives back says "ATEN"
-                shown = msgspec.structs.replace(shown, dialect="ATEN")
+        assert aten is not None  # converted above
         try:
-            names = tuple(partitioner.ops_to_not_decompose(shown))  # type: ignore[attr-defined]  # checked above
+            names = tuple(partitioner.ops_to_not_decompose(aten))  # type: ignore[attr-defined]  # checked above
         except TexirError:
             raise
         except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
@@ -211,8 +216,7 @@ def _lower_one_memo(
             ) from exc
         for name in names:
             keep.setdefault(name, repr(partitioner))
-    # the key of a reused decomposition is the functional program, not the one shown above
-    program = _decomposed(ep, aten if ep is None else None, sorted(keep), options.cache, allow_non_core)
+    program = _decomposed(ep, aten, sorted(keep), options.cache, allow_non_core)
     program, turned_down = _decompose_turned_down(method, program, partitioners, keep)
     return lower_edge(method, program, partitioners, options, order, keep=keep, turned_down=turned_down)
 
@@ -223,13 +227,15 @@ def _transformed_before_decomposition(
     """The program after each partitioner's optional `transform_for_pre_decomposition(program)`
     (ExecuTorch's hook of that name, run before any decomposition), as (Program, None) when one
     changed it, else as given."""
+    current = aten
     for partitioner in partitioners:
         hook = getattr(partitioner, "transform_for_pre_decomposition", None)
         if hook is None:
             continue
-        current = aten if aten is not None else from_exported_program(ep) if ep is not None else None
-        if current is None:  # pragma: no cover - _lower_one_memo sets one of the two
-            raise PartitionerError("internal error: nothing to transform; please report")
+        if current is None:
+            if ep is None:  # pragma: no cover - _lower_one_memo sets one of the two
+                raise PartitionerError("internal error: nothing to transform; please report")
+            current = from_exported_program(ep)  # once, whatever the number of hooks
         try:
             changed = hook(current)
         except TexirError:
@@ -244,7 +250,8 @@ def _transformed_before_decomposition(
                 f"{type(changed).__name__}, not a texir Program"
             )
         if changed is not current:
-            aten, ep = changed, None
+            current = aten = changed
+            ep = None
     return aten, ep
 
 
@@ -252,10 +259,9 @@ def _decomposed(
     ep: ExportedProgram | None, aten: Program | None, keep: list[str], cache: PreprocessCache | None,
     allow_non_core: bool = False,
 ) -> Program:
-    """The program decomposed keeping `keep`; with a cache, the decomposition of a program of the
-    same structure (weights aside) is reused (`texir.lowering.decompose_memo`)."""
-    if cache is not None and ep is not None:
-        aten = from_exported_program(ep)  # cheap next to the retrace; weights hashed once (digest_memo)
+    """The program decomposed keeping `keep`; `aten` is `ep` converted when both are given. With a
+    cache, the decomposition of a program of the same structure (weights aside) is reused
+    (`texir.lowering.decompose_memo`)."""
     key = None
     if cache is not None and aten is not None:
         key = decomposition_key(aten, keep)
@@ -329,5 +335,6 @@ def _decompose_turned_down(
     if not turned_down:
         return program, ()
     notes = tuple(TurnedDown(node=n, target=kept[n], partitioner=p) for n, p in sorted(turned_down.items()))
-    decomposed = decompose_nodes(to_exported_program(program), sorted(turned_down), sorted(keep))
+    # the partitioners' hooks converted `program` already (decompose_nodes restores what it changes)
+    decomposed = decompose_nodes(exported_program_of(program), sorted(turned_down), sorted(keep))
     return from_exported_program(decomposed), notes

@@ -12,8 +12,9 @@ import torch
 
 from texir.executorch.backend import register_executorch_backend
 from texir.executorch.deps import require_executorch
-from texir.executorch.edge_program import graph_modules, to_edge_exported_program
+from texir.executorch.edge_program import exported_program_of, graph_modules, to_edge_exported_program
 from texir.adapters.fx_export import to_exported_program
+from texir.adapters.fx_import import from_exported_program
 from texir.adapters.targets import canonical_target
 from texir.ir import BackendNodeMeta, CallFunction, CompileSpec, Program
 from texir.lowering.errors import PartitionerError
@@ -97,9 +98,7 @@ class ExecutorchPartitioner:
     def _pre_decomposition(self, program: Program) -> Program:
         """`program` after the partitioner's `transform_for_pre_decomposition` (on its ATen
         ExportedProgram); `program` itself when the hook left it as it was."""
-        from texir.adapters.fx_import import from_exported_program
-
-        ep = to_exported_program(program)
+        ep = to_exported_program(program)  # a fresh one: the hook may change what it is given
         try:
             out = self.partitioner.transform_for_pre_decomposition(ep)
         except Exception as exc:  # any failure of foreign code becomes one typed error
@@ -120,7 +119,7 @@ class ExecutorchPartitioner:
         method = getattr(self.partitioner, "ops_to_not_decompose", None)
         if method is None:
             return None
-        ep = to_exported_program(program)
+        ep = exported_program_of(program)  # shared with the other hooks, and with lower's decomposition
         try:
             ops, node_filter = method(ep)
         except Exception as exc:  # any failure of foreign code becomes one typed error
