@@ -131,13 +131,13 @@ def _child(side: str, name: str, blocks: int, out: str) -> dict[str, Any]:
 
     def run(source: Any, **kw: Any) -> tuple[bytes, float]:
         start = time.perf_counter()
-        data = dumps(emit(lower(source, [executorch_partitioner(XnnpackPartitioner())], **kw)))
+        data = dumps(emit(lower(source, [executorch_partitioner(XnnpackPartitioner())], **kw).program))
         return data, time.perf_counter() - start
 
     data, result["lower"] = run(ep, cache=None)
     result["extra_peak"] = status("VmHWM") - base
     result["backend"] = inside[0]
-    result["partitions"] = len(lower(ep, [executorch_partitioner(XnnpackPartitioner())]).lowered_modules)
+    result["partitions"] = len(lower(ep, [executorch_partitioner(XnnpackPartitioner())]).program.lowered_modules)
     Path(out).write_bytes(data)
     _, result["steady"] = run(ep, cache=None)
     cache = PreprocessCache()
@@ -171,14 +171,14 @@ def _native_child(ep: Any, name: str, blocks: int, out: str, result: dict[str, A
     def run(source: Any, **kw: Any) -> tuple[bytes, float]:
         start = time.perf_counter()
         with xnnpack.registered():
-            data = dumps(emit(lower(source, [xnnpack.partitioner()], **kw)))
+            data = dumps(emit(lower(source, [xnnpack.partitioner()], **kw).program))
         return data, time.perf_counter() - start
 
     data, result["lower"] = run(ep, cache=None)
     result["extra_peak"] = status("VmHWM") - base
     result["backend"] = inside[0]
     with xnnpack.registered():
-        result["partitions"] = len(lower(ep, [xnnpack.partitioner()], cache=None).lowered_modules)
+        result["partitions"] = len(lower(ep, [xnnpack.partitioner()], cache=None).program.lowered_modules)
     start = time.perf_counter()
     Path(out).write_bytes(data)
     result["write"] = time.perf_counter() - start

@@ -107,7 +107,7 @@ def _child(side: str, size: str, out: Path) -> dict[str, Any]:
 
         program = emit(
             lower(ep, [executorch_partitioner(XnnpackPartitioner())], cache=None,
-                  jobs=2 if side == "texir-jobs2" else 1),
+                  jobs=2 if side == "texir-jobs2" else 1).program,
             EmitOptions(external_constants=True, external_named_data=TAG),
             constant_methods=constant_methods(_metadata(size)),
         )

@@ -147,7 +147,7 @@ def compare(case: Case, *, allow_non_core: bool = False) -> Outcome:
             edge = None
             outcome.detail = f"executorch: {type(exc).__name__}"
         try:
-            program = lower(ep, [], cache=None, allow_non_core=allow_non_core)
+            program = lower(ep, [], cache=None, allow_non_core=allow_non_core).program
             outcome.texir = dict(multiset(program))
         except NonCoreOperatorError as exc:
             program = None

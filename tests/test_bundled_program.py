@@ -49,7 +49,7 @@ def _pte(name: str, variant: str) -> bytes:
         from texir.executorch import executorch_partitioner
         from texir.orchestrate import lower
 
-        return pte.dumps(emit(lower(ep, [executorch_partitioner(XnnpackPartitioner())])))
+        return pte.dumps(emit(lower(ep, [executorch_partitioner(XnnpackPartitioner())]).program))
     return pte.dumps(emit(from_exported_program(cached_export(name), decompose=False)))
 
 
@@ -74,7 +74,8 @@ def _two_methods(variant: str = "portable") -> tuple[bytes, bpte.BundledProgram]
         from texir.orchestrate import lower
 
         eps = {m: cached_export(n, decompose=False) for m, n in programs.items()}
-        program = pte.dumps(emit(lower(eps, [executorch_partitioner(XnnpackPartitioner())])))
+        lowered = lower(eps, [executorch_partitioner(XnnpackPartitioner())])
+        program = pte.dumps(emit({m: done.program for m, done in lowered.items()}))
     else:
         methods = {m: from_exported_program(cached_export(n), decompose=False) for m, n in programs.items()}
         program = pte.dumps(emit(methods))

@@ -19,7 +19,7 @@ import texir.backends  # noqa: F401  (registers the demo and reference backends)
 from texir.adapters import fx_export, fx_import
 from texir.executorch import edge_program, executorch_partitioner
 from texir.lowering import OpSupportPartitioner, PreprocessCache
-from texir.orchestrate import lower_with_edge as lower
+from texir.orchestrate import lower
 
 DEMO = "BackendWithDelegateMappingDemo"
 

@@ -55,7 +55,7 @@ def test_xnnpack_programs_map_instructions_and_delegates_like_executorch(model: 
     from texir.orchestrate import lower
 
     theirs = _maps(to_edge_transform_and_lower(_export(model)[0], partitioner=[XnnpackPartitioner()]).to_executorch())
-    ours = _maps(emit_with_debug(lower(_export(model)[0], [executorch_partitioner(XnnpackPartitioner())])))
+    ours = _maps(emit_with_debug(lower(_export(model)[0], [executorch_partitioner(XnnpackPartitioner())]).program))
     # exact: texir's lower places nodes as ExecuTorch's to_backend leaves them (texir.lowering.fx_order)
     assert ours == theirs
     delegates = ours[1]["forward"]

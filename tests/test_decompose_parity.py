@@ -80,7 +80,7 @@ def test_resize_is_left_to_the_retrace() -> None:
     why: list[str] = []
     assert decompose_locally(ep, why=why) is None
     assert "resize_" in why[0] and "functionalized specially" in why[0]
-    ops = _ops(lower(ep, [], cache=None))
+    ops = _ops(lower(ep, [], cache=None).program)
     assert ops["aten::as_strided_copy.default"] == 1 and not any("resize" in t for t in ops)
 
 
@@ -117,7 +117,7 @@ def test_linalg_vector_norm_is_decomposed_and_emits(retrace: bool) -> None:
     if retrace:  # a program the fast path cannot take, as timm's ConvNeXt-V2 (adaptive pooling)
         ep = torch.export.export(_WritesThroughAView(module), (torch.randn(1, 3, 3, 4),), strict=False)
         assert decompose_locally(ep) is None
-    program = lower(ep, [], cache=None)
+    program = lower(ep, [], cache=None).program
     assert not any("norm" in t for t in _ops(program))
     assert pte.dumps(emit(program))
 
@@ -125,7 +125,7 @@ def test_linalg_vector_norm_is_decomposed_and_emits(retrace: bool) -> None:
 def test_block_diag_leaves_no_empty_full() -> None:
     """ExecuTorch's PruneEmptyTensorsPass drops zero-width `cat` inputs: `prune_empty_tensors`."""
     ep = _export(lambda a, b, c: torch.block_diag(a, b, c), torch.randn(1, 5), torch.randn(2, 5), torch.randn(3, 5))
-    program = lower(ep, [], cache=None)
+    program = lower(ep, [], cache=None).program
     ops = _ops(program)
     assert ops["aten::full.default"] == 4 and ops["aten::cat.default"] == 4
     for node in program.graph.nodes:  # no empty tensor is left
@@ -141,7 +141,7 @@ def test_non_core_ops_are_refused_unless_allowed() -> None:
         lower(ep, [], cache=None)
     with pytest.raises(NonCoreOperatorError, match="allow_non_core=True"):
         from_exported_program(ep, decompose=True)
-    program = lower(ep, [], cache=None, allow_non_core=True)
+    program = lower(ep, [], cache=None, allow_non_core=True).program
     assert _ops(program) == {"aten::unfold_copy.default": 1}
     assert from_exported_program(ep) is not None  # without decomposition nothing is checked
 
@@ -163,5 +163,5 @@ def test_complex_intermediates_emit_and_run() -> None:
 
     x = torch.randn(5, 6, 7)
     ep = _export(torch.fft.irfft2, x)
-    out = run_pte(pte.dumps(emit(lower(ep, [], cache=None))), [x])
+    out = run_pte(pte.dumps(emit(lower(ep, [], cache=None).program)), [x])
     torch.testing.assert_close(out[0], torch.fft.irfft2(x))

@@ -25,7 +25,7 @@ from texir.ir import (
     verify,
 )
 from texir.ir.canonical import drop_stack_traces
-from texir.lowering.api import lower_whole, to_backend
+from texir.lowering.api import to_backend
 from texir.lowering.backend import registered_backends
 from texir.backends.demo import BACKEND_ID as DEMO_ID
 from texir.backends.demo import decode_demo_bytes, encode_demo_program
@@ -86,7 +86,7 @@ def test_whole_program_matches_executorch(program: Program, executorch_edge: Any
 
     _executorch_demo_module()
     et_lowered = et_to_backend(DEMO_ID, executorch_edge.exported_program(), [])
-    ours = lower_whole(program, DEMO_ID, ())
+    ours = to_backend(DEMO_ID, program, ())
 
     assert ours.processed_bytes == et_lowered.processed_bytes
     assert _as_dict(ours.debug_handle_map) == et_lowered.meta["debug_handle_map"]
@@ -107,7 +107,7 @@ def test_executorch_reference_model_matches() -> None:
     torch.manual_seed(0)
     module, inputs = demo.BackendWithDelegateMappingDemo.get_test_model_and_inputs()
     ep = torch.export.export(module, inputs, strict=True)
-    ours = lower_whole(from_exported_program(ep, decompose=True), DEMO_ID, ())
+    ours = to_backend(DEMO_ID, from_exported_program(ep, decompose=True), ())
     edge = exir.to_edge(ep, compile_config=exir.EdgeCompileConfig(_check_ir_validity=False))
     theirs = et_to_backend(DEMO_ID, edge.exported_program(), [])
     assert ours.processed_bytes == theirs.processed_bytes
@@ -228,7 +228,7 @@ def test_empty_program_gives_zero_ops() -> None:
 def test_demo_backend_names_node_without_debug_handle() -> None:
     program = _handmade([("tan_nohandle", "aten::tan.default", None)], handles=False)
     with pytest.raises(LoweringError, match="'tan_nohandle'.*no debug handle"):
-        lower_whole(program, DEMO_ID, ())
+        to_backend(DEMO_ID, program, ())
 
 
 @pytest.mark.parametrize("bad", [b"x#", b"2#a,0,", b"1#a,0", b"\xff#", b"1#a,0,b,1,"])
@@ -240,7 +240,7 @@ def test_decode_demo_bytes_rejects_malformed(bad: bytes) -> None:
 def test_reference_backend_roundtrips_and_runs(
     program: Program, model: tuple[torch.nn.Module, tuple[torch.Tensor, ...]]
 ) -> None:
-    lowered = lower_whole(program, REFERENCE_ID, ())
+    lowered = to_backend(REFERENCE_ID, program, ())
     decoded = decode_reference(lowered.processed_bytes)
     # Everything but the stack traces (machine paths) comes back.
     assert decoded == drop_stack_traces(program)

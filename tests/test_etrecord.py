@@ -40,7 +40,7 @@ def test_inspector_attributes_a_texir_pte_like_executorchs_own(name: str, tmp_pa
     from executorch.exir import to_edge_transform_and_lower
 
     from texir.executorch import executorch_partitioner, write_etrecord
-    from texir.orchestrate import lower_with_edge
+    from texir.orchestrate import lower
 
     module, args = zoo_model(name).build()
     with warnings.catch_warnings():
@@ -52,7 +52,7 @@ def test_inspector_attributes_a_texir_pte_like_executorchs_own(name: str, tmp_pa
     (tmp_path / "theirs").mkdir()
     theirs = _attribution(bytes(manager.buffer), tmp_path / "theirs.etrecord", args, tmp_path / "theirs")
 
-    done = lower_with_edge(torch.export.export(module, args), [executorch_partitioner(XnnpackPartitioner())])
+    done = lower(torch.export.export(module, args), [executorch_partitioner(XnnpackPartitioner())])
     program, edge = done.program, done.edge
     assert [d.backend for d in done.report.delegates] == ["XnnpackBackend"] * len(program.lowered_modules)
     emitted = emit_with_debug(program)
@@ -72,7 +72,7 @@ def test_a_lowered_program_still_gives_every_event_its_handles(tmp_path: Path) -
     from texir.orchestrate import lower
 
     module, args = zoo_model("conv_relu_tan").build()
-    program = lower(torch.export.export(module, args), [executorch_partitioner(XnnpackPartitioner())])
+    program = lower(torch.export.export(module, args), [executorch_partitioner(XnnpackPartitioner())]).program
     emitted = emit_with_debug(program)
     write_etrecord(tmp_path / "lowered.etrecord", program, emitted)
     events = _attribution(dumps(emitted.program), tmp_path / "lowered.etrecord", args, tmp_path)
@@ -98,11 +98,11 @@ def test_two_methods_lowered_with_their_edge_programs_give_one_record(tmp_path: 
     from executorch.devtools.etrecord import parse_etrecord
 
     from texir.executorch import executorch_partitioner, write_etrecord
-    from texir.orchestrate import lower_with_edge
+    from texir.orchestrate import lower
 
     module, args = zoo_model("conv_relu_tan").build()
     other, other_args = zoo_model("mlp").build()
-    done = lower_with_edge(
+    done = lower(
         {"forward": torch.export.export(module, args), "mlp": torch.export.export(other, other_args)},
         {"forward": [executorch_partitioner(XnnpackPartitioner())]},
     )

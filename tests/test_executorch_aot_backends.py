@@ -89,7 +89,7 @@ def test_vulkan_blobs_equal_executorch(name: str) -> None:
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 
     make = _export(name)
-    ours = _blobs_texir(lower(make(), [executorch_partitioner(VulkanPartitioner())], cache=None))
+    ours = _blobs_texir(lower(make(), [executorch_partitioner(VulkanPartitioner())], cache=None).program)
     theirs = _blobs_executorch(make(), VulkanPartitioner())
     assert ours and [b[0] for b in ours] == ["VulkanBackend"] * len(ours)
     assert [b[0] for b in ours] == [b[0] for b in theirs]
@@ -137,7 +137,7 @@ def test_example_backend_blobs_equal_executorch() -> None:
     address), so their numeric suffixes vary from run to run; those suffixes are masked."""
     from executorch.backends.example.example_partitioner import ExamplePartitioner
 
-    ours = _blobs_texir(lower(_example_quantized(), [executorch_partitioner(ExamplePartitioner())], cache=None))
+    ours = _blobs_texir(lower(_example_quantized(), [executorch_partitioner(ExamplePartitioner())], cache=None).program)
     theirs = _blobs_executorch(_example_quantized(), ExamplePartitioner())
     assert len(ours) == len(theirs) >= 2
     assert {b[0] for b in ours} == {b[0] for b in theirs} == {"ExampleBackend"}

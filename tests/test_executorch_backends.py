@@ -273,7 +273,7 @@ def test_partitioner_options_and_two_partitioners_match_executorch(variant: str)
 
     make = _xnnpack_variants()[variant]
     ep = cached_export("transformer_block", decompose=False)
-    ours = dumps(emit(lower(ep, [executorch_partitioner(p) for p in make()], cache=None)))
+    ours = dumps(emit(lower(ep, [executorch_partitioner(p) for p in make()], cache=None).program))
     theirs = bytes(to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=make()).to_executorch().buffer)
     a, b = pte_view(ours), pte_view(theirs)
     assert len(a.delegates) == len(b.delegates) > 1

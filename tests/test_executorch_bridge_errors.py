@@ -153,7 +153,7 @@ def test_executorch_backend_sees_edge_ops_and_its_blob_lands_in_the_pte() -> Non
             seen.extend(str(n.target) for n in edge_program.graph.nodes if n.op == "call_function")
             return EtResult(processed_bytes=b"echo:" + bytes(compile_specs[0].value) if compile_specs else b"echo")
 
-    program = lower(_ep(), [executorch_partitioner(_et_partitioner(_tag_relus, backend_id="TexirTestEchoBackend"))])
+    program = lower(_ep(), [executorch_partitioner(_et_partitioner(_tag_relus, backend_id="TexirTestEchoBackend"))]).program
     verify(program)
     assert seen and all("edge" in t or "EdgeOpOverload" in t or "relu" in t for t in seen)
     assert [m.module.backend_id for m in program.lowered_modules] == ["TexirTestEchoBackend"] * len(program.lowered_modules)
@@ -230,7 +230,7 @@ def test_partitioners_are_asked_about_the_functional_program_without_a_retrace()
     ep = torch.export.export(model, (torch.rand(2, 4),), strict=False)
     assert functional_names(ep) == {"aten::hardtanh_.default": "aten::hardtanh.default"}
     partitioner = _SeesOps()
-    lowered = lower(ep, [partitioner])
+    lowered = lower(ep, [partitioner]).program
     assert "aten::hardtanh.default" in partitioner.seen
     assert not any(t.split("::")[-1].split(".")[0].endswith("_") for t in partitioner.seen), partitioner.seen
     (module,) = lowered.lowered_modules
@@ -245,13 +245,13 @@ def test_lower_takes_a_program_and_a_mapping_of_methods() -> None:
 
     ep = _ep()
     relu = OpSupportPartitioner("texir-test", {"aten::relu.default"})
-    from_ep = lower(ep, [relu])
+    from_ep = lower(ep, [relu]).program
     from texir.adapters import from_exported_program
 
-    from_program = lower(from_exported_program(ep), [relu])
+    from_program = lower(from_exported_program(ep), [relu]).program
     assert len(from_ep.lowered_modules) == len(from_program.lowered_modules) == 2
     both = lower({"forward": ep, "other": ep}, {"forward": [relu]})
-    assert len(both["forward"].lowered_modules) == 2 and both["other"].lowered_modules == ()
+    assert len(both["forward"].program.lowered_modules) == 2 and both["other"].program.lowered_modules == ()
     with pytest.raises(PartitionerError, match=r"partitioners given for methods \['nope'\]"):
         lower({"forward": ep}, {"nope": [relu]})
     with pytest.raises(PartitionerError, match=r"not str"):
@@ -367,7 +367,7 @@ def test_tensor_subclass_weights_refused_by_plain_conversion_unwrapped_by_lower(
         from_exported_program(ep)
     import tests.lowering_helpers  # noqa: F401  # registers texir-test
 
-    lowered = lower(ep, [OpSupportPartitioner("texir-test", {"aten::relu.default"})], cache=None)
+    lowered = lower(ep, [OpSupportPartitioner("texir-test", {"aten::relu.default"})], cache=None).program
     verify(lowered)
     assert {e.value.meta.dtype for e in lowered.state} >= {"int8"}  # the int4 payloads, unwrapped
     torch.testing.assert_close(to_exported_program(lowered).module()(*args), module(*args))

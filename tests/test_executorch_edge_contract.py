@@ -23,7 +23,7 @@ from texir.executorch import executorch_partitioner, to_edge_exported_program
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import CustomMetaError, from_exported_program
 from texir.adapters.local_decompose import decompose_locally
-from texir.orchestrate import lower, lower_with_edge
+from texir.orchestrate import lower
 
 pytest.importorskip("executorch.exir")
 
@@ -94,7 +94,7 @@ def _export(name: str) -> torch.export.ExportedProgram:
 def _both(make: Any, inner: Any = None, **kw: Any) -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
     ours = _Recording(inner=inner() if inner else None, **kw)
     theirs = _Recording(inner=inner() if inner else None, **kw)
-    program = lower(make(), [executorch_partitioner(ours)], cache=None)
+    program = lower(make(), [executorch_partitioner(ours)], cache=None).program
     manager = to_edge_transform_and_lower(make(), partitioner=[theirs])
     return ours.seen, theirs.seen, program, manager
 
@@ -118,7 +118,7 @@ def test_partitioners_see_the_edge_dialect_and_it_validates() -> None:
 def test_backends_are_given_the_edge_dialect() -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    edge = lower_with_edge(_export("conv_bn"), [executorch_partitioner(XnnpackPartitioner())], cache=None).edge
+    edge = lower(_export("conv_bn"), [executorch_partitioner(XnnpackPartitioner())], cache=None).edge
     ep = to_edge_exported_program(edge)
     assert ep.dialect == "EDGE"
     ep.validate()

@@ -109,7 +109,7 @@ def _compare(
             f"ExecuTorch failed with {exc!r}; texir with {caught.value!r}"
         )
         return []
-    ours = _texir(lower(mine_ep, [executorch_partitioner(p) for p in mine_partitioners], cache=None))
+    ours = _texir(lower(mine_ep, [executorch_partitioner(p) for p in mine_partitioners], cache=None).program)
     assert len(ours) == len(theirs)
     assert [d[0] for d in ours] == [d[0] for d in theirs]
     for i, (mine, other) in enumerate(zip(ours, theirs)):

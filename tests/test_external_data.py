@@ -168,7 +168,7 @@ def test_xnnpack_weights_in_a_ptd_match_executorch(tmp_path: Path) -> None:
         ).to_executorch(ExecutorchBackendConfig(external_constants=True))
     their_pte, their_ptd = theirs.buffer, bytes(theirs._tensor_data[DEFAULT_EXTERNAL_TAG])
 
-    lowered = lower(_export(module, args), [executorch_partitioner(XnnpackPartitioner())], cache=None)
+    lowered = lower(_export(module, args), [executorch_partitioner(XnnpackPartitioner())], cache=None).program
     program = emit(lowered, EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG))
     our_pte, our_ptd = dumps(program), dumps_ptd(program.external[0])
     assert program.named_data == ()  # every weight went to the .ptd

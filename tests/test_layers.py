@@ -40,11 +40,13 @@ LAYERS: dict[str, int] = {
     "texir.adapters": 6,  # torch <-> IR, decomposition
     "texir.models": 6,  # the demo model: a torch module
     "texir.executorch": 7,  # the ExecuTorch bridge: its partitioners, backends, runtime, ETRecord
-    "texir.orchestrate": 8,  # `lower` from an ExportedProgram: decompose, then lowering
+    "texir.orchestrate": 8,  # `texir.lower` from an ExportedProgram: decompose, then lowering
     "texir.viz": 9,
     "texir.cli": 9,
     "texir.testing": 9,
 }
+LAZY_EXPORTS = {("texir", "texir.orchestrate")}
+"""(module, import) allowed to run up: `texir.lower` is `texir.orchestrate.lower`, imported on first use."""
 NAMES = {0: "base", 1: "ir", 2: "serialize", 3: "lowering/edge", 4: "emit", 5: "backends", 6: "adapters",
          7: "executorch", 8: "orchestrate", 9: "viz/cli/testing"}
 
@@ -119,7 +121,7 @@ def test_imports_never_go_up_a_layer() -> None:
             if not target.startswith("texir") or not _texir_module_exists(target):
                 continue  # `from texir.ir import Node` yields texir.ir.Node too: only modules count
             theirs = layer_of(target)
-            if theirs > mine:
+            if theirs > mine and (here, target) not in LAZY_EXPORTS:
                 problems.append(
                     f"{path.relative_to(ROOT.parent)}:{line}: {here} ({NAMES[mine]}) imports {target} ({NAMES[theirs]})"
                 )

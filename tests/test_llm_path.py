@@ -51,7 +51,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from texir.orchestrate import lower
 
     exportable = _exportable()
-    program = lower(_export(exportable), [executorch_partitioner(XnnpackPartitioner())])
+    program = lower(_export(exportable), [executorch_partitioner(XnnpackPartitioner())]).program
     emitted = emit_with_debug(
         program,
         EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG, emit_mutable_buffer_names=True),
@@ -203,9 +203,9 @@ def test_8da4w_quantized_llama_equals_executorch_step_by_step() -> None:
 
     exportable = _exportable()
     quantize_(exportable.model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
-    ours = dumps(emit(lower(_export(exportable), [executorch_partitioner(XnnpackPartitioner())], cache=None)))
+    ours = dumps(emit(lower(_export(exportable), [executorch_partitioner(XnnpackPartitioner())], cache=None).program))
     with registered():  # texir's native XNNPACK partitioner and backend
-        native = dumps(emit(lower(_export(exportable), [partitioner()], cache=None)))
+        native = dumps(emit(lower(_export(exportable), [partitioner()], cache=None).program))
     theirs = bytes(to_edge_transform_and_lower(_export(exportable), partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
     reference = pte_view(theirs)
     for mine in (pte_view(ours), pte_view(native)):

@@ -35,7 +35,6 @@ from texir.lowering import (
     WholeProgramPartitioner,
     delegate_wrapper_program,
     get_lowered_submodules,
-    lower_whole,
     to_backend,
 )
 
@@ -570,7 +569,7 @@ def test_debug_handles_survive() -> None:
 
 def test_whole_program_to_backend_id_and_wrapper() -> None:
     program = export_program(AddMul(), (X, Y))
-    module = lower_whole(program, TEST_BACKEND, [CompileSpec(key="k", value=b"v")])
+    module = to_backend(TEST_BACKEND, program, [CompileSpec(key="k", value=b"v")])
     assert module.original_program is program and module.backend_id == TEST_BACKEND
     wrapper = delegate_wrapper_program("lowered_module_0", module)
     verify(wrapper)

@@ -83,7 +83,7 @@ class _KeepsLinearButNotDynamicWeights:
 def test_texir_partitioner_turning_a_node_down_gets_it_decomposed() -> None:
     import tests.lowering_helpers  # noqa: F401  # registers texir-test
 
-    lowered = lower(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None)
+    lowered = lower(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None).program
     (module,) = lowered.lowered_modules
     inside = [n.target for n in module.module.original_program.graph.nodes if isinstance(n, CallFunction)]
     assert inside == [LINEAR]
@@ -98,9 +98,9 @@ def test_texir_partitioner_turning_a_node_down_gets_it_decomposed() -> None:
 def test_the_report_says_what_was_turned_down_and_what_stayed_undelegated() -> None:
     import tests.lowering_helpers  # noqa: F401  # registers texir-test
     from texir.ir.names import CALL_DELEGATE, GETITEM
-    from texir.orchestrate import lower_with_edge
+    from texir.orchestrate import lower
 
-    done = lower_with_edge(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None)
+    done = lower(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None)
     report = done.report
     assert report.not_decomposed == (LINEAR,)
     (turned,) = report.turned_down
@@ -111,7 +111,7 @@ def test_the_report_says_what_was_turned_down_and_what_stayed_undelegated() -> N
                and n.target not in (CALL_DELEGATE, GETITEM)]
     assert [u.node for u in report.undelegated] == [n.name for n in outside] and outside
     assert all(u.reason == "not_tagged" and "not tagged by the partitioner" in u.detail for u in report.undelegated)
-    assert done.seen == (done.edge,) and done.program == lower(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None)
+    assert done.seen == (done.edge,) and done.program == lower(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None).program
 
 
 class _Bad(_KeepsLinearButNotDynamicWeights):

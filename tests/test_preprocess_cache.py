@@ -63,14 +63,14 @@ def _pte(program: Program) -> bytes:
 
 @functools.lru_cache(maxsize=None)
 def _cold() -> bytes:
-    return _pte(lower(_model(), _xnnpack(), cache=None))
+    return _pte(lower(_model(), _xnnpack(), cache=None).program)
 
 
 def test_warm_cache_gives_the_same_bytes_without_compiling() -> None:
     cache = PreprocessCache()
-    first = _pte(lower(_model(), _xnnpack(), cache=cache))
+    first = _pte(lower(_model(), _xnnpack(), cache=cache).program)
     assert (cache.hits, cache.misses) == (0, 3)
-    second = _pte(lower(_model(), _xnnpack(), cache=cache))
+    second = _pte(lower(_model(), _xnnpack(), cache=cache).program)
     assert (cache.hits, cache.misses) == (3, 3)
     assert first == second == _cold()
 
@@ -78,9 +78,9 @@ def test_warm_cache_gives_the_same_bytes_without_compiling() -> None:
 def test_changing_one_layer_recompiles_only_its_partition() -> None:
     cache = PreprocessCache()
     lower(_model(), _xnnpack(), cache=cache)
-    changed = lower(_model(changed=True), _xnnpack(), cache=cache)
+    changed = lower(_model(changed=True), _xnnpack(), cache=cache).program
     assert (cache.hits, cache.misses) == (2, 4)
-    assert _pte(changed) == _pte(lower(_model(changed=True), _xnnpack(), cache=None))
+    assert _pte(changed) == _pte(lower(_model(changed=True), _xnnpack(), cache=None).program)
 
 
 def test_disk_cache_survives_a_new_cache_object_and_damage(tmp_path: Path) -> None:
@@ -88,17 +88,17 @@ def test_disk_cache_survives_a_new_cache_object_and_damage(tmp_path: Path) -> No
     files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
     assert len(files) == 3 and not any(p.name.startswith(".") for p in files)  # no temporary files left
     fresh = PreprocessCache(tmp_path)
-    assert _pte(lower(_model(), _xnnpack(), cache=fresh)) == _cold()
+    assert _pte(lower(_model(), _xnnpack(), cache=fresh).program) == _cold()
     assert (fresh.hits, fresh.misses) == (3, 0)
     files[0].write_bytes(b"\x00garbage")
     damaged = PreprocessCache(tmp_path)
-    assert _pte(lower(_model(), _xnnpack(), cache=damaged)) == _cold()
+    assert _pte(lower(_model(), _xnnpack(), cache=damaged).program) == _cold()
     assert (damaged.hits, damaged.misses) == (2, 1)
     assert files[0].read_bytes() != b"\x00garbage"  # rewritten
 
 
 def test_parallel_workers_give_the_serial_bytes() -> None:
-    assert _pte(lower(_model(), _xnnpack(), cache=None, jobs=2)) == _cold()
+    assert _pte(lower(_model(), _xnnpack(), cache=None, jobs=2).program) == _cold()
 
 
 class _Counting:
@@ -121,9 +121,9 @@ def test_backend_without_cache_version_is_cached_in_memory_only(tmp_path: Path) 
     lower(_model(), [relu], cache=cache, jobs=2)  # all hits: nothing to send to workers
     assert backend.calls == 3 and cache.hits == 3
     assert not any(tmp_path.rglob("*"))  # nothing durable without a cache_version
-    serial = lower(_model(), [relu], cache=None)  # no cache: compiled again, here
+    serial = lower(_model(), [relu], cache=None).program  # no cache: compiled again, here
     assert backend.calls == 6
-    parallel = lower(_model(), [relu], cache=None, jobs=2)  # picklable: compiled in workers
+    parallel = lower(_model(), [relu], cache=None, jobs=2).program  # picklable: compiled in workers
     assert backend.calls == 6
     assert _pte(parallel) == _pte(serial)
 
@@ -135,7 +135,7 @@ def test_worker_task_reports_a_failing_backend_as_the_serial_run_does() -> None:
         def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult:
             raise ValueError("nope")
 
-    program = lower(_model(), [], cache=None)
+    program = lower(_model(), [], cache=None).program
     ok, message = run_task((Failing(), "texir-failing-x", snapshot.dumps(program, include_data=True), (), "tag1"))
     assert not ok and message == "backend 'texir-failing-x' preprocess failed for partition 'tag1': ValueError: nope"
     register_backend("texir-failing-x", Failing(), replace=True)
@@ -159,8 +159,8 @@ def test_weights_stored_as_they_are_share_the_programs_payload(how: str, tmp_pat
     """XNNPACK stores fp32 linear weights unchanged: lowering keeps one copy of them, not two."""
     if how == "disk cache":
         lower(_model(), _xnnpack(), cache=PreprocessCache(tmp_path))
-        program = lower(_model(), _xnnpack(), cache=PreprocessCache(tmp_path))  # every result read back
+        program = lower(_model(), _xnnpack(), cache=PreprocessCache(tmp_path)).program  # every result read back
     else:
-        program = lower(_model(), _xnnpack(), cache=None, jobs=2 if how == "jobs=2" else 1)
+        program = lower(_model(), _xnnpack(), cache=None, jobs=2 if how == "jobs=2" else 1).program
     assert _aliases_its_weights(program)
     assert _pte(program) == _cold()

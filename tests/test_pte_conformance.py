@@ -15,7 +15,7 @@ from tests.zoo import ZOO, cached_export, example_argsets, zoo_model
 import texir.backends  # noqa: F401  (registers the demo and reference backends)
 from texir.adapters import from_exported_program
 from texir.ir import CallFunction, CompileSpec, Program
-from texir.lowering import DelegationSpec, PartitionPlan, get_lowered_submodules, lower_whole, to_backend
+from texir.lowering import DelegationSpec, PartitionPlan, get_lowered_submodules, to_backend
 from texir.emit import EmitOptions, emit
 from texir.serialize.pte import dumps, loads
 from texir.executorch.runtime import RuntimeRunError, load_method
@@ -294,7 +294,7 @@ def test_lowered_module_buffer_matches_executorch_buffer_structure() -> None:
     ep = torch.export.export(module, args, strict=True)
     edge = exir.to_edge(ep, compile_config=exir.EdgeCompileConfig(_check_ir_validity=False))
     theirs = et_to_backend(DEMO_ID, edge.exported_program(), [])
-    lowered = lower_whole(from_exported_program(ep, decompose=True), DEMO_ID, ())
+    lowered = to_backend(DEMO_ID, from_exported_program(ep, decompose=True), ())
     ours = lowered_module_buffer("lowered_module_0", lowered)
     assert _delegate_view(ours) == _delegate_view(bytes(theirs.buffer()))
 

@@ -100,7 +100,7 @@ class _KeepsLinear(OpSupportPartitioner):
 def test_lower_hashes_each_weight_once(hashed: list[int]) -> None:
     ep = torch.export.export(_Wide().eval(), (torch.randn(2, 1024),), strict=False)
     partitioner = _KeepsLinear(h.TEST_BACKEND, {"aten::linear.default", "aten::relu.default"})
-    lowered = lower(ep, [partitioner], cache=None)
+    lowered = lower(ep, [partitioner], cache=None).program
     big = sorted(n for n in hashed if n >= 512 * 512 * 4)
     assert big == [512 * 512 * 4, 1024 * 512 * 4]  # a.weight and b.weight, once each
     state = {e.target: e.value.sha256 for e in lowered.state}  # the partitioner leaves weights in the parent

@@ -116,7 +116,7 @@ def test_lower_decomposed_refuses_what_is_not_a_program() -> None:
 
     from texir.lowering import PartitionerError, lower_decomposed
 
-    with pytest.raises(PartitionerError, match="method 'forward': lower_decomposed takes a texir.ir.Program, not str.*texir.orchestrate.lower"):
+    with pytest.raises(PartitionerError, match="method 'forward': lower_decomposed takes a texir.ir.Program, not str.*texir.lower"):
         lower_decomposed("not a program", [], cache=None)  # type: ignore[call-overload]  # the wrong type on purpose
     with pytest.raises(PartitionerError, match="a mapping of partitioners needs a mapping of methods"):
         lower_decomposed(parse_program(SIN_RELU), {"forward": []}, cache=None)  # type: ignore[call-overload]  # ditto

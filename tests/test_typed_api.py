@@ -111,8 +111,8 @@ def test_lower_with_a_cache_and_a_node_order() -> None:
     ep: torch.export.ExportedProgram = torch.export.export(Scale(), (x,))
     cache = PreprocessCache(decompositions_kept=2)
     order: NodeOrder = "program"
-    lowered: Program = lower(ep, [OpSupportPartitioner("texir-reference", {"aten::relu.default"})], cache=cache, order=order)
+    lowered: Program = lower(ep, [OpSupportPartitioner("texir-reference", {"aten::relu.default"})], cache=cache, order=order).program
     again: Program = lower(torch.export.export(Scale(), (x,)), [OpSupportPartitioner("texir-reference", {"aten::relu.default"})],
-                           cache=cache)
+                           cache=cache).program
     reused: int = cache.decompositions_reused
     assert reused == 1 and len(lowered.lowered_modules) == len(again.lowered_modules) == 1

@@ -55,7 +55,7 @@ def executorch_lowered(name: str) -> Program:
     from texir.executorch import executorch_partitioner
     from texir.orchestrate import lower
 
-    return lower(cached_export(name, decompose=False), [executorch_partitioner(XnnpackPartitioner())])
+    return lower(cached_export(name, decompose=False), [executorch_partitioner(XnnpackPartitioner())]).program
 
 
 def executorch_modules(name: str) -> tuple[LoweredBackendModule, ...]:
@@ -167,7 +167,7 @@ def native_lowered(name: str) -> Program:
     saved = dict(registry._REGISTRY)
     try:
         registry.register_backend("XnnpackBackend", XnnpackNativeBackend(), replace=True)
-        return lower(cached_export(name, decompose=False), [partitioner()])
+        return lower(cached_export(name, decompose=False), [partitioner()]).program
     finally:
         registry._REGISTRY.clear()
         registry._REGISTRY.update(saved)
@@ -299,9 +299,9 @@ def _lowered_both_ways(module: Any, args: tuple[Any, ...]) -> tuple[Program, Pro
 
     torch.manual_seed(0)
     ep = torch.export.export(module.eval(), args, strict=False)
-    theirs = lower(ep, [executorch_partitioner(XnnpackPartitioner())])
+    theirs = lower(ep, [executorch_partitioner(XnnpackPartitioner())]).program
     with registered():
-        mine = lower(ep, [partitioner()])
+        mine = lower(ep, [partitioner()]).program
     return mine, theirs
 
 
@@ -441,7 +441,7 @@ def test_conv1d_applied_twice_shares_one_weight() -> None:
     with pytest.raises(BackendPreprocessError, match="Conv1dUnsqueezePass"):
         lower(ep, [executorch_partitioner(XnnpackPartitioner())])
     with registered():
-        program = lower(ep, [partitioner()])
+        program = lower(ep, [partitioner()]).program
     assert [type(n) for n in _blob_nodes(program) if "Conv" in type(n).__name__] == [s.XNNConv2d, s.XNNConv2d]
     (got,) = run_pte(dumps(emit(program)), (x,))[0]
     torch.testing.assert_close(got, module(x), rtol=1e-5, atol=1e-5)

@@ -178,7 +178,7 @@ def executorch_lowered(name: str) -> Program:
     from texir.executorch import executorch_partitioner
     from texir.orchestrate import lower
 
-    return lower(quantized(name)[0], [executorch_partitioner(XnnpackPartitioner())])
+    return lower(quantized(name)[0], [executorch_partitioner(XnnpackPartitioner())]).program
 
 
 @functools.lru_cache(maxsize=None)
@@ -186,7 +186,7 @@ def native_lowered(name: str) -> Program:
     from texir.orchestrate import lower
 
     with registered():
-        return lower(quantized(name)[0], [partitioner()])
+        return lower(quantized(name)[0], [partitioner()]).program
 
 
 @functools.lru_cache(maxsize=None)
@@ -406,7 +406,7 @@ def test_static_int8_can_be_turned_off() -> None:
     from tests.xnnpack_oracle import texir_partitions
 
     with registered():
-        program = lower(quantized("linear")[0], [partitioner(config_precisions=("fp32",))])
+        program = lower(quantized("linear")[0], [partitioner(config_precisions=("fp32",))]).program
     assert not any("quantize" in op for p in texir_partitions(program) for op in p)
 
 

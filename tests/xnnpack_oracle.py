@@ -95,7 +95,7 @@ def texir_xnnpack(ep: torch.export.ExportedProgram, options: EmitOptions | None 
     from texir.orchestrate import lower
 
     try:
-        program = lower(ep, [executorch_partitioner(XnnpackPartitioner())])
+        program = lower(ep, [executorch_partitioner(XnnpackPartitioner())]).program
         pte = dumps(emit(program, options))
     except Exception as exc:
         return Lowered(pte=None, error=exc)

@@ -30,7 +30,7 @@ from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache
 from texir.lowering.report import Lowered, TurnedDown
 
-__all__ = ["CacheChoice", "Source", "lower", "lower_with_edge"]
+__all__ = ["CacheChoice", "Lowered", "Source", "lower"]
 
 Source = Union[Program, ExportedProgram]
 
@@ -44,7 +44,7 @@ def lower(
     jobs: int = 1,
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
-) -> Program: ...
+) -> Lowered: ...
 
 
 @overload
@@ -56,7 +56,7 @@ def lower(
     jobs: int = 1,
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
-) -> dict[str, Program]: ...
+) -> dict[str, Lowered]: ...
 
 
 def lower(
@@ -67,14 +67,21 @@ def lower(
     jobs: int = 1,
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
-) -> Program | dict[str, Program]:
+) -> Lowered | dict[str, Lowered]:
     """Lower an ExportedProgram or Program (or a mapping method name -> one) with `partitioners`
-    (a sequence for every method, or a mapping method name -> sequence), in order.
+    (a sequence for every method, or a mapping method name -> sequence), in order. Returns a
+    `texir.lowering.report.Lowered` (per method for a mapping): the lowered `program`, ready for
+    `texir.emit.emit`; the `edge` program it partitioned (decomposed, with the to_edge rewrites,
+    before any delegation: what ExecuTorch records in an ETRecord, `texir.executorch.write_etrecord`
+    takes it); the program each partitioner was shown (`seen`); and the `report`: each delegate
+    (backend, nodes, blob size, named data, cache hit, seconds) in call order and each node left
+    undelegated with the partitioners' reasons.
 
     For each method: decompose as ExecuTorch's edge lowering does, keeping the ops the
     partitioners name in `ops_to_not_decompose`; apply the to_edge rewrites (`texir.edge`); then
     partition and lower with each partitioner in turn. A kept op left undelegated is a
-    `KeptOpNotDelegatedError` naming the node. The result is ready for `texir.emit.emit`.
+    `KeptOpNotDelegatedError` naming the node. The input is converted to IR once, and to an
+    ExportedProgram once per program a partitioner is shown.
 
     Backends' results come from `cache` when it has them ("default": `default_cache()`, in memory
     and under `$TEXIR_CACHE_DIR`; None: no cache); the partitions left to compile run in up to
@@ -88,59 +95,8 @@ def lower(
     An op outside core ATen left after decomposition and not kept by a partitioner is a
     `NonCoreOperatorError` naming the node, as ExecuTorch's `to_edge` refuses it;
     `allow_non_core=True` emits it anyway (`texir.adapters.core_aten`: the risk that it fails or
-    aborts at run time). Pure: the input is not modified."""
-    if isinstance(program, Mapping):
-        return {
-            name: done.program
-            for name, done in lower_with_edge(
-                program, partitioners, cache=cache, jobs=jobs, order=order, allow_non_core=allow_non_core
-            ).items()
-        }
-    return lower_with_edge(
-        program, one_sequence(partitioners), cache=cache, jobs=jobs, order=order, allow_non_core=allow_non_core
-    ).program
-
-
-@overload
-def lower_with_edge(
-    program: Source,
-    partitioners: Sequence[Partitioner],
-    *,
-    cache: CacheChoice = "default",
-    jobs: int = 1,
-    order: NodeOrder = "executorch",
-    allow_non_core: bool = False,
-) -> Lowered: ...
-
-
-@overload
-def lower_with_edge(
-    program: Mapping[str, Source],
-    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
-    *,
-    cache: CacheChoice = "default",
-    jobs: int = 1,
-    order: NodeOrder = "executorch",
-    allow_non_core: bool = False,
-) -> dict[str, Lowered]: ...
-
-
-def lower_with_edge(
-    program: Source | Mapping[str, Source],
-    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
-    *,
-    cache: CacheChoice = "default",
-    jobs: int = 1,
-    order: NodeOrder = "executorch",
-    allow_non_core: bool = False,
-) -> Lowered | dict[str, Lowered]:
-    """`lower`, with what it did (per method for a mapping): a `texir.lowering.report.Lowered`
-    holding the lowered `program`, the `edge` program it partitioned (decomposed, with the to_edge
-    rewrites, before any delegation: what ExecuTorch records in an ETRecord as the edge dialect
-    program, so that profiling tools can name the nodes inside delegates;
-    `texir.executorch.write_etrecord` takes it), the program each partitioner was shown,
-    and the `report`: each delegate (backend, nodes, blob size, named data, cache hit, seconds) in
-    call order and each node left undelegated with the partitioners' reasons."""
+    aborts at run time). Pure: the input is not modified. A texir Program already in core ATen
+    lowers without torch through `texir.lowering.lower_decomposed`."""
     options = preprocess_options(cache, jobs, order)
 
     def one(method: str, source: Source, parts: tuple[Partitioner, ...]) -> Lowered:

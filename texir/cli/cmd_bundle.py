@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             ep, eager, example_args, example_kwargs = load_model_eager(args.model)
         cache: Literal["default"] | None = None if args.no_cache else "default"
         with progress.phase("lowering" if partitioners else "lowering to portable kernels"):
-            lowered = lower(ep, partitioners, cache=cache, jobs=args.jobs)
+            lowered = lower(ep, partitioners, cache=cache, jobs=args.jobs).program
         with progress.phase("emitting"):
             program = pte.dumps(emit(lowered))
         sets: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [("example", example_args, example_kwargs)]

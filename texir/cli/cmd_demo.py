@@ -202,9 +202,9 @@ def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
         with progress.phase(f"lowering to XNNPACK ({options.partitioner})"):
             if options.partitioner == "xnnpack":
                 with xnnpack.registered():  # the native backend for this lowering only
-                    lowered = lower(exported, [xnnpack.partitioner()])
+                    lowered = lower(exported, [xnnpack.partitioner()]).program
             else:
-                lowered = lower(exported, [partitioner_by_name("xnnpack")])
+                lowered = lower(exported, [partitioner_by_name("xnnpack")]).program
             verify(lowered)
         with progress.phase("emitting .pte"):
             data = pte_bytes(emit(lowered))

@@ -304,7 +304,7 @@ def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) ->
     the partitioner was shown."""
     from texir.cli.model_spec import load_program
     from texir.lowering.api import _describe, call_partitioner
-    from texir.lowering.delegate import lower_plan_explained
+    from texir.lowering.delegate import apply_plan
     from texir.lowering.report import build_report, explainer_of
 
     if opts.backend is not None and opts.mode in ("whole", "ops"):
@@ -321,7 +321,7 @@ def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) ->
     with progress.phase("partitioning"):
         plan = call_partitioner(partitioner, program)
     with progress.phase("lowering"):
-        done = lower_plan_explained(program, plan)
+        done = apply_plan(program, plan)
     report = build_report("forward", done.program, [(_describe(partitioner), explainer_of(partitioner), done.partitions)])
     return done.program, report, [program]
 
@@ -329,9 +329,9 @@ def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) ->
 def _lower_executorch(
     args: argparse.Namespace, opts: LowerOptions, progress: Any
 ) -> tuple[Program, Any, list[Program], Program]:
-    """An ExecuTorch partitioner, through `lower_with_edge` (as ExecuTorch's to_edge_transform_and_lower)."""
+    """An ExecuTorch partitioner, through `texir.lower` (as ExecuTorch's to_edge_transform_and_lower)."""
     from texir.cli.model_spec import is_snapshot_path, load_model, load_program
-    from texir.orchestrate import lower_with_edge
+    from texir.orchestrate import lower
 
     assert opts.partitioner is not None  # checked in run
     with contextlib.ExitStack() as scope:
@@ -345,7 +345,7 @@ def _lower_executorch(
             source: Any = load_program(opts.model) if is_snapshot_path(opts.model) else load_model(opts.model)
         cache: Literal["default"] | None = "default" if opts.cache else None
         with progress.phase(f"lowering with {partitioner!r}"):
-            done = lower_with_edge(source, [partitioner], cache=cache, jobs=opts.jobs, allow_non_core=opts.allow_non_core)
+            done = lower(source, [partitioner], cache=cache, jobs=opts.jobs, allow_non_core=opts.allow_non_core)
     return done.program, done.report, list(done.seen), done.edge
 
 

@@ -7,8 +7,8 @@ never runs ExecuTorch's `to_edge`, `to_backend`, emitter or serializer.
 
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from texir.executorch import executorch_partitioner
-    from texir.orchestrate import lower
-    program = lower(exported_program, [executorch_partitioner(XnnpackPartitioner())])
+    import texir
+    program = texir.lower(exported_program, [executorch_partitioner(XnnpackPartitioner())]).program
 """
 
 from __future__ import annotations

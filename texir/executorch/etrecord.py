@@ -4,7 +4,7 @@ a texir `.pte` back to texir's nodes and to the delegates' debug identifiers.
 An ETRecord is a zip holding the edge program (as ExecuTorch's serde writes an ExportedProgram, each
 node with its `debug_handle`) and the emitter's debug maps. texir writes it with ExecuTorch's own
 `ETRecord` class. The program is, as in ExecuTorch, the edge program before partitioning
-(`texir.lowering.lower_with_edge` returns it), with edge operators; the maps are
+(`texir.lower` returns it as `Lowered.edge`), with edge operators; the maps are
 `texir.emit.emit_with_debug`'s. Given the lowered program instead, each lowered module is swapped for
 an ExecuTorch `LoweredBackendModule` over its sub-program (ExecuTorch's serde only knows its own):
 the Inspector still attributes every event to its handles, but names no ops inside delegates.
@@ -49,7 +49,7 @@ class DebugMaps(Protocol):
 def write_etrecord(
     path: str | os.PathLike[str], program: Program | Mapping[str, Program], emitted: DebugMaps
 ) -> None:
-    """Write the ETRecord of `program` (the edge program before partitioning, as `lower_with_edge`
+    """Write the ETRecord of `program` (the edge program before partitioning, as `texir.lower`
     returns it, or the emitted Program itself; or a mapping method name -> one) and `emitted` (what
     `emit_with_debug` returned) to `path`, atomically. Needs the `executorch` extra."""
     require_executorch("writing an ETRecord")

@@ -1,6 +1,8 @@
-"""Pure partitioning and backend delegation over texir's frozen IR."""
+"""Pure partitioning and backend delegation over texir's frozen IR: `lower_decomposed` (a Program
+already in core ATen, without torch) and `to_backend` (ExecuTorch's three seed forms). `texir.lower`
+(texir.orchestrate) is the entry point from an ExportedProgram."""
 
-from texir.lowering.api import lower_whole, to_backend
+from texir.lowering.api import to_backend
 from texir.lowering.backend import (
     Backend,
     PreprocessResult,
@@ -17,13 +19,12 @@ from texir.lowering.delegate import (
     NodeOrder,
     PartitionSummary,
     PreprocessOptions,
-    lower_plan,
-    lower_plan_explained,
 )
 from texir.lowering.preprocess import CACHE_DIR_ENV, PreprocessCache, default_cache
 from texir.lowering.errors import (
     BackendError,
     BackendPreprocessError,
+    BackendRegistrationError,
     DelegateClaimedError,
     KeptOpNotDelegatedError,
     MissingDelegationSpecError,
@@ -62,6 +63,7 @@ __all__ = [
     "CheckedPlan",
     "BackendError",
     "BackendPreprocessError",
+    "BackendRegistrationError",
     "DelegateClaimedError",
     "KeptOpNotDelegatedError",
     "DelegationSpec",
@@ -99,9 +101,6 @@ __all__ = [
     "get_lowered_submodules",
     "default_cache",
     "lower_decomposed",
-    "lower_plan",
-    "lower_plan_explained",
-    "lower_whole",
     "maximal_partitions",
     "named_data_entry",
     "register_backend",

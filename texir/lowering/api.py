@@ -1,5 +1,6 @@
-"""The lowering entry points: `to_backend` (a partitioner's plan), `lower_whole` (one backend for
-the whole program) and `call_partitioner` (a partitioner's plan, its failures typed)."""
+"""`to_backend`, ExecuTorch's three seed forms over texir programs, and `call_partitioner` (a
+partitioner's plan, its failures typed). `texir.lower` is the one lowering entry point; this is the
+thin layer for code written against ExecuTorch's `to_backend`."""
 
 from __future__ import annotations
 
@@ -8,54 +9,65 @@ from typing import overload
 
 from texir.errors import TexirError
 from texir.ir import CompileSpec, LoweredBackendModule, Program
-from texir.lowering.backend import lower_with_backend
-from texir.lowering.delegate import _Cache, lower_plan
+from texir.lowering.delegate import SharedModules, apply_plan
 from texir.lowering.errors import PartitionerError
 from texir.lowering.plan import Partitioner, PartitionPlan
+from texir.lowering.preprocess import PreprocessRequest, run_preprocess
 
-__all__ = ["call_partitioner", "lower_whole", "to_backend"]
-
-
-def lower_whole(program: Program, backend_id: str, compile_specs: Sequence[CompileSpec] = ()) -> LoweredBackendModule:
-    """The whole program compiled by one backend (ExecuTorch's ``to_backend(backend_id, program,
-    compile_specs)``): its LoweredBackendModule."""
-    if not isinstance(program, Program):
-        raise PartitionerError(
-            f"lower_whole takes one texir.ir.Program, not {type(program).__name__}; lower each method"
-        )
-    return lower_with_backend(backend_id, program, tuple(compile_specs))
+__all__ = ["call_partitioner", "to_backend"]
 
 
 @overload
-def to_backend(program: Program, partitioner: Partitioner) -> Program: ...
+def to_backend(program: Program, partitioner: Partitioner, /) -> Program: ...
 
 
 @overload
-def to_backend(program: Mapping[str, Program], partitioner: Partitioner) -> dict[str, Program]: ...
+def to_backend(program: Mapping[str, Program], partitioner: Partitioner, /) -> dict[str, Program]: ...
+
+
+@overload
+def to_backend(
+    backend_id: str, program: Program, compile_specs: Sequence[CompileSpec] = (), /
+) -> LoweredBackendModule: ...
 
 
 def to_backend(
-    program: Program | Mapping[str, Program], partitioner: Partitioner
-) -> Program | dict[str, Program]:
-    """Lower every partition of `partitioner`'s plan.
+    first: str | Program | Mapping[str, Program],
+    second: Partitioner | Program,
+    compile_specs: Sequence[CompileSpec] = (),
+    /,
+) -> Program | dict[str, Program] | LoweredBackendModule:
+    """ExecuTorch's `to_backend`, in its three forms:
 
-    - ``to_backend(program, partitioner)``: the new Program with delegate calls.
+    - ``to_backend(program, partitioner)``: every partition of `partitioner`'s plan lowered; the
+      new Program with delegate calls.
     - ``to_backend({"forward": p, ...}, partitioner)``: each method; identical delegates of
       different methods are compiled once and share one LoweredBackendModule object.
+    - ``to_backend(backend_id, program, compile_specs)``: the whole program compiled by one
+      backend; its LoweredBackendModule.
 
-    The whole program to one backend is `lower_whole`.
-    """
-    if isinstance(partitioner, str):
+    No decomposition, no to_edge rewrites, no cache: `texir.lower` does all of that."""
+    if isinstance(first, str):
+        if not isinstance(second, Program):
+            raise PartitionerError(
+                f"to_backend({first!r}, ...) compiles one texir.ir.Program with that backend, not "
+                f"{type(second).__name__}; lower each method"
+            )
+        request = PreprocessRequest(first, second, tuple(compile_specs))
+        return run_preprocess([request])[0]
+    if compile_specs:
+        raise PartitionerError("to_backend(program, partitioner) takes no compile specs; the partitioner's plan names them")
+    if isinstance(second, (str, Program)):
         raise PartitionerError(
-            f"to_backend(program, {partitioner!r}) names a backend, not a partitioner; compile the whole "
-            "program with lower_whole(program, backend_id, compile_specs)"
+            f"to_backend(program, {second!r}) is given a {type(second).__name__} where a partitioner goes; compile "
+            "the whole program with to_backend(backend_id, program, compile_specs)"
         )
-    cache: _Cache = {}
-    if isinstance(program, Program):
-        return lower_plan(program, call_partitioner(partitioner, program), _cache=cache)
+    shared: SharedModules = {}
+    if isinstance(first, Program):
+        return apply_plan(first, call_partitioner(second, first), shared=shared).program
     return {
-        name: lower_plan(method, call_partitioner(partitioner, method), _cache=cache)
-        for name, method in program.items()
+        name: apply_plan(method, call_partitioner(second, method), shared=shared).program
+        for name, method in first.items()
     }
 
 

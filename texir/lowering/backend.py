@@ -8,15 +8,14 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from texir.ir import Blob, CompileSpec, DebugHandleEntry, LoweredBackendModule, NamedDataEntry, Program
-from texir.lowering.errors import BackendPreprocessError, UnknownBackendError
+from texir.ir import Blob, CompileSpec, DebugHandleEntry, NamedDataEntry, Program
+from texir.lowering.errors import BackendPreprocessError, BackendRegistrationError, UnknownBackendError
 
 __all__ = [
     "Backend",
     "PreprocessResult",
     "backend_registered",
     "get_backend",
-    "lower_with_backend",
     "check_result",
     "named_data_entry",
     "register_backend",
@@ -52,14 +51,28 @@ class Backend(Protocol):
 _REGISTRY: dict[str, Backend] = {}
 
 
+def _check_registration(backend_id: object, backend: object) -> None:
+    if not isinstance(backend_id, str) or not backend_id:
+        raise BackendRegistrationError(f"backend id must be a non-empty string, got {backend_id!r}")
+    if isinstance(backend, type):
+        raise BackendRegistrationError(
+            f"backend '{backend_id}': register an instance of {backend.__name__}, not the class"
+        )
+    if not isinstance(backend, Backend):
+        raise BackendRegistrationError(
+            f"backend '{backend_id}': {type(backend).__name__} has no preprocess(program, compile_specs) "
+            "method; register an object implementing texir.lowering.Backend"
+        )
+
+
 def register_backend(backend_id: str, backend: Backend, *, replace: bool = False) -> None:
-    """Make `backend` available under `backend_id`. Re-registering an id needs `replace=True`."""
-    if not backend_id:
-        raise UnknownBackendError("backend id must be a non-empty string")
+    """Make `backend` available under `backend_id`. Re-registering an id needs `replace=True`;
+    misuse is a `BackendRegistrationError`."""
+    _check_registration(backend_id, backend)
     existing = _REGISTRY.get(backend_id)
     if existing is not None and existing is not backend and not replace:
-        raise BackendPreprocessError(
-            f"backend '{backend_id}' is already registered; pass replace=True to override it"
+        raise BackendRegistrationError(
+            f"backend '{backend_id}' is already registered ({existing!r}); pass replace=True to override it"
         )
     _REGISTRY[backend_id] = backend
 
@@ -68,8 +81,7 @@ def register_backend(backend_id: str, backend: Backend, *, replace: bool = False
 def backend_registered(backend_id: str, backend: Backend) -> Iterator[Backend]:
     """`backend` registered under `backend_id` for the `with` block only; whatever was registered
     there before (or nothing) is back afterwards, exceptions included."""
-    if not backend_id:
-        raise UnknownBackendError("backend id must be a non-empty string")
+    _check_registration(backend_id, backend)
     previous = _REGISTRY.get(backend_id)
     _REGISTRY[backend_id] = backend
     try:
@@ -96,34 +108,6 @@ def get_backend(backend_id: str, *, tag: str | None = None) -> Backend:
             "register when texir.backends is imported)"
         )
     return backend
-
-
-def lower_with_backend(
-    backend_id: str,
-    program: Program,
-    compile_specs: Sequence[CompileSpec],
-    *,
-    tag: str | None = None,
-) -> LoweredBackendModule:
-    """Run one backend's preprocess on `program` and wrap the result; failures become typed errors."""
-    backend = get_backend(backend_id, tag=tag)
-    where = f" for partition '{tag}'" if tag is not None else ""
-    specs = tuple(compile_specs)
-    try:
-        result = backend.preprocess(program, specs)
-    except Exception as exc:  # a backend's failure of any kind becomes one typed error
-        raise BackendPreprocessError(
-            f"backend '{backend_id}' preprocess failed{where}: {type(exc).__name__}: {exc}"
-        ) from exc
-    result = check_result(backend_id, result, tag)
-    return LoweredBackendModule(
-        backend_id=backend_id,
-        processed_bytes=bytes(result.processed_bytes),
-        compile_specs=specs,
-        original_program=program,
-        debug_handle_map=result.debug_handle_map,
-        named_data=tuple(result.named_data),
-    )
 
 
 def check_result(backend_id: str, result: object, tag: str | None = None) -> PreprocessResult:

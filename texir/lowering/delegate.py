@@ -1,4 +1,5 @@
-"""Lower every partition of a checked plan in one linear pass (the engine behind `to_backend`).
+"""Lower every partition of a checked plan in one linear pass: `apply_plan`, the engine behind
+`texir.lower` and `to_backend`.
 
 Per graph, each partition becomes a sub-program (placeholders ordered parameters, buffers,
 constants, user inputs; outputs ordered consumed buffer mutations, then user outputs) compiled by
@@ -86,9 +87,9 @@ __all__ = [
     "NodeOrder",
     "PartitionSummary",
     "PreprocessOptions",
+    "SharedModules",
     "check_node_order",
-    "lower_plan",
-    "lower_plan_explained",
+    "apply_plan",
 ]
 
 NodeOrder = Literal["program", "executorch"]
@@ -104,7 +105,7 @@ def check_node_order(order: object) -> None:
         raise PartitionerError(f"order={order!r} is not a node order; use 'program' or 'executorch'")
 
 
-_Cache = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
+SharedModules = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 
 
 @dataclass(frozen=True)
@@ -117,41 +118,34 @@ class PreprocessOptions:
 # The pass
 
 
-def lower_plan(
+def apply_plan(
     program: Program,
     plan: PartitionPlan,
     *,
-    _cache: _Cache | None = None,
     preprocess: PreprocessOptions | None = None,
     order: NodeOrder = "program",
-) -> Program:
-    """Validate `plan` on `program`, compile every partition, and return the lowered program."""
-    return lower_plan_explained(program, plan, _cache=_cache, preprocess=preprocess, order=order).program
-
-
-def lower_plan_explained(
-    program: Program,
-    plan: PartitionPlan,
-    *,
-    _cache: _Cache | None = None,
-    preprocess: PreprocessOptions | None = None,
-    order: NodeOrder = "program",
+    shared: SharedModules | None = None,
 ) -> LoweringReport:
-    """`lower_plan`, also summarising each partition in lowering order."""
+    """Validate `plan` on `program`, compile every partition, and return the lowered program with
+    a summary of each partition in lowering order. `shared`: lowered modules by (backend, compile
+    specs, sub-program), filled as partitions compile, so that the methods of one `to_backend`
+    call share identical delegates. The engine behind `texir.lower` and `to_backend`, not a public
+    entry point (texir.lowering does not export it)."""
     check_node_order(order)
     # The pass allocates many small objects that all stay alive; the cyclic collector would only
     # rescan the (large, acyclic) IR again and again, so it is paused for the duration.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _lower(program, plan, _cache, preprocess, order)
+        return _lower(program, plan, shared, preprocess, order)
     finally:
         if enabled:
             gc.enable()
 
 
 def _lower(
-    program: Program, plan: PartitionPlan, _cache: _Cache | None, preprocess: PreprocessOptions | None, order: NodeOrder
+    program: Program, plan: PartitionPlan, shared: SharedModules | None, preprocess: PreprocessOptions | None,
+    order: NodeOrder,
 ) -> LoweringReport:
     # Pass boundary: a malformed input gets the verifier's message (naming the node), not a failure
     # deep inside the pass. Linear in the program's size.
@@ -167,7 +161,7 @@ def _lower(
         for work in works:
             _order_like_executorch(work, {} if work.path else top_consumable)
     _build_and_name(program, works, top_consumable)
-    lowered, stats = _compile(program, works, {} if _cache is None else _cache, preprocess)
+    lowered, stats = _compile(program, works, {} if shared is None else shared, preprocess)
     result = _assemble_program(program, works, top_consumable, lowered)
     # As exir's to_edge does before partitioning: parameters no node reads leave the program.
     result = remove_unused_state(result, kinds=(ParameterInput,))
@@ -254,7 +248,7 @@ def _build_and_name(program: Program, works: list[_GraphWork], top_consumable: M
 
 
 def _compile(
-    program: Program, works: list[_GraphWork], cache: _Cache, options: PreprocessOptions | None
+    program: Program, works: list[_GraphWork], cache: SharedModules, options: PreprocessOptions | None
 ) -> tuple[tuple[NamedLoweredModule, ...], dict[str, tuple[bool, float]]]:
     """Phase 3: every partition through its backend (identical sub-programs compiled once; with
     `options`, through its preprocess cache and worker processes). Every plan problem was found

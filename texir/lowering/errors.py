@@ -53,6 +53,10 @@ class UnknownBackendError(BackendError):
     """No backend is registered under the requested id."""
 
 
+class BackendRegistrationError(BackendError):
+    """`register_backend` was called with an invalid id or backend, or an id already taken."""
+
+
 class BackendPreprocessError(BackendError):
     """A backend's preprocess raised or returned something that is not a PreprocessResult."""
 

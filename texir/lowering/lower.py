@@ -3,7 +3,7 @@ then each partitioner's plan lowered in turn, with a report of what was done.
 
 `lower_decomposed` takes a program already in core ATen: IR text (`texir.ir.parse_program`), a
 program built with `texir.ir.builder`, or one `from_exported_program(ep, decompose=True)` gave.
-`texir.orchestrate.lower` (above the adapters) decomposes a torch `ExportedProgram`, or a
+`texir.lower` (`texir.orchestrate`, above the adapters) decomposes a torch `ExportedProgram`, or a
 `Program` still holding composite ops, as ExecuTorch's to_edge does, and finishes here."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Literal, TypeVar, Union, overload
 from texir.edge import to_partitionable
 from texir.ir import CallFunction, Program
 from texir.lowering.api import _describe, call_partitioner
-from texir.lowering.delegate import NodeOrder, PreprocessOptions, check_node_order, lower_plan_explained
+from texir.lowering.delegate import NodeOrder, PreprocessOptions, apply_plan, check_node_order
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache, default_cache
@@ -94,14 +94,14 @@ def lower_decomposed(
 
     Nothing is decomposed here, so the partitioners' decomposition hooks
     (`ops_to_not_decompose`, `transform_for_pre_decomposition`, `nodes_to_decompose`) are not
-    asked; `texir.orchestrate.lower` asks them. `cache`, `jobs` and `order` are as there."""
+    asked; `texir.lower` asks them. `cache`, `jobs` and `order` are as there."""
     options = preprocess_options(cache, jobs, order)
 
     def one(method: str, source: Program, parts: tuple[Partitioner, ...]) -> Lowered:
         if not isinstance(source, Program):
             raise PartitionerError(
                 f"method {method!r}: lower_decomposed takes a texir.ir.Program, not {type(source).__name__}; "
-                "lower a torch.export.ExportedProgram with texir.orchestrate.lower"
+                "lower a torch.export.ExportedProgram with texir.lower"
             )
         return lower_edge(method, source, parts, options, order)
 
@@ -129,7 +129,7 @@ def lower_edge(
     passes: list[tuple[str, object, tuple[PartitionSummary, ...]]] = []
     for partitioner in partitioners:
         seen.append(program)
-        done = lower_plan_explained(program, call_partitioner(partitioner, program), preprocess=options, order=order)
+        done = apply_plan(program, call_partitioner(partitioner, program), preprocess=options, order=order)
         program = done.program
         passes.append((_describe(partitioner), partitioner, done.partitions))
     _check_kept_ops_delegated(method, program, keep)

@@ -1,9 +1,9 @@
 """What a lowering did, as data: per delegate (backend, nodes, blob size, named data, cache hit,
 seconds), in the order the lowered program calls them, and per node left undelegated, why.
 
-`lower_with_edge` returns a `Lowered` (the lowered program, the edge program, the program each
+`texir.lower` returns a `Lowered` (the lowered program, the edge program, the program each
 partitioner was shown, and the `LowerReport`); `texir lower` prints the report (`--json` emits it).
-`lower_plan_explained` returns the per-pass `LoweringReport` the lowering builds it from.
+`delegate.apply_plan` returns the per-pass `LoweringReport` the lowering builds it from.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ __all__ = [
 
 
 class PartitionSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """What one partition of one `lower_plan` pass became."""
+    """What one partition of one `apply_plan` pass became."""
 
     tag: str
     backend_id: str
@@ -56,7 +56,7 @@ class PartitionSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class LoweringReport(msgspec.Struct, frozen=True, kw_only=True):
-    """One `lower_plan` pass: the lowered program and its partitions in lowering order."""
+    """One `apply_plan` pass: the lowered program and its partitions in lowering order."""
 
     program: Program
     partitions: tuple[PartitionSummary, ...]
@@ -110,7 +110,7 @@ class TurnedDown(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class LowerReport(msgspec.Struct, frozen=True, kw_only=True):
-    """What `lower` did to one method."""
+    """What `texir.lower` did to one method."""
 
     method: str
     partitioners: tuple[str, ...]
@@ -124,7 +124,7 @@ class LowerReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Lowered(msgspec.Struct, frozen=True, kw_only=True):
-    """The result of `lower_with_edge` for one method."""
+    """The result of `texir.lower` (and `lower_decomposed`) for one method."""
 
     program: Program
     """The lowered program, ready for `texir.emit.emit`."""
