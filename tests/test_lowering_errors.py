@@ -16,6 +16,7 @@ from texir.errors import LoweringError
 from texir.ir import CompileSpec, Program, format_program
 from texir.lowering import (
     BackendPreprocessError,
+    BackendRegistrationError,
     DelegateClaimedError,
     DelegationSpec,
     MissingDelegationSpecError,
@@ -295,6 +296,23 @@ def test_backend_returning_wrong_type() -> None:
     register_backend("texir-bad", Bad(), replace=True)
     with pytest.raises(BackendPreprocessError, match="backend 'texir-bad' preprocess returned bytes"):
         to_backend(export_program(AddMul(), (X, Y)), OpSupportPartitioner("texir-bad", {"aten::mul.Tensor"}))
+
+
+def test_register_backend_misuse_is_a_registration_error() -> None:
+    class Recording:
+        def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec]) -> PreprocessResult:
+            return PreprocessResult(processed_bytes=b"")
+
+    with pytest.raises(BackendRegistrationError, match="non-empty string"):
+        register_backend("", Recording())
+    with pytest.raises(BackendRegistrationError, match="an instance of Recording, not the class"):
+        register_backend("texir-misuse", Recording)  # type: ignore[arg-type]  # the class, on purpose
+    with pytest.raises(BackendRegistrationError, match="object has no preprocess"):
+        register_backend("texir-misuse", object())  # type: ignore[arg-type]  # no preprocess, on purpose
+    register_backend("texir-misuse", Recording(), replace=True)
+    with pytest.raises(BackendRegistrationError, match="'texir-misuse' is already registered.*replace=True"):
+        register_backend("texir-misuse", Recording())
+    assert not issubclass(BackendRegistrationError, (UnknownBackendError, BackendPreprocessError))
 
 
 def test_cond_and_its_branch_both_tagged(golden: Golden) -> None:

@@ -20,6 +20,7 @@ from texir.lowering import OpSupportPartitioner, WholeProgramPartitioner, get_lo
 from texir.serialize import snapshot
 from texir.serialize.pte import dump as dump_pte
 from texir.serialize.pte.codec import dumps as pte_bytes
+from texir.ir.names import CALL_DELEGATE, GETITEM
 
 EPILOG = """\
 examples:
@@ -134,7 +135,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     partitions, delegated = _partition_rows(lowered, describe_blob=lambda b: b.decode("utf-8", errors="replace"))
     remaining = [
         n.target for n in lowered.graph.nodes
-        if isinstance(n, CallFunction) and n.target not in ("texir::call_delegate", "_operator::getitem")
+        if isinstance(n, CallFunction) and n.target not in (CALL_DELEGATE, GETITEM)
     ]
     return {
         "model": "texir.models:conv_relu_tan",
@@ -226,7 +227,7 @@ def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
     )
     remaining = [
         n.target for n in lowered.graph.nodes
-        if isinstance(n, CallFunction) and n.target not in ("texir::call_delegate", "_operator::getitem")
+        if isinstance(n, CallFunction) and n.target not in (CALL_DELEGATE, GETITEM)
     ]
     return {
         "model": "texir.models:conv_relu_tan",

@@ -22,38 +22,30 @@ from texir.edge.unused_state import remove_unused_state
 from texir.ir import (
     BackendNodeMeta,
     BufferInput,
-    BufferMutation,
     CallFunction,
     CompileSpec,
     ConstantTensorInput,
     DelegateMeta,
     GetAttr,
     Graph,
-    GraphBuilder,
     GraphSignature,
-    InputSpec,
     IntArg,
     LoweredBackendModule,
     NamedLoweredModule,
     Node,
     Output,
-    OutputSpec,
     ParameterInput,
     Placeholder,
     Program,
     Provenance,
     Ref,
-    StateEntry,
     Subgraph,
     SubgraphMeta,
     TupleMeta,
-    UserInput,
-    UserOutput,
     ValueMeta,
     build_graph,
 )
-from texir.ir.analysis import node_inputs, value_metas
-from texir.ir.op_facts import schemas_used_by
+from texir.ir.analysis import value_metas
 from texir.ir.names import (
     CALL_DELEGATE,
     GETITEM,
@@ -72,7 +64,7 @@ from texir.lowering._parts import Part as _Part
 from texir.lowering._parts import debug_handle_of as _handle
 from texir.lowering._parts import entries_in_final_order
 from texir.lowering._parts import order_like_executorch as _order_like_executorch
-from texir.lowering.lowered import sub_program_call_graph
+from texir.lowering.sub_program import build_sub_program
 from texir.lowering.report import LoweringReport, PartitionSummary
 from texir.lowering.plan import (
     CheckedPlan,
@@ -230,7 +222,7 @@ def _build_and_name(program: Program, works: list[_GraphWork], top_consumable: M
                 members = work.parts[i].members
                 suffix[i] = max(suffix[i + 1], max((_handle(prov_of[n.name]) for n in members), default=0))
         for i, part in enumerate(work.parts):
-            _build_sub_program(program, work, part, top_consumable if is_top else {}, state_by_target)
+            build_sub_program(program, work, part, top_consumable if is_top else {}, state_by_target)
             part.module_name = module_names.fresh_indexed("lowered_module")
             names.used.add(part.module_name)
             part.call_name = names.fresh("executorch_call_delegate")
@@ -339,84 +331,6 @@ def _summaries(
                 )
             )
     return tuple(summaries)
-
-
-def _build_sub_program(
-    program: Program,
-    work: _GraphWork,
-    part: _Part,
-    consumable: Mapping[str, _Consumable],
-    state_by_target: Mapping[str, StateEntry],
-) -> None:
-    graph = work.graph
-    entry_of = work.entry_of
-    member_names = part.names
-    consumed: dict[type, list[Placeholder]] = {ParameterInput: [], BufferInput: [], ConstantTensorInput: []}
-    body: list[Node] = []
-    external: dict[str, None] = {}
-    for node in part.members:
-        if isinstance(node, Placeholder):
-            consumed[type(consumable[node.name])].append(node)
-            continue
-        body.append(node)
-        for name in node_inputs(node):
-            if name not in member_names:
-                external.setdefault(name)
-    part.user_inputs = list(external)
-
-    # Parent output positions of each value, and which of them are consumed buffer mutations.
-    out = graph.nodes[-1]
-    assert isinstance(out, Output)
-    positions = work.checked.output_positions
-    consumed_targets = {consumable[p.name].target for p in consumed[BufferInput]}
-    mutation_target: dict[int, str] = {}
-    if not work.path:
-        for target in consumed_targets:
-            for pos in work.checked.mutation_positions.get(target, ()):
-                mutation_target[pos] = target
-
-    mutations: list[tuple[str, str]] = []
-    for node in body:
-        outside_users = [u for u in work.checked.users[node.name] if u not in member_names]
-        if not outside_users:
-            continue
-        needs_user_output = any(u != out.name for u in outside_users)
-        for pos in positions.get(node.name, ()):
-            if pos in mutation_target:
-                mutations.append((node.name, mutation_target[pos]))
-                part.consumed_mutations.append((node.name, pos))
-            else:
-                needs_user_output = True
-        if needs_user_output:
-            part.user_outputs.append(node.name)
-
-    ordered_consumed = consumed[ParameterInput] + consumed[BufferInput] + consumed[ConstantTensorInput]
-    attr_targets = {n.target for n in body if isinstance(n, GetAttr)} if graph.subgraphs else set()
-    out_args = tuple(Ref(name=n) for n, _ in mutations) + tuple(Ref(name=n) for n in part.user_outputs)
-    # Consumed placeholders and body nodes keep their metadata and provenance; a user input is a
-    # fresh placeholder with its value's metadata only.
-    builder = GraphBuilder()
-    builder.extend(entry_of[p.name] for p in ordered_consumed)
-    for name in part.user_inputs:
-        builder.add(Placeholder(name=name), entry_of[name][1])
-    builder.extend(entry_of[n.name] for n in body)
-    builder.add(Output(name=out.name, args=out_args))
-    sub_graph = builder.build(s for s in graph.subgraphs if s.name in attr_targets)
-    inputs: list[InputSpec] = [consumable[p.name] for p in ordered_consumed]
-    inputs += [UserInput(arg=Ref(name=name)) for name in part.user_inputs]
-    outputs: list[OutputSpec] = [BufferMutation(name=n, target=t) for n, t in mutations]
-    outputs += [UserOutput(arg=Ref(name=n)) for n in part.user_outputs]
-    targets = sorted({consumable[p.name].target for p in ordered_consumed})
-    part.sub_program = Program(
-        graph=sub_graph,
-        signature=msgspec.structs.replace(program.signature, inputs=tuple(inputs), outputs=tuple(outputs)),
-        state=tuple(state_by_target[t] for t in targets),
-        range_constraints=program.range_constraints,
-        module_call_graph=sub_program_call_graph(len(part.user_inputs), len(part.user_outputs)),
-        dialect=program.dialect,
-        backend_meta=tuple(m for n in part.members for m in work.backend_meta.get(n.name, ())),
-        op_schemas=schemas_used_by(sub_graph, program.op_schemas),
-    )
 
 
 def _output_metas(part: _Part) -> tuple[ValueMeta, ...]:

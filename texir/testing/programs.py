@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from texir.ir.blob import Blob
 from texir.ir.builder import GraphBuilder
+from texir.ir.names import CALL_DELEGATE, GETITEM
 from texir.ir.types import (
     BufferInput,
     BufferMutation,
@@ -123,10 +124,10 @@ def delegated_program(backend_id: str = "DemoBackend", processed: bytes = b"1#re
         lowered.append(NamedLoweredModule(name=mod, module=module))
         b.add(GetAttr(name=mod, target=mod), DelegateMeta(module=mod))
         call = f"executorch_call_delegate_{k}" if k else "executorch_call_delegate"
-        b.add(CallFunction(name=call, target="texir::call_delegate", args=(Ref(name=mod), Ref(name=prev))),
+        b.add(CallFunction(name=call, target=CALL_DELEGATE, args=(Ref(name=mod), Ref(name=prev))),
               TupleMeta(items=(meta,)))
         item = f"getitem_{k}" if k else "getitem"
-        b.add(CallFunction(name=item, target="_operator::getitem", args=(Ref(name=call), IntArg(value=0))), meta)
+        b.add(CallFunction(name=item, target=GETITEM, args=(Ref(name=call), IntArg(value=0))), meta)
         prev = item
     b.add(CallFunction(name="sin", target="aten::sin.default", args=(Ref(name=prev),)),
           meta, Provenance(debug_handle=9))
@@ -168,9 +169,9 @@ def wide_program(n: int, *, width: int = 8, partitions: int = 4) -> Program:
                 original_program=inner)))
             call = f"call_{mod}"
             b.add(GetAttr(name=mod, target=mod), DelegateMeta(module=mod))
-            b.add(CallFunction(name=call, target="texir::call_delegate", args=(Ref(name=mod), Ref(name=lanes[0]))),
+            b.add(CallFunction(name=call, target=CALL_DELEGATE, args=(Ref(name=mod), Ref(name=lanes[0]))),
                   TupleMeta(items=(meta,)))
-            b.add(CallFunction(name=f"{call}_0", target="_operator::getitem", args=(Ref(name=call), IntArg(value=0))),
+            b.add(CallFunction(name=f"{call}_0", target=GETITEM, args=(Ref(name=call), IntArg(value=0))),
                   meta)
             lanes[0] = f"{call}_0"
             count += 3

@@ -21,6 +21,7 @@ from typing import Any
 from texir._io import atomic_write
 from texir.errors import TexirError
 from texir.ir.analysis import iter_refs, node_inputs
+from texir.ir.names import CALL_DELEGATE, GETITEM
 from texir.ir.printer import format_arg, format_input_spec, format_meta, format_output_spec
 from texir.ir.types import (
     BufferInput,
@@ -259,14 +260,14 @@ class _ProgramModel:
                 args = ", ".join([format_arg(a) for a in node.args]
                                  + [f"{k}={format_arg(v)}" for k, v in node.kwargs])
                 part, link, kind = tag, -1, "op"
-                if node.target == "texir::call_delegate":
+                if node.target == CALL_DELEGATE:
                     kind = "delegate call"
                     first = node.args[0] if node.args else None
                     if isinstance(first, Ref) and first.name in delegate_of:
                         part = delegate_of[first.name]
                         link = self.partitions[part].get("graph", -1)
                     delegate_of[node.name] = part
-                elif node.target == "_operator::getitem":
+                elif node.target == GETITEM:
                     kind = "getitem"
                     first = node.args[0] if node.args else None
                     if isinstance(first, Ref) and first.name in delegate_of:
