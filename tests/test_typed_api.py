@@ -104,15 +104,19 @@ def test_torch_round_trip() -> None:
 
 
 def test_lower_with_a_cache_and_a_node_order() -> None:
-    from texir.lowering import NodeOrder, OpSupportPartitioner, PreprocessCache
-    from texir.orchestrate import lower
+    import texir
+    from texir.lowering import Lowered, LowerReport, NodeOrder, OpSupportPartitioner, PreprocessCache
 
     x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
     ep: torch.export.ExportedProgram = torch.export.export(Scale(), (x,))
     cache = PreprocessCache(decompositions_kept=2)
     order: NodeOrder = "program"
-    lowered: Program = lower(ep, [OpSupportPartitioner("texir-reference", {"aten::relu.default"})], cache=cache, order=order).program
-    again: Program = lower(torch.export.export(Scale(), (x,)), [OpSupportPartitioner("texir-reference", {"aten::relu.default"})],
-                           cache=cache).program
+    relu = OpSupportPartitioner("texir-reference", {"aten::relu.default"})
+    done: Lowered = texir.lower(ep, [relu], cache=cache, order=order)
+    report: LowerReport = done.report
+    again: Program = texir.lower(torch.export.export(Scale(), (x,)), [relu], cache=cache).program
+    methods: dict[str, Lowered] = texir.lower({"forward": ep}, [relu], cache=None, order=order)
     reused: int = cache.decompositions_reused
-    assert reused == 1 and len(lowered.lowered_modules) == len(again.lowered_modules) == 1
+    assert reused == 1 and len(done.program.lowered_modules) == len(again.lowered_modules) == 1
+    assert [d.backend for d in report.delegates] == ["texir-reference"]
+    assert methods["forward"].program == done.program
