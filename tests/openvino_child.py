@@ -44,7 +44,7 @@ def texir_side(ep: torch.export.ExportedProgram) -> tuple[Delegates, bytes]:
     from texir.orchestrate import lower
     from texir.serialize.pte.codec import dumps
 
-    program = lower(ep, [executorch_partitioner(openvino_partitioner())], cache=None)
+    program = lower(ep, [executorch_partitioner(openvino_partitioner())], cache=None).program
     modules = {m.name: m.module for m in program.lowered_modules}
     found = []
     for node in program.graph.nodes:

@@ -153,7 +153,7 @@ def test_native_xnnpack_writes_the_same_llama_and_it_runs_bitwise_equal(files: d
     from texir.orchestrate import lower
 
     with registered():
-        program = lower(_export(_exportable()), [partitioner()], cache=None)
+        program = lower(_export(_exportable()), [partitioner()], cache=None).program
 
     def delegates(p: Any) -> list[tuple[str, bytes, list[tuple[str, bytes]]]]:
         return [(m.module.backend_id, bytes(m.module.processed_bytes),

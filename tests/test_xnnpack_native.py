@@ -241,7 +241,7 @@ from texir.orchestrate import lower
 from texir.serialize.pte.codec import dumps
 
 xnnpack.register()
-program = lower(cached_export("convnet", decompose=False), [xnnpack.partitioner()], cache=None)
+program = lower(cached_export("convnet", decompose=False), [xnnpack.partitioner()], cache=None).program
 assert [m.module.backend_id for m in program.lowered_modules] == ["XnnpackBackend"]
 open(sys.argv[1], "wb").write(dumps(emit(program)))
 assert not [m for m in sys.modules if m.split(".")[0] == "executorch"]

@@ -64,7 +64,7 @@ def executorch_lowered(scheme: str = "8da4w") -> Program:
     from texir.executorch import executorch_partitioner
     from texir.orchestrate import lower
 
-    return lower(quantized(scheme)[0], [executorch_partitioner(XnnpackPartitioner())], cache=None)
+    return lower(quantized(scheme)[0], [executorch_partitioner(XnnpackPartitioner())], cache=None).program
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,7 +72,7 @@ def native_lowered(scheme: str = "8da4w") -> Program:
     from texir.orchestrate import lower
 
     with registered():
-        return lower(quantized(scheme)[0], [partitioner()], cache=None)
+        return lower(quantized(scheme)[0], [partitioner()], cache=None).program
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

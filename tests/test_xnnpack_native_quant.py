@@ -379,7 +379,7 @@ def test_dynamic_int8_can_be_turned_off_and_runs_as_portable_kernels() -> None:
     reasons = options.reasons(from_exported_program(ep))
     assert reasons.get("linear") == "dynamic_int8 is not in config_precisions", reasons
     with registered():
-        program = lower(ep, [options])
+        program = lower(ep, [options]).program
     assert not any("linear" in op for p in texir_partitions(program) for op in p)
     out = run_pte(pte(program), args)[0][0]
     assert torch.allclose(out, ep.module()(*args), atol=0.1)
@@ -387,12 +387,12 @@ def test_dynamic_int8_can_be_turned_off_and_runs_as_portable_kernels() -> None:
 
 def test_a_dynamic_convolution_is_left_undelegated_with_the_reason() -> None:
     """lower's report names the reason; the convolution runs as portable kernels."""
-    from texir.orchestrate import lower_with_edge
+    from texir.orchestrate import lower
     from tests.xnnpack_oracle import run_pte, texir_partitions
 
     ep, args = quantized(DYNAMIC_CONV)
     with registered():
-        result = lower_with_edge(ep, [partitioner()])
+        result = lower(ep, [partitioner()])
     conv = [u.detail for u in result.report.undelegated if u.target == "aten::convolution.default"]
     assert conv and all(why.startswith("dynamically quantized convolutions are not yet supported") for why in conv)
     assert not any("convolution" in op for p in texir_partitions(result.program) for op in p)

@@ -110,7 +110,7 @@ def native_xnnpack(ep: torch.export.ExportedProgram) -> Lowered:
 
     try:
         with registered():
-            program = lower(ep, [partitioner()])
+            program = lower(ep, [partitioner()]).program
         pte = dumps(emit(program))
     except Exception as exc:
         return Lowered(pte=None, error=exc)

@@ -16,6 +16,20 @@ import texir.backends  # noqa: F401  (registers texir-reference and the demo bac
 from texir.errors import LoweringError, UsageError
 from texir.ir import CallFunction, Program
 from texir.lowering.plan import walk_keyed_graphs
+from texir.cli.lower_output import explain_rows, print_json, print_report
+from texir.cli.model_spec import is_snapshot_path, load_model, load_program
+from texir.cli.paths import Outputs, refuse_clobbering
+from texir.cli.progress import Progress
+from texir.errors import UnsupportedError
+from texir.lowering.api import _describe, call_partitioner
+from texir.lowering.backend import registered_backends
+from texir.lowering.delegate import apply_plan
+from texir.lowering.partitioners import (
+    OpSupportPartitioner,
+    WholeProgramPartitioner,
+)
+from texir.lowering.report import build_report, explainer_of
+from texir.serialize import snapshot
 
 EPILOG = """\
 examples:
@@ -174,7 +188,6 @@ def _load_attr(spec: str) -> Any:
 
 
 def _check_backend(backend: str) -> None:
-    from texir.lowering.backend import registered_backends
 
     known = sorted(registered_backends())
     if backend not in known:
@@ -185,8 +198,8 @@ def _check_backend(backend: str) -> None:
 
 
 def _check_ops(ops: tuple[str, ...]) -> None:
+    # the adapters import torch (~2 s): only --ops pays for it
     from texir.adapters.targets import resolve_target
-    from texir.errors import UnsupportedError
 
     for op in ops:
         namespace, _, rest = op.partition("::")
@@ -225,10 +238,6 @@ def _warn_absent_ops(program: Program, ops: tuple[str, ...]) -> None:
 
 
 def build_partitioner(opts: LowerOptions) -> Any:
-    from texir.lowering.partitioners import (
-        OpSupportPartitioner,
-        WholeProgramPartitioner,
-    )
 
     if opts.backend is None:
         raise UsageError("--whole, --ops and a texir --partitioner need --backend ID")
@@ -264,9 +273,6 @@ def _declared(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from texir.cli.lower_output import explain_rows, print_json, print_report
-    from texir.cli.paths import Outputs, refuse_clobbering
-    from texir.cli.progress import Progress
 
     opts = _options(args)
     for flag, given in (("--etrecord", args.etrecord is not None), ("--external-data", args.external_data)):
@@ -302,10 +308,6 @@ def run(args: argparse.Namespace) -> int:
 def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) -> tuple[Program, Any, list[Program]]:
     """--whole, --ops, a texir --partitioner, or none: the lowered program, its report, the program
     the partitioner was shown."""
-    from texir.cli.model_spec import load_program
-    from texir.lowering.api import _describe, call_partitioner
-    from texir.lowering.delegate import apply_plan
-    from texir.lowering.report import build_report, explainer_of
 
     if opts.backend is not None and opts.mode in ("whole", "ops"):
         _check_backend(opts.backend)  # (a --partitioner module may register its backend on import)
@@ -330,7 +332,7 @@ def _lower_executorch(
     args: argparse.Namespace, opts: LowerOptions, progress: Any
 ) -> tuple[Program, Any, list[Program], Program]:
     """An ExecuTorch partitioner, through `texir.lower` (as ExecuTorch's to_edge_transform_and_lower)."""
-    from texir.cli.model_spec import is_snapshot_path, load_model, load_program
+    # lowering from an ExportedProgram imports torch: only this path pays for it
     from texir.orchestrate import lower
 
     assert opts.partitioner is not None  # checked in run
@@ -357,7 +359,6 @@ def _write_outputs(
     (path, kind, bytes) of each."""
     written: list[tuple[str, str, int]] = []
     if args.snapshot is not None:
-        from texir.serialize import snapshot
 
         fmt = snapshot.format_for_path(args.snapshot)
         with progress.phase(f"writing {args.snapshot}"):
@@ -365,6 +366,7 @@ def _write_outputs(
         written.append((str(args.snapshot), "snapshot with tensor data", outputs.size(args.snapshot)))
     if args.output is None:
         return written
+    # the emitter loads only when -o asks for a file (it costs every other command's startup)
     from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit, emit_with_debug
     from texir.serialize import pte
 
@@ -383,6 +385,7 @@ def _write_outputs(
         outputs.write(args.output, lambda tmp: pte.dump(program, tmp))
         written.append((str(args.output), ".pte", outputs.size(args.output)))
     if emitted is not None and edge is not None:
+        # the ExecuTorch bridge imports torch and the optional executorch extra: only --etrecord pays
         from texir.executorch import write_etrecord
 
         with progress.phase(f"writing {args.etrecord}"):
@@ -394,6 +397,7 @@ def _write_outputs(
 def executorch_partitioner_for(spec: str) -> Any:
     """The texir partitioner for `--partitioner SPEC` without --backend: a short name or a
     MODULE:NAME naming an ExecuTorch partitioner class, instance, or function returning one."""
+    # the ExecuTorch bridge imports torch: only an ExecuTorch --partitioner pays for it
     from texir.executorch import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
 
     if ":" not in spec:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from texir.executorch.deps import require_executorch
+from texir.executorch.deps import installed_version, require_executorch
 from texir.executorch.edge_program import to_edge_exported_program
 from texir.ir import CompileSpec, DebugHandleEntry, NamedDataEntry, Program
 from texir.ir.blob import Blob, digest_all
@@ -30,6 +30,7 @@ def _subclasses(cls: type) -> list[type]:
 def executorch_backend_class(backend_id: str) -> type | None:
     """The imported ExecuTorch backend class named `backend_id` (how ExecuTorch finds it too), or None."""
     require_executorch(f"the ExecuTorch backend {backend_id!r}")
+    # executorch is an optional extra: imported on use
     from executorch.exir.backend.backend_details import BackendDetails
 
     matches = sorted(
@@ -53,12 +54,12 @@ class ExecutorchBackend:
     @property
     def cache_version(self) -> str:
         """What a cached result depends on besides its input: ExecuTorch's version and the class."""
-        from texir.executorch.deps import installed_version
 
         cls = self.backend_cls
         return f"executorch=={installed_version()} {cls.__module__}.{cls.__qualname__} adapter={_ADAPTER_VERSION}"
 
     def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult:
+        # executorch is an optional extra: imported on use
         from executorch.exir.backend.compile_spec_schema import CompileSpec as EtCompileSpec
 
         ep = to_edge_exported_program(program)

@@ -64,6 +64,7 @@ def exported_program_of(program: Program) -> ExportedProgram:
 
 def edge_target(op: torch._ops.OpOverload) -> Any:
     """ExecuTorch's edge operator for an ATen (or other namespace) operator overload."""
+    # executorch is an optional extra: imported on use
     from executorch.exir.dialects._ops import ops as exir_ops
 
     canonical = canonical_target(op)
@@ -78,6 +79,7 @@ def executorch_edge_target(op: torch._ops.OpOverload) -> Any:
     """The target ExecuTorch's edge programs hold for `op`: its edge operator, or `op` itself for
     the operators to_edge leaves as ATen ones (symbolic sizes, scalar_tensor, asserts: ExecuTorch's
     own `should_lower_to_edge`; partitioners such as Vulkan's match them as ATen operators)."""
+    # executorch is an optional extra: imported on use
     from executorch.exir.passes.replace_aten_with_edge_pass import should_lower_to_edge
 
     return edge_target(op) if should_lower_to_edge(op) else op
@@ -121,6 +123,7 @@ def _as_edge_dialect(ep: ExportedProgram, preserve_ops: list[torch._ops.OpOverlo
     and backends are shown: with `EXIREdgeDialectVerifier(class_only=True, preserve_ops=...)`,
     so `ep.dialect == "EDGE"` and `ep.validate()` checks what ExecuTorch's checks (Arm's TOSA
     backend calls it). Building it validates it, as in ExecuTorch."""
+    # executorch is an optional extra: imported on use
     from executorch.exir import EdgeCompileConfig
     from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
 

@@ -239,7 +239,7 @@ class ExecutorchPartitioner:
 
 
 def _overrides_pre_decomposition(partitioner: Any) -> bool:
-    try:
+    try:  # executorch is an optional extra: imported on use
         from executorch.exir.backend.partitioner import Partitioner
     except ImportError:
         return False
