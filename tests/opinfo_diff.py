@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Case", "cases", "exported", "texir_ops", "retrace_ops", "executorch_ops"]
+__all__ = ["Case", "Outcome", "cases", "compare", "compare_exported", "differential", "exported", "run_outcomes", "summary"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,10 @@ class Outcome:
     refuses), "texir-error", "compared"."""
     texir: dict[str, int] | None = None
     executorch: dict[str, int] | None = None
+    transform_and_lower: dict[str, int] | None = None
+    """ExecuTorch's `to_edge_transform_and_lower(ep)` (no partitioner), when its `to_edge` differs
+    from texir: texir decomposes as that pipeline does (`run_decompositions({})` first, then the
+    edge table), which in a few programs leaves other nodes than `to_edge`'s decomposition at once."""
     detail: str = ""
     texir_pte: bytes | None = None
     executorch_pte: bytes | None = None
@@ -123,9 +127,18 @@ class Outcome:
 
 
 def compare(case: Case, *, allow_non_core: bool = False) -> Outcome:
-    """`case` through texir's `lower(ep, [])` and ExecuTorch's `to_edge(ep)`: op multisets of both
+    """`case` through texir's `lower(ep, [])` and ExecuTorch's `to_edge(ep)` (`compare_exported`)."""
+    got = exported(case)
+    if got is None:
+        return Outcome(case.key, "no-export")
+    return compare_exported(case.key, *got, allow_non_core=allow_non_core)
+
+
+def compare_exported(key: str, ep: torch.export.ExportedProgram, tensors: tuple[torch.Tensor, ...], *,
+                     allow_non_core: bool = False) -> Outcome:
+    """`ep` through texir's `lower(ep, [])` and ExecuTorch's `to_edge(ep)`: op multisets of both
     edge programs and, where each emits, the .pte bytes (run them with `run_in_subprocess`)."""
-    from executorch.exir import to_edge
+    from executorch.exir import to_edge, to_edge_transform_and_lower
 
     from texir.adapters.core_aten import NonCoreOperatorError
     from texir.emit import emit
@@ -133,11 +146,7 @@ def compare(case: Case, *, allow_non_core: bool = False) -> Outcome:
     from texir.orchestrate import lower
     from texir.serialize import pte
 
-    got = exported(case)
-    if got is None:
-        return Outcome(case.key, "no-export")
-    ep, tensors = got
-    outcome = Outcome(case.key, "compared", inputs=tensors)
+    outcome = Outcome(key, "compared", inputs=tensors)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -159,6 +168,12 @@ def compare(case: Case, *, allow_non_core: bool = False) -> Outcome:
             outcome.status = "both-refuse" if program is None else "texir-only"
         elif program is None:
             outcome.status = "texir-refuses"
+        if edge is not None and program is not None and outcome.texir != outcome.executorch:
+            try:
+                staged = to_edge_transform_and_lower(ep).exported_program().graph_module
+                outcome.transform_and_lower = dict(multiset(staged))
+            except Exception as exc:  # noqa: BLE001 - reported, not raised
+                outcome.detail += f" executorch to_edge_transform_and_lower: {type(exc).__name__}"
         if edge is not None:
             try:
                 outcome.executorch_pte = bytes(edge.to_executorch().buffer)
@@ -235,12 +250,12 @@ def run_in_subprocess(jobs: list[tuple[bytes | None, tuple[torch.Tensor, ...]]],
     return results
 
 
-def agrees(got: Any, expected: list[torch.Tensor] | None) -> bool:
+def agrees(got: Any, expected: list[torch.Tensor] | None, tolerance: float = 1e-4) -> bool:
     if not isinstance(got, list) or expected is None or len(got) != len(expected):
         return False
     try:
         for a, b in zip(got, expected):
-            torch.testing.assert_close(a, b, equal_nan=True, check_dtype=False, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(a, b, equal_nan=True, check_dtype=False, atol=tolerance, rtol=tolerance)
     except AssertionError:
         return False
     return True
@@ -249,7 +264,12 @@ def agrees(got: Any, expected: list[torch.Tensor] | None) -> bool:
 def differential(selected: list[Case], workdir: str, *, allow_non_core: bool = False) -> dict[str, Any]:
     """Every case compared and both .pte files run: a JSON-ready report (per case: status, ops
     that differ, what each runtime run gave)."""
-    outcomes = [compare(c, allow_non_core=allow_non_core) for c in selected]
+    return run_outcomes([compare(c, allow_non_core=allow_non_core) for c in selected], workdir)
+
+
+def run_outcomes(outcomes: list[Outcome], workdir: str, *, tolerance: float = 1e-4) -> dict[str, Any]:
+    """Both .pte files of every outcome run (in a child process) and checked against eager within
+    `tolerance` (absolute and relative): the JSON-ready report of `differential`."""
     jobs: list[tuple[bytes | None, tuple[torch.Tensor, ...]]] = []
     for o in outcomes:
         jobs += [(o.texir_pte, o.inputs), (o.executorch_pte, o.inputs)]
@@ -265,12 +285,13 @@ def differential(selected: list[Case], workdir: str, *, allow_non_core: bool = F
                 return "abort"
             if isinstance(run, str):
                 return "error"
-            return "agrees" if agrees(run, o.expected) else "differs"
+            return "agrees" if agrees(run, o.expected, tolerance) else "differs"
 
         entry: dict[str, Any] = {"status": o.status, "texir_run": verdict(tx), "executorch_run": verdict(et)}
         if o.status == "compared" and not o.same_ops:
             a, b = collections.Counter(o.texir or {}), collections.Counter(o.executorch or {})
             entry["only_texir"], entry["only_executorch"] = dict(a - b), dict(b - a)
+            entry["same_as_transform_and_lower"] = o.texir == o.transform_and_lower
         if o.detail:
             entry["detail"] = o.detail.strip()
         report[o.key] = entry
