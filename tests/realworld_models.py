@@ -130,7 +130,7 @@ EXTRA_MODELS: tuple[RealModel, ...] = (
     RealModel("timm_levit_128s", _timm("levit_128s", size=64, img_size=64), "timm"),
     RealModel("timm_deit_tiny", _timm("deit_tiny_patch16_224", size=32, img_size=32), "timm"),
     RealModel("timm_mixer_s16", _timm("mixer_s16_224", size=32, img_size=32), "timm"),
-    RealModel("timm_test_vit", _timm("test_vit", size=160), "timm"),
+    RealModel("timm_test_vit", _timm("test_vit", img_size=64, dynamic_img_size=False), "timm"),
     RealModel("timm_test_convnext", _timm("test_convnext"), "timm"),
     RealModel("timm_test_efficientnet", _timm("test_efficientnet"), "timm"),
     RealModel("timm_test_byobnet", _timm("test_byobnet"), "timm"),
