@@ -20,6 +20,16 @@ def spawn(script: str, args: list[str], label: str) -> dict[str, Any]:
     return parsed
 
 
+def try_spawn(script: str, args: list[str]) -> tuple[dict[str, Any] | None, str]:
+    """`spawn` for a run that may fail (out of memory under a limit): (result or None, the end of stderr)."""
+    proc = subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return None, f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
+    parsed: dict[str, Any] = json.loads(lines[-1])
+    return parsed, ""
+
+
 def time_backend_preprocess(backend_class: Any = None) -> list[float]:
     """Accumulate, in the returned one-element list, the seconds spent inside `backend_class`'s
     `preprocess` (default: ExecuTorch backends' own, what both sides pay; the rest of texir's time

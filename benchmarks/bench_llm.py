@@ -1,178 +1,214 @@
-"""Benchmark the language-model path: a Llama-architecture decoder of about 1B parameters (random
-weights, fp32, Llama-3.2-1B's shape) with a static KV cache, from export to `.pte` + `.ptd` with
-XNNPACK: texir vs ExecuTorch 1.5.1, each side in a fresh subprocess, side by side in one run.
+"""Benchmark the language-model path: a Llama-architecture decoder (random weights, Llama-3.2-1B's
+shape by default) with a static KV cache, from export to `.pte` + `.ptd` with XNNPACK, fp32 and
+torchao 8da4w, three sides each in a fresh subprocess, side by side in one run:
 
-  * ExecuTorch: export -> tag the weights for the delegate's external data
+  * ExecuTorch 1.5.1: export -> tag the weights for the delegate's external data
     (delegate_external_constants_pass_unlifted on ep.module(), re-export, as ExecuTorch documents)
     -> to_edge_transform_and_lower(ep, [XnnpackPartitioner()], constant_methods=...)
     -> to_executorch(ExecutorchBackendConfig(external_constants=True)) -> write .pte and .ptd
-  * texir: export -> lower(ep, [executorch_partitioner(XnnpackPartitioner())])
-    -> emit(external_constants, external_named_data, constant_methods) -> write .ptd and .pte;
-    then again with jobs=2 (XNNPACK's preprocess of the partitions in two worker processes)
-Reported: seconds (export, then the rest), the rise of peak RSS over the exported model (the weights
-are already in memory then) as a share of the weights' bytes, output sizes, ratios
-ExecuTorch / texir, and whether both programs give the same logits for one decode step.
+  * bridge: texir through ExecuTorch's XNNPACK backend,
+    lower(ep, [executorch_partitioner(XnnpackPartitioner())]) -> emit -> write .ptd and .pte
+  * native: texir's own XNNPACK partitioner and backend,
+    `with texir.backends.xnnpack.registered(): lower(ep, [partitioner()])` -> emit -> write
+Reported per side: seconds for export, lowering alone (everything between export and writing),
+XNNPACK's preprocess inside it, writing; end to end (export -> files written); peak RSS and its rise
+over the exported model (the weights are in memory then) as a share of the weights; ratios
+ExecuTorch / native, each beside its floor (the ratio if native cost only its export plus writing
+its files at this disk's write speed, measured in the run); whether native's files are byte-equal
+to the bridge's (sha256), and the native side's peak per stage (lower, emit, write).
 
-Run: .venv/bin/python benchmarks/bench_llm.py [--quick]   (--quick: a ~25M-parameter config)
+--scale (not in `make bench`): Llama-shaped fp16 models of increasing size (random weights, static
+KV cache, built on the meta device and materialised block by block), ExecuTorch and native each in
+a subprocess under RLIMIT_AS, so that running out of memory ends that run only: sizes tried, peak
+RSS, times. Tried in order; a side that fails is not tried on larger sizes.
+
+Run: .venv/bin/python benchmarks/bench_llm.py [--quick | --config NAME] [--quant fp32|8da4w|both]
+     .venv/bin/python benchmarks/bench_llm.py --scale [--scale-sizes 1b,3b,8b] [--mem-limit GIB]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
-from _child import ROOT, spawn, time_backend_preprocess  # benchmarks/ is on sys.path when a bench runs
-from _memory import reset_peak, status
+from _child import ROOT, spawn, try_spawn  # benchmarks/ is on sys.path when a bench runs
 
-TAG = "_default_external_constant"
 MAX_CACHE = 128
-PROMPT = [1, 2, 3, 4]
+GIB = 2**30
+MIB = 2**20
 
 CONFIGS: dict[str, dict[str, Any]] = {
     # Llama-3.2-1B's shape: 1.24B parameters (the embedding tied to the output projection)
     "1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=True),
+    # Llama-3.2-3B's and Llama-3.1-8B's shapes (for --scale)
+    "3b": dict(vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
+               num_attention_heads=24, num_key_value_heads=8, tie_word_embeddings=True),
+    "8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+               num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False),
+    # ~150M parameters: where the memory goes, within minutes on 2 cores
+    "mid": dict(vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=8,
+                num_attention_heads=16, num_key_value_heads=4, tie_word_embeddings=True),
     "quick": dict(vocab_size=32000, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
                   num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True),
+    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
 }
+SIDES = ("executorch", "bridge", "native")
+LABELS = {"executorch": "ExecuTorch", "bridge": "bridge", "native": "native"}
 
 
-def _exportable(size: str) -> Any:
-    from tests.real_models import static_cache_llama
+def _spec(size: str, dtype: str, quant: str, out: Path, *, limit: int = 0, logits: bool = True) -> dict[str, Any]:
+    metadata = {"get_max_seq_len": MAX_CACHE, "get_vocab_size": CONFIGS[size]["vocab_size"], "use_kv_cache": True,
+                "enable_dynamic_shape": True}
+    return {"config": CONFIGS[size], "max_cache": MAX_CACHE, "dtype": dtype, "quant": quant, "metadata": metadata,
+            "out": str(out), "limit": limit, "logits": logits}
 
-    return static_cache_llama(dict(max_position_embeddings=2048, **CONFIGS[size]), MAX_CACHE)
+
+def _child_args(side: str, spec: dict[str, Any]) -> list[str]:
+    return ["--child", side, json.dumps(spec)]
 
 
-def _export(exportable: Any, module: Any = None) -> Any:
+def write_speed(directory: Path, nbytes: int) -> float:
+    """Bytes per second writing `nbytes` to a new file in `directory` in 16 MiB chunks then closing
+    it, as the .pte/.ptd writers do (no fsync: neither side syncs)."""
+    chunk = os.urandom(16 * MIB)
+    path = directory / "write_speed.bin"
+    start = time.perf_counter()
+    with open(path, "wb") as fh:
+        for _ in range(max(1, nbytes // len(chunk))):
+            fh.write(chunk)
+    seconds = time.perf_counter() - start
+    written = path.stat().st_size
+    path.unlink()
+    return written / seconds
+
+
+def _e2e(r: dict[str, Any]) -> float:
+    return float(r["export"] + sum(r["seconds"].values()))
+
+
+def _lowering(r: dict[str, Any]) -> float:
+    return float(sum(s for k, s in r["seconds"].items() if k != "write"))
+
+
+def _ratio(what: str, ratio: float, floor: float | None, goal: float | None = None) -> str:
+    goal_s = "" if goal is None else f"goal >= {goal:g}x: {'met' if ratio >= goal else 'NOT met'}; "
+    return f"    {what:<40} {ratio:6.1f}x  ({goal_s}floor {'-' if floor is None else f'{floor:.1f}x'})"
+
+
+def _report(size: str, quant: str, runs: dict[str, dict[str, Any]], speed: float, same_logits: bool | None) -> None:
+    nv, et = runs["native"], runs["executorch"]
+    print(f"\nLlama {size} {quant} ({nv['weights'] / GIB:.2f} GiB of weights after export), static KV cache "
+          f"{MAX_CACHE}, XNNPACK, .pte + .ptd; each side in a fresh process")
+    print(f"  {'side':<11}{'export':>8}{'lowering':>10}{'preproc':>9}{'write':>8}{'e2e':>8}{'peak RSS':>10}"
+          f"{'extra peak':>12}{'% weights':>10}{'.pte MiB':>10}{'.ptd MiB':>10}")
+    for side, r in runs.items():
+        pte = sum(n for f, n in r["sizes"].items() if f.endswith(".pte"))
+        ptd = sum(n for f, n in r["sizes"].items() if f.endswith(".ptd"))
+        print(f"  {LABELS[side]:<11}{r['export']:8.1f}{_lowering(r):10.2f}{r['preprocess']:9.2f}"
+              f"{r['seconds']['write']:8.2f}{_e2e(r):8.1f}{r['peak_rss'] / GIB:9.2f}G{r['extra_peak'] / GIB:11.3f}G"
+              f"{r['extra_peak'] / r['weights']:10.1%}{pte / MIB:10.2f}{ptd / MIB:10.1f}")
+    files = sum(nv["sizes"].values())
+    disk = files / speed
+    print(f"  disk write speed {speed / MIB:.0f} MiB/s (measured: {files / MIB:.0f} MiB of native files take "
+          f"{disk:.2f} s); native floor = export {nv['export']:.1f} s + {disk:.2f} s")
+    print("  ratios ExecuTorch / native:")
+    print(_ratio("end to end (export -> .pte + .ptd)", _e2e(et) / _e2e(nv), _e2e(et) / (nv["export"] + disk),
+                 4 if quant == "fp32" else None))
+    et_after = _e2e(et) - et["export"]
+    print(_ratio("after export (lowering + writing)", et_after / (_e2e(nv) - nv["export"]), et_after / disk))
+    print(_ratio("lowering alone", _lowering(et) / _lowering(nv), None))
+    print(_ratio("XNNPACK preprocess", et["preprocess"] / max(nv["preprocess"], 1e-9), None))
+    print(f"    extra peak: native {nv['extra_peak'] / nv['weights']:.1%} of the weights (goal <= 5%: "
+          f"{'met' if nv['extra_peak'] <= 0.05 * nv['weights'] else 'NOT met'}), ExecuTorch "
+          f"{et['extra_peak'] / et['weights']:.1%}, bridge {runs['bridge']['extra_peak'] / runs['bridge']['weights']:.1%}")
+    stages = ", ".join(f"{k} +{nv['peak'][k] / MIB:.0f} MiB peak / +{nv['held'][k] / MIB:.0f} MiB held after"
+                       for k in nv["seconds"])
+    print(f"  native per stage, over the exported model: {stages}")
+    same = nv["digests"] == runs["bridge"]["digests"]
+    print(f"  native files byte-equal to the bridge's (sha256 of {', '.join(sorted(nv['digests']))}): {same}")
+    ptd_same = [f for f in nv["digests"] if f.endswith(".ptd") and et["digests"].get(f) == nv["digests"][f]]
+    print(f"  native .ptd byte-equal to ExecuTorch's: {bool(ptd_same)};  executorch imported by native before the "
+          f"runtime check: {nv['executorch_imported_before_check']}")
+    if same_logits is not None:
+        print(f"  same logits (one prefill in the runtime) from ExecuTorch's and native's program: {same_logits}")
+
+
+def compare(size: str, quants: list[str]) -> None:
     import torch
 
-    from tests.real_models import export_static_cache_llama
-
-    if module is None:
-        return export_static_cache_llama(exportable, PROMPT, MAX_CACHE)
-    seq = torch.export.Dim("seq", min=1, max=MAX_CACHE - 1)  # ExecuTorch's re-export of the tagged module
-    kwargs = {"input_ids": torch.tensor([PROMPT]), "cache_position": torch.arange(len(PROMPT))}
-    shapes = {"input_ids": {1: seq}, "cache_position": {0: seq}}
-    return torch.export.export(module, (), kwargs, dynamic_shapes=shapes, strict=True)
-
-
-def _metadata(size: str) -> dict[str, Any]:
-    return {"get_max_seq_len": MAX_CACHE, "get_vocab_size": CONFIGS[size]["vocab_size"], "use_kv_cache": True,
-            "enable_dynamic_shape": True}
+    for quant in quants:
+        with tempfile.TemporaryDirectory(prefix="bench_llm_") as tmp:
+            runs = {side: spawn(__file__, _child_args(side, _spec(size, "fp32", quant, Path(tmp) / side,
+                                                                   logits=side != "bridge")), f"{side} {quant}")
+                    for side in SIDES}
+            speed = write_speed(Path(tmp), max(256 * MIB, min(2 * GIB, sum(runs["native"]["sizes"].values()))))
+            same = torch.equal(torch.load(Path(tmp) / "executorch" / "logits.pt"),
+                               torch.load(Path(tmp) / "native" / "logits.pt"))
+        _report(size, quant, runs, speed, same)
 
 
-def _child(side: str, size: str, out: Path) -> dict[str, Any]:
-    warnings.filterwarnings("ignore")
-    sys.path.insert(0, ROOT)
-    from tests.real_models import ensure_torchvision_ops
-
-    ensure_torchvision_ops()
-    import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    inside = time_backend_preprocess() if side != "executorch" else [0.0]
-    exportable = _exportable(size)
-    weights = sum(p.numel() * p.element_size() for p in exportable.parameters())
-    start = time.perf_counter()
-    ep = _export(exportable)
-    result: dict[str, Any] = {"export": time.perf_counter() - start, "weights": weights}
-    base = status("VmRSS")
-    reset_peak()
-    start = time.perf_counter()
-    if side == "executorch":
-        from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-        from executorch.exir.passes.external_constants_pass import delegate_external_constants_pass_unlifted
-
-        tagged = ep.module()
-        delegate_external_constants_pass_unlifted(tagged, gen_tag_fn=lambda node: TAG)
-        ep = _export(exportable, tagged)
-        manager = to_edge_transform_and_lower(
-            ep, partitioner=[XnnpackPartitioner()], constant_methods=_metadata(size)
-        ).to_executorch(ExecutorchBackendConfig(external_constants=True))
-        with open(out / "model.pte", "wb") as fh:
-            manager.write_to_file(fh)
-        manager.write_tensor_data_to_file(str(out))
-    else:
-        from texir.adapters import constant_methods
-        from texir.executorch import executorch_partitioner
-        from texir.emit import EmitOptions, emit
-        from texir.orchestrate import lower
-        from texir.serialize import pte
-
-        program = emit(
-            lower(ep, [executorch_partitioner(XnnpackPartitioner())], cache=None,
-                  jobs=2 if side == "texir-jobs2" else 1).program,
-            EmitOptions(external_constants=True, external_named_data=TAG),
-            constant_methods=constant_methods(_metadata(size)),
-        )
-        for data in program.external:
-            pte.dump_ptd(data, out / f"{data.tag}.ptd")
-        pte.dump(program, out / "model.pte")
-    result["lower"] = time.perf_counter() - start
-    result["backend"] = inside[0]
-    result["extra_peak"] = status("VmHWM") - base
-    result["pte"] = (out / "model.pte").stat().st_size
-    result["ptd"] = sum(p.stat().st_size for p in out.glob("*.ptd"))
-    del ep, exportable
-    from executorch.runtime import Runtime
-
-    method = Runtime.get().load_program(out / "model.pte", data_path=str(out / f"{TAG}.ptd")).load_method("forward")
-    (logits,) = method.execute([torch.tensor([[1, 2, 3, 4]]), torch.arange(4)])
-    torch.save(logits, out / "logits.pt")
-    return result
-
-
-def _spawn(side: str, size: str, out: Path) -> dict[str, Any]:
-    out.mkdir(parents=True, exist_ok=True)
-    return spawn(__file__, ["--child", side, size, str(out)], side)
+def scale(sizes: list[str], limit: int) -> None:
+    """fp16 Llamas of increasing size, ExecuTorch and native each under RLIMIT_AS = `limit`."""
+    print(f"Scale: Llama-shaped fp16 models (random weights, static KV cache {MAX_CACHE}), XNNPACK, .pte + .ptd; "
+          f"each side in a subprocess under RLIMIT_AS {limit / GIB:.1f} GiB")
+    failed: set[str] = set()
+    for size in sizes:
+        for side in ("executorch", "native"):
+            if side in failed:
+                print(f"  {size:<6} {LABELS[side]:<11} not tried (failed at a smaller size)")
+                continue
+            with tempfile.TemporaryDirectory(prefix="bench_llm_scale_") as tmp:
+                start = time.perf_counter()
+                r, why = try_spawn(__file__, _child_args(side, _spec(size, "fp16", "none", Path(tmp), limit=limit,
+                                                                      logits=False)))
+                wall = time.perf_counter() - start
+            if r is None:
+                failed.add(side)
+                reason = "out of memory" if "MemoryError" in why or "Cannot allocate" in why else why.splitlines()[-1:]
+                print(f"  {size:<6} {LABELS[side]:<11} FAILED after {wall:.0f} s: {reason}")
+                continue
+            files = sum(r["sizes"].values())
+            print(f"  {size:<6} {LABELS[side]:<11} weights {r['weights'] / GIB:6.2f} GiB  build {r['build']:6.1f} s  "
+                  f"export {r['export']:6.1f} s  lowering {_lowering(r):7.1f} s  write {r['seconds']['write']:6.1f} s  "
+                  f"e2e {_e2e(r):7.1f} s  peak RSS {r['peak_rss'] / GIB:6.2f} GiB  extra peak "
+                  f"{r['extra_peak'] / GIB:6.2f} GiB ({r['extra_peak'] / r['weights']:.1%} of the weights)  "
+                  f"files {files / GIB:.2f} GiB")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--child", nargs=3, metavar=("SIDE", "SIZE", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="the ~25M-parameter config (--config quick)")
+    parser.add_argument("--config", choices=sorted(CONFIGS), default=None, help="model shape (default 1b)")
+    parser.add_argument("--quant", choices=("fp32", "8da4w", "both"), default="both")
+    parser.add_argument("--scale", action="store_true", help="the fp16 scale ladder instead of the comparison")
+    parser.add_argument("--scale-sizes", default="1b,3b,8b", metavar="NAME,...", help="sizes --scale tries, in order")
+    parser.add_argument("--mem-limit", type=float, default=22.0, metavar="GIB",
+                        help="RLIMIT_AS of each --scale subprocess (default 22 GiB)")
+    parser.add_argument("--child", nargs=2, metavar=("SIDE", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        side, size, out = args.child
-        print(json.dumps(_child(side, size, Path(out))))
-        return 0
-    size = "quick" if args.quick else "1b"
-    with tempfile.TemporaryDirectory(prefix="bench_llm_") as tmp:
-        et = _spawn("executorch", size, Path(tmp) / "executorch")
-        tx = _spawn("texir", size, Path(tmp) / "texir")
-        tx2 = _spawn("texir-jobs2", size, Path(tmp) / "texir-jobs2")
-        import torch
+        from _llm_child import run  # the child's imports stay out of the parent
 
-        same = torch.equal(torch.load(Path(tmp) / "executorch" / "logits.pt"), torch.load(Path(tmp) / "texir" / "logits.pt"))
-        same_bytes = all(
-            (Path(tmp) / "texir" / f).read_bytes() == (Path(tmp) / "texir-jobs2" / f).read_bytes()
-            for f in ("model.pte", f"{TAG}.ptd")
-        )
-    gib = 2**30
-    print(f"Llama ({size}: {tx['weights'] / gib:.2f} GiB of fp32 weights), static KV cache {MAX_CACHE}, "
-          "XNNPACK, .pte + .ptd; each side in a fresh process; ratio = ExecuTorch / texir")
-    for label, r in (("ExecuTorch", et), ("texir", tx)):
-        print(f"  {label:<10}  export {r['export']:7.1f} s  rest {r['lower']:7.1f} s  e2e {r['export'] + r['lower']:7.1f} s  "
-              f"extra peak {r['extra_peak'] / gib:6.2f} GiB ({r['extra_peak'] / r['weights']:5.0%} of the weights)  "
-              f".pte {r['pte'] / 2**20:7.2f} MiB  .ptd {r['ptd'] / gib:6.2f} GiB")
-    et_e2e, tx_e2e = et["export"] + et["lower"], tx["export"] + tx["lower"]
-    tx2_e2e = tx2["export"] + tx2["lower"]
-    print(f"  texir jobs=2  rest {tx2['lower']:7.1f} s  e2e {tx2_e2e:7.1f} s  (partitions compiled in 2 worker "
-          f"processes, whose memory the peak above leaves out); same bytes as serial: {same_bytes}")
-    print(f"  ratio e2e {et_e2e / tx_e2e:5.1f}x (goal >= 3x)   after export {et['lower'] / tx['lower']:5.1f}x   "
-          f"jobs=2 e2e {et_e2e / tx2_e2e:5.1f}x")
-    floor = tx["export"] + tx["backend"]
-    print(f"  of texir's rest, {tx['backend']:.1f} s is XNNPACK's own preprocess (both sides pay it); texir's own "
-          f"work {tx['lower'] - tx['backend']:.1f} s; with none of it the ratio would be at most {et_e2e / floor:4.1f}x")
-    print(f"  texir extra peak {tx['extra_peak'] / tx['weights']:5.0%} of the weights (goal <= 10%); "
-          f"ExecuTorch {et['extra_peak'] / et['weights']:5.0%}")
-    print(f"  same logits from both programs in the runtime: {same}")
+        print(json.dumps(run(args.child[0], json.loads(args.child[1]))))
+        return 0
+    sys.path.insert(0, ROOT)
+    if args.scale:
+        sizes = args.scale_sizes.split(",")
+        unknown = [s for s in sizes if s not in CONFIGS]
+        if unknown:
+            parser.error(f"unknown --scale-sizes {unknown}; choose from {sorted(CONFIGS)}")
+        scale(sizes, int(args.mem_limit * GIB))
+        return 0
+    size = args.config or ("quick" if args.quick else "1b")
+    compare(size, ["fp32", "8da4w"] if args.quant == "both" else [args.quant])
     return 0
 
 
