@@ -11,10 +11,15 @@ from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 
 __all__ = ["bf16_bytes", "check_groups", "pack_int4"]
 
+_BLOCK_BYTES = 1 << 22
+"""Input values per block of rows `pack_int4` packs at once (4 Mi: temporaries of a few MiB)."""
+
 
 def pack_int4(arr: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
     """A 2-D int8 matrix of values in [-8, 7] as XNNPACK's 4-bit weights: each value plus 8, two per
-    byte along a row (the even column in the low nibble), a row of odd length padded with a zero."""
+    byte along a row (the even column in the low nibble), a row of odd length padded with a zero.
+    Packed a block of rows at a time: besides the packed result (half the input), the temporaries
+    are a few MiB whatever the weight's size (a 1 GiB output projection is not copied)."""
     if arr.size and (int(arr.min()) < -8 or int(arr.max()) > 7):
         raise XnnpackUnsupportedError(
             f"'{name}': 4-bit weight values must be in [-8, 7], got [{int(arr.min())}, {int(arr.max())}]", node=name)
@@ -22,11 +27,17 @@ def pack_int4(arr: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
         arr = arr.squeeze()
     if arr.ndim != 2:
         raise XnnpackUnsupportedError(f"'{name}': a 4-bit weight must be 2-D, got shape {arr.shape}", node=name)
-    if arr.shape[1] % 2:
-        arr = np.pad(arr, ((0, 0), (0, 1)))
     rows, cols = arr.shape
-    biased = (arr.astype(np.int16) + 8).astype(np.uint8).reshape(-1)
-    packed: np.ndarray[Any, Any] = (biased[1::2] << 4 | biased[::2]).reshape(rows, cols // 2)
+    packed: np.ndarray[Any, Any] = np.empty((rows, (cols + 1) // 2), dtype=np.uint8)
+    step = max(1, _BLOCK_BYTES // max(cols, 1))
+    for top in range(0, rows, step):
+        block = arr[top : top + step].astype(np.int16)
+        if cols % 2:
+            block = np.pad(block, ((0, 0), (0, 1)))  # a zero value, stored as 8 like the others
+        block += 8  # [-8, 7] + 8: a nibble in [0, 15]
+        low = block[:, ::2].astype(np.uint8)
+        low |= (block[:, 1::2] << 4).astype(np.uint8)
+        packed[top : top + step] = low
     return packed
 
 
