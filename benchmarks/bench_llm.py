@@ -60,6 +60,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
 }
+OOM_SIGNS = ("MemoryError", "Cannot allocate", "failed to map segment", "bad_alloc", "out of memory")
+"""What running out of address space under RLIMIT_AS looks like in a child's stderr."""
 SIDES = ("executorch", "bridge", "native")
 LABELS = {"executorch": "ExecuTorch", "bridge": "bridge", "native": "native"}
 
@@ -172,7 +174,8 @@ def scale(sizes: list[str], limit: int) -> None:
                 wall = time.perf_counter() - start
             if r is None:
                 failed.add(side)
-                reason = "out of memory" if "MemoryError" in why or "Cannot allocate" in why else why.splitlines()[-1:]
+                oom = any(m in why for m in OOM_SIGNS)
+                reason = "out of memory (the limit)" if oom else why.splitlines()[-1:]
                 print(f"  {size:<6} {LABELS[side]:<11} FAILED after {wall:.0f} s: {reason}")
                 continue
             files = sum(r["sizes"].values())
