@@ -27,10 +27,11 @@ browser:
 	sh tests/browser_setup.sh
 
 # Two workers (CI has 2 cores), each taking whole test files so module/session fixtures (one ExecuTorch
-# reference per model) are built once per file; PYTEST_WORKERS=0 runs in one process.
+# reference per model) are built once per file; PYTEST_WORKERS=0 runs in one process. The 25 slowest
+# tests are listed at the end (where the CI budget goes).
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP) browser
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 test: typecheck pytest
 
