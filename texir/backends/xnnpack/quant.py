@@ -72,7 +72,7 @@ class QuantParams:
         """Group-wise (ExecuTorch: a 4-bit weight even when one group spans the row)."""
         if self.group_size <= 0:
             return False
-        columns = np.shape(self.scale)[1] * self.group_size
+        columns = int(np.shape(self.scale)[1]) * self.group_size
         return self.group_size <= columns if self.is_qc4w else self.group_size < columns
 
     def datatype(self, name: str) -> s.XNNDatatype:
