@@ -17,6 +17,13 @@ from typing import Any
 
 import torch
 
+from tests.delegates_of import Delegate, executorch_delegates, texir_delegates
+from texir.emit import emit
+from texir.executorch import executorch_partitioner
+from texir.executorch.names import openvino_partitioner
+from texir.orchestrate import lower
+from texir.serialize.pte.codec import dumps
+
 
 def _export(name: str) -> torch.export.ExportedProgram:
     if name in ("resnet18", "mobilenet_v2"):
@@ -36,54 +43,28 @@ def _digest(data: bytes) -> str:
 Delegates = list[dict[str, Any]]
 
 
-def texir_side(ep: torch.export.ExportedProgram) -> tuple[Delegates, bytes]:
-    from texir.emit import emit
-    from texir.executorch import executorch_partitioner
-    from texir.executorch.names import openvino_partitioner
-    from texir.ir import GetAttr
-    from texir.orchestrate import lower
-    from texir.serialize.pte.codec import dumps
+def _as_json(delegates: list[Delegate]) -> Delegates:
+    return [
+        {
+            "backend": backend,
+            "blob": _digest(blob),
+            "specs": [[key, _digest(value)] for key, value in specs],
+            "named_data": [[key, _digest(data)] for key, data in named],
+        }
+        for backend, blob, specs, named in delegates
+    ]
 
+
+def texir_side(ep: torch.export.ExportedProgram) -> tuple[Delegates, bytes]:
     program = lower(ep, [executorch_partitioner(openvino_partitioner())], cache=None).program
-    modules = {m.name: m.module for m in program.lowered_modules}
-    found = []
-    for node in program.graph.nodes:
-        module = modules.get(node.target) if isinstance(node, GetAttr) else None
-        if module is not None:
-            found.append({
-                "backend": module.backend_id,
-                "blob": _digest(bytes(module.processed_bytes)),
-                "specs": [[c.key, _digest(bytes(c.value))] for c in module.compile_specs],
-                "named_data": sorted(
-                    [e.key, _digest(e.data.tobytes() if e.data is not None else b"")] for e in module.named_data
-                ),
-            })
-    return found, dumps(emit(program))
+    return _as_json(texir_delegates(program)), dumps(emit(program))
 
 
 def executorch_side(ep: torch.export.ExportedProgram) -> tuple[Delegates, bytes]:
     from executorch.exir import to_edge_transform_and_lower
-    from executorch.exir.lowered_backend_module import LoweredBackendModule
-
-    from texir.executorch.names import openvino_partitioner
 
     manager = to_edge_transform_and_lower(ep, partitioner=[openvino_partitioner()])
-    gm = manager.exported_program().graph_module
-    found = []
-    for node in gm.graph.nodes:
-        module = getattr(gm, str(node.target), None) if node.op == "get_attr" else None
-        if isinstance(module, LoweredBackendModule):
-            store = module.named_data_store_output
-            found.append({
-                "backend": module.backend_id,
-                "blob": _digest(bytes(module.processed_bytes)),
-                "specs": [[c.key, _digest(bytes(c.value))] for c in module.compile_specs],
-                "named_data": sorted(
-                    [k, _digest(bytes(store.buffers[e.buffer_index]))]
-                    for k, e in (() if store is None else store.pte_data.items())
-                ),
-            })
-    return found, bytes(manager.to_executorch().buffer)
+    return _as_json(executorch_delegates(manager.exported_program().graph_module)), bytes(manager.to_executorch().buffer)
 
 
 def main(side: str, out_dir: str, names: list[str]) -> None:

@@ -28,18 +28,16 @@ from typing import Any
 import pytest
 import torch
 
+from tests.delegates_of import Delegate, executorch_delegates, texir_delegates
 from tests.real_models import real_model
 from tests.vulkan_patterns import vulkan_pattern_graphs_once  # noqa: F401  (a fixture)
 from tests.xnnpack_oracle import run_pte
 from tests.zoo import zoo_model
 from texir.executorch import executorch_partitioner
-from texir.ir import GetAttr, Program
 from texir.orchestrate import lower
 
 pytest.importorskip("executorch.exir")
 
-Delegate = tuple[str, bytes, tuple[tuple[str, bytes], ...], tuple[tuple[str, bytes], ...]]
-"""backend id, blob, compile specs (key, value), named data (key, bytes)."""
 
 CNN_MLP = ("mlp", "deep_mlp", "residual_mlp", "conv_bn", "convnet", "resnet_tiny")
 
@@ -55,33 +53,9 @@ def _args(name: str) -> tuple[Any, ...]:
 
 def _executorch(ep: torch.export.ExportedProgram, partitioners: list[Any]) -> tuple[list[Delegate], Any]:
     from executorch.exir import to_edge_transform_and_lower
-    from executorch.exir.lowered_backend_module import LoweredBackendModule
 
     manager = to_edge_transform_and_lower(ep, partitioner=partitioners)
-    gm = manager.exported_program().graph_module
-    found = []
-    for node in gm.graph.nodes:
-        module = getattr(gm, str(node.target), None) if node.op == "get_attr" else None
-        if isinstance(module, LoweredBackendModule):
-            store = module.named_data_store_output
-            named = () if store is None else tuple(
-                sorted((k, bytes(store.buffers[e.buffer_index])) for k, e in store.pte_data.items())
-            )
-            specs = tuple((c.key, bytes(c.value)) for c in module.compile_specs)
-            found.append((module.backend_id, bytes(module.processed_bytes), specs, named))
-    return found, manager
-
-
-def _texir(program: Program) -> list[Delegate]:
-    modules = {m.name: m.module for m in program.lowered_modules}
-    found = []
-    for node in program.graph.nodes:
-        module = modules.get(node.target) if isinstance(node, GetAttr) else None
-        if module is not None:
-            named = tuple(sorted((e.key, e.data.tobytes() if e.data is not None else b"") for e in module.named_data))
-            specs = tuple((c.key, c.value) for c in module.compile_specs)
-            found.append((module.backend_id, module.processed_bytes, specs, named))
-    return found
+    return executorch_delegates(manager.exported_program().graph_module), manager
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -109,7 +83,7 @@ def _compare(
             f"ExecuTorch failed with {exc!r}; texir with {caught.value!r}"
         )
         return []
-    ours = _texir(lower(mine_ep, [executorch_partitioner(p) for p in mine_partitioners], cache=None).program)
+    ours = texir_delegates(lower(mine_ep, [executorch_partitioner(p) for p in mine_partitioners], cache=None).program)
     assert len(ours) == len(theirs)
     assert [d[0] for d in ours] == [d[0] for d in theirs]
     for i, (mine, other) in enumerate(zip(ours, theirs)):
