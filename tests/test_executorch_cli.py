@@ -15,6 +15,7 @@ from tests.xnnpack_oracle import run_pte
 from texir.cli.main import main
 from texir.models import conv_relu_tan
 from texir.executorch.runtime import load_method
+from texir.lowering import PHASES
 
 MODEL = "texir.models:conv_relu_tan"
 XNNPACK_CLASS = "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"
@@ -40,6 +41,7 @@ def test_lower_with_an_executorch_partitioner_writes_a_pte_that_runs(
     # XNNPACK takes the convolution and the relu; tan stays with the runtime's kernels
     assert [(u["node"], u["target"], u["reason"]) for u in report["undelegated"]] == [
         ("aten_tan_default", "aten::tan.default", "not_tagged")]
+    assert [p["name"] for p in report["phases"]] == list(PHASES)  # lower's seconds per phase
     expected, args = _eager()
     (got,) = run_pte(out.read_bytes(), args)[0]
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
@@ -54,6 +56,7 @@ def test_table_and_parallel_jobs_give_the_same_file(tmp_path: Path, capsys: pyte
     captured = capsys.readouterr()
     table = captured.out
     assert "XnnpackBackend" in table and "named data" in table and "not delegated: 1 node " in table and "aten::tan.default" in table
+    assert "\nseconds: import " in table and ", total " in table  # one line of lower's phases
     assert "wrote" not in table and captured.err.count("wrote") == 1 and f"wrote {serial} (" in captured.err
     assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "--jobs", "2", "-o", str(parallel)]) == 0
     assert serial.read_bytes() == parallel.read_bytes()

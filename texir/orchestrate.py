@@ -28,7 +28,7 @@ from texir.lowering.errors import PartitionerError
 from texir.lowering.lower import CacheChoice, lower_edge, one_sequence, per_method, preprocess_options
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache
-from texir.lowering.report import Lowered, TurnedDown
+from texir.lowering.report import Lowered, PhaseClock, TurnedDown
 
 __all__ = ["CacheChoice", "Lowered", "Source", "lower"]
 
@@ -115,10 +115,11 @@ def _lower_one(
     order: NodeOrder,
     allow_non_core: bool,
 ) -> Lowered:
+    clock = PhaseClock()
     # Convert once: each weight is hashed once (digest_memo), and the partitioners' decomposition
     # hooks share one ExportedProgram of the program they are shown (conversion_memo).
     with digest_memo(), conversion_memo():
-        return _lower_one_memo(method, source, partitioners, options, order, allow_non_core)
+        return _lower_one_memo(method, source, partitioners, options, order, allow_non_core, clock)
 
 
 def _lower_one_memo(
@@ -128,7 +129,26 @@ def _lower_one_memo(
     options: PreprocessOptions,
     order: NodeOrder,
     allow_non_core: bool,
+    clock: PhaseClock,
 ) -> Lowered:
+    with clock.phase("import"):
+        aten, ep = _imported(method, source, partitioners, options)
+    with clock.phase("decompose"):
+        keep = _kept_ops(method, aten, partitioners)
+        program = _decomposed(ep, aten, sorted(keep), options.cache, allow_non_core)
+        program, turned_down = _decompose_turned_down(method, program, partitioners, keep)
+    return lower_edge(
+        method, program, partitioners, options, order, keep=keep, turned_down=turned_down, clock=clock
+    )
+
+
+def _imported(
+    method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions
+) -> tuple[Program | None, ExportedProgram | None]:
+    """`source` made functional (as ExecuTorch's to_edge_transform_and_lower first does) after the
+    partitioners' pre-decomposition hooks, as (its IR, the ExportedProgram it came from): the IR is
+    converted only when a partitioner asks about it or the cache keys its decomposition; either
+    side may be None."""
     if isinstance(source, Program):
         aten: Program | None = source
         ep = None
@@ -157,11 +177,17 @@ def _lower_one_memo(
         if aten.dialect == "TRAINING":  # what run_decompositions gives back says "ATEN"
             aten = msgspec.structs.replace(aten, dialect="ATEN")
         remember_exported(aten, ep)  # the hooks' ExportedProgram of it is `ep` itself
+    return aten, ep
+
+
+def _kept_ops(method: str, aten: Program | None, partitioners: tuple[Partitioner, ...]) -> dict[str, str]:
+    """The ops the partitioners ask to keep whole (`ops_to_not_decompose`), each with the first
+    partitioner that asked."""
     keep: dict[str, str] = {}
     for partitioner in partitioners:
         if getattr(partitioner, "ops_to_not_decompose", None) is None:
             continue
-        assert aten is not None  # converted above
+        assert aten is not None  # _imported converts it when a partitioner asks
         try:
             names = tuple(partitioner.ops_to_not_decompose(aten))  # type: ignore[attr-defined]  # checked above
         except TexirError:
@@ -172,9 +198,7 @@ def _lower_one_memo(
             ) from exc
         for name in names:
             keep.setdefault(name, repr(partitioner))
-    program = _decomposed(ep, aten, sorted(keep), options.cache, allow_non_core)
-    program, turned_down = _decompose_turned_down(method, program, partitioners, keep)
-    return lower_edge(method, program, partitioners, options, order, keep=keep, turned_down=turned_down)
+    return keep
 
 
 def _transformed_before_decomposition(

@@ -12,7 +12,7 @@ from texir.ir import CallFunction, Program
 from texir.lowering.plan import node_key, walk_keyed_graphs
 from texir.lowering.report import LowerReport
 
-__all__ = ["explain_rows", "print_json", "print_report"]
+__all__ = ["explain_rows", "phase_line", "print_json", "print_report"]
 
 
 def _targets(programs: Sequence[Program]) -> dict[str, str]:
@@ -87,10 +87,17 @@ def print_report(out: TextIO, report: LowerReport, explained: Sequence[dict[str,
     if report.turned_down:
         out.write(f"\ndecomposed after the partitioner's node filter turned them down: "
                   f"{', '.join(f'{t.node} ({t.target})' for t in report.turned_down)}\n")
+    if report.phases:
+        out.write("\n" + phase_line(report) + "\n")
     if explained is not None:
         out.write("\n")
         for e in explained:
             out.write(f"{e['node']} ({e['target']}): {e['status']}: {e['reason']}\n")
+
+
+def phase_line(report: LowerReport) -> str:
+    """The report's phases on one line: 'seconds: import 0.41, decompose 1.20, ..., total 3.10'."""
+    return "seconds: " + ", ".join(f"{p.name} {p.seconds:.2f}" for p in report.phases)
 
 
 def print_json(out: TextIO, report: LowerReport, explained: Sequence[dict[str, str]] | None,

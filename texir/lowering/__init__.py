@@ -13,7 +13,7 @@ from texir.lowering.backend import (
 )
 from texir.lowering.capability import maximal_partitions
 from texir.lowering.lower import lower_decomposed
-from texir.lowering.report import DelegateReport, Lowered, LowerReport, TurnedDown, UndelegatedNode
+from texir.lowering.report import PHASES, DelegateReport, Lowered, LowerReport, Phase, TurnedDown, UndelegatedNode
 from texir.lowering.delegate import (
     LoweringReport,
     NodeOrder,
@@ -71,6 +71,8 @@ __all__ = [
     "LowerReport",
     "Lowered",
     "LoweringReport",
+    "PHASES",
+    "Phase",
     "TurnedDown",
     "UndelegatedNode",
     "NodeOrder",

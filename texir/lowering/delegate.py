@@ -12,6 +12,7 @@ user outputs only, since consumed mutations stay inside the delegate.
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -153,11 +154,14 @@ def _lower(
         for work in works:
             _order_like_executorch(work, {} if work.path else top_consumable)
     _build_and_name(program, works, top_consumable)
-    lowered, stats = _compile(program, works, {} if shared is None else shared, preprocess)
+    lowered, stats, (cached, compiled) = _compile(program, works, {} if shared is None else shared, preprocess)
     result = _assemble_program(program, works, top_consumable, lowered)
     # As exir's to_edge does before partitioning: parameters no node reads leave the program.
     result = remove_unused_state(result, kinds=(ParameterInput,))
-    return LoweringReport(program=result, partitions=_summaries(works, lowered, stats))
+    return LoweringReport(
+        program=result, partitions=_summaries(works, lowered, stats),
+        preprocess_cached=cached, preprocess_compiled=compiled,
+    )
 
 
 def _collect_partitions(program: Program, checked: CheckedPlan) -> list[_GraphWork]:
@@ -241,10 +245,10 @@ def _build_and_name(program: Program, works: list[_GraphWork], top_consumable: M
 
 def _compile(
     program: Program, works: list[_GraphWork], cache: SharedModules, options: PreprocessOptions | None
-) -> tuple[tuple[NamedLoweredModule, ...], dict[str, tuple[bool, float]]]:
+) -> tuple[tuple[NamedLoweredModule, ...], dict[str, tuple[bool, float]], tuple[float, float]]:
     """Phase 3: every partition through its backend (identical sub-programs compiled once; with
     `options`, through its preprocess cache and worker processes). Every plan problem was found
-    before: only now do backends run."""
+    before: only now do backends run. Also the seconds of the cache's hits and of the rest."""
     lowered: list[NamedLoweredModule] = list(program.lowered_modules)
     parts = [part for work in works for part in work.parts]
     keys = []
@@ -256,10 +260,14 @@ def _compile(
         if key not in cache and key not in pending:
             pending[key] = PreprocessRequest(part.spec.backend_id, part.sub_program, part.spec.compile_specs, part.tag)
     compiled: dict[tuple[str, tuple[CompileSpec, ...], Program], tuple[bool, float]] = {}
+    hit_seconds = wall = 0.0
     if pending:
         requests = list(pending.values())
+        start = time.perf_counter()
         results = run_preprocess_timed(requests, cache=None if options is None else options.cache,
                                        jobs=1 if options is None else options.jobs)
+        wall = time.perf_counter() - start
+        hit_seconds = sum(r.seconds for r in results if r.cache_hit)
         cache.update((key, r.module) for key, r in zip(pending, results))
         compiled.update((key, (r.cache_hit, r.seconds)) for key, r in zip(pending, results))
     stats: dict[str, tuple[bool, float]] = {}
@@ -267,7 +275,7 @@ def _compile(
         lowered.append(NamedLoweredModule(name=part.module_name, module=cache[key]))
         # the first partition of a sub-program compiled now is not a hit; its twins are
         stats[part.module_name] = compiled.pop(key, (True, 0.0))
-    return tuple(lowered), stats
+    return tuple(lowered), stats, (hit_seconds, max(wall - hit_seconds, 0.0))
 
 
 def _assemble_program(

@@ -8,6 +8,7 @@ program built with `texir.ir.builder`, or one `from_exported_program(ep, decompo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, TypeVar, Union, overload
 
@@ -18,7 +19,7 @@ from texir.lowering.delegate import NodeOrder, PreprocessOptions, apply_plan, ch
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache, default_cache
-from texir.lowering.report import Lowered, PartitionSummary, TurnedDown, build_report, explainer_of
+from texir.lowering.report import Lowered, PartitionSummary, PhaseClock, TurnedDown, build_report, explainer_of
 
 __all__ = ["CacheChoice", "lower_decomposed", "lower_edge", "one_sequence", "per_method", "preprocess_options"]
 
@@ -98,12 +99,13 @@ def lower_decomposed(
     options = preprocess_options(cache, jobs, order)
 
     def one(method: str, source: Program, parts: tuple[Partitioner, ...]) -> Lowered:
+        clock = PhaseClock()
         if not isinstance(source, Program):
             raise PartitionerError(
                 f"method {method!r}: lower_decomposed takes a texir.ir.Program, not {type(source).__name__}; "
                 "lower a torch.export.ExportedProgram with texir.lower"
             )
-        return lower_edge(method, source, parts, options, order)
+        return lower_edge(method, source, parts, options, order, clock=clock)
 
     if isinstance(program, Mapping):
         return per_method(program, partitioners, one)
@@ -118,24 +120,34 @@ def lower_edge(
     order: NodeOrder,
     keep: Mapping[str, str] | None = None,
     turned_down: tuple[TurnedDown, ...] = (),
+    clock: PhaseClock | None = None,
 ) -> Lowered:
     """The decomposed `program` through the to_edge rewrites and each partitioner in turn. `keep`:
     the ops kept from decomposition, each with the partitioner that asked (a kept op left
-    undelegated is a `KeptOpNotDelegatedError`); `turned_down`: the kept nodes decomposed after all."""
+    undelegated is a `KeptOpNotDelegatedError`); `turned_down`: the kept nodes decomposed after all;
+    `clock`: the call's phase clock (the report's `phases`), started by the caller."""
     keep = keep or {}
-    program = to_partitionable(program)
+    clock = clock or PhaseClock()
+    with clock.phase("to_edge"):
+        program = to_partitionable(program)
     edge = program
     seen: list[Program] = []
     passes: list[tuple[str, object, tuple[PartitionSummary, ...]]] = []
     for partitioner in partitioners:
         seen.append(program)
-        done = apply_plan(program, call_partitioner(partitioner, program), preprocess=options, order=order)
+        with clock.phase("partition"):
+            plan = call_partitioner(partitioner, program)
+        start = time.perf_counter()
+        done = apply_plan(program, plan, preprocess=options, order=order)
+        clock.add("preprocess_cached", done.preprocess_cached)
+        clock.add("preprocess_compiled", done.preprocess_compiled)
+        clock.add("apply", time.perf_counter() - start - done.preprocess_cached - done.preprocess_compiled)
         program = done.program
         passes.append((_describe(partitioner), partitioner, done.partitions))
     _check_kept_ops_delegated(method, program, keep)
     report = build_report(
         method, program, [(name, explainer_of(p), parts) for name, p, parts in passes],
-        not_decomposed=sorted(keep), turned_down=turned_down,
+        not_decomposed=sorted(keep), turned_down=turned_down, phases=clock.phases(),
     )
     return Lowered(program=program, edge=edge, seen=tuple(seen), report=report)
 

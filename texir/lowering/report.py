@@ -8,8 +8,10 @@ partitioner was shown, and the `LowerReport`); `texir lower` prints the report (
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Final, Literal
 
 import msgspec
 
@@ -22,7 +24,10 @@ __all__ = [
     "LowerReport",
     "Lowered",
     "LoweringReport",
+    "PHASES",
     "PartitionSummary",
+    "Phase",
+    "PhaseClock",
     "TurnedDown",
     "UndelegatedNode",
     "UndelegatedReason",
@@ -60,6 +65,11 @@ class LoweringReport(msgspec.Struct, frozen=True, kw_only=True):
 
     program: Program
     partitions: tuple[PartitionSummary, ...]
+    preprocess_cached: float = 0.0
+    """Seconds spent looking up (and decoding) the backends' results the preprocess cache had."""
+    preprocess_compiled: float = 0.0
+    """Seconds of the rest of the backends' preprocess (wall time: with jobs > 1, partitions compile in
+    parallel; the misses' cache lookups and the cache writes included)."""
 
 
 class DelegateReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,6 +119,59 @@ class TurnedDown(msgspec.Struct, frozen=True, kw_only=True):
     partitioner: str
 
 
+PHASES: Final = (
+    "import", "decompose", "to_edge", "partition", "preprocess_cached", "preprocess_compiled", "apply", "total",
+)
+"""The phases of one `lower` call, in order (`LowerReport.phases`):
+
+- "import": the input made functional (ExecuTorch's `run_decompositions({})`, the partitioners'
+  `transform_for_pre_decomposition`) and converted to IR (FX -> IR);
+- "decompose": the partitioners asked what to keep (`ops_to_not_decompose`, `nodes_to_decompose`) and
+  the program decomposed to core ATen (or its decomposition reused from the cache);
+- "to_edge": texir's to_edge rewrites (`texir.edge.to_partitionable`);
+- "partition": each partitioner's plan (an ExecuTorch partitioner's includes presenting it the edge
+  ExportedProgram);
+- "preprocess_cached" / "preprocess_compiled": the backends' preprocess, the results the cache had
+  vs the rest (see `LoweringReport`);
+- "apply": building the lowered program around the delegates (validation, sub-programs, fusing);
+- "total": the whole call, from input to report. The others sum to at most it (the rest is
+  bookkeeping between phases). A phase that did not run reads 0 (`lower_decomposed` neither imports
+  nor decomposes). Wall-clock seconds (`time.perf_counter`): they vary from run to run, and are no
+  part of the lowered program."""
+
+
+class Phase(msgspec.Struct, frozen=True, kw_only=True):
+    """Seconds one phase of a `lower` call took (`PHASES` names them)."""
+
+    name: str
+    seconds: float = 0.0
+
+
+class PhaseClock:
+    """Adds up the seconds of each phase of one `lower` call (one clock per call: no shared state)."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self._seconds = dict.fromkeys(PHASES[:-1], 0.0)
+
+    def add(self, name: str, seconds: float) -> None:
+        self._seconds[name] += max(seconds, 0.0)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Counts the time inside the block to `name`."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    def phases(self) -> tuple[Phase, ...]:
+        """Every phase so far, in `PHASES` order, then the total since the clock started."""
+        total = time.perf_counter() - self.started
+        return (*(Phase(name=n, seconds=s) for n, s in self._seconds.items()), Phase(name="total", seconds=total))
+
+
 class LowerReport(msgspec.Struct, frozen=True, kw_only=True):
     """What `texir.lower` did to one method."""
 
@@ -121,6 +184,9 @@ class LowerReport(msgspec.Struct, frozen=True, kw_only=True):
     """In the order the lowered program calls them (graph order; nested graphs after the top)."""
     undelegated: tuple[UndelegatedNode, ...]
     """Every operator node left outside the delegates, in graph order."""
+    phases: tuple[Phase, ...] = ()
+    """Seconds per phase of the `lower` call, in `PHASES` order, the last the total (empty for a
+    report built without `lower`)."""
 
 
 class Lowered(msgspec.Struct, frozen=True, kw_only=True):
@@ -193,6 +259,7 @@ def build_report(
     *,
     not_decomposed: Sequence[str] = (),
     turned_down: Sequence[TurnedDown] = (),
+    phases: Sequence[Phase] = (),
 ) -> LowerReport:
     """The report of `program`, lowered by `passes` ((partitioner name, its explain or None, what
     its pass summarised), in order)."""
@@ -215,6 +282,7 @@ def build_report(
         turned_down=tuple(turned_down),
         delegates=tuple(delegates),
         undelegated=undelegated_nodes(program, [(name, explain) for name, explain, _ in passes]),
+        phases=tuple(phases),
     )
 
 
