@@ -40,7 +40,7 @@ def test_lower_with_an_executorch_partitioner_writes_a_pte_that_runs(
     assert rows[0]["cache_hit"] is False and rows[0]["partitioner"].endswith("(XnnpackPartitioner)")
     # XNNPACK takes the convolution and the relu; tan stays with the runtime's kernels
     assert [(u["node"], u["target"], u["reason"]) for u in report["undelegated"]] == [
-        ("aten_tan_default", "aten::tan.default", "not_tagged")]
+        ("aten_tan_default", "aten::tan.default", "no_partitioner")]
     assert [p["name"] for p in report["phases"]] == list(PHASES)  # lower's seconds per phase
     expected, args = _eager()
     (got,) = run_pte(out.read_bytes(), args)[0]
@@ -195,7 +195,7 @@ def test_explain_gives_the_executorch_partitioners_own_reason(tmp_path: Path, ca
     report = json.loads(captured.out)
     assert [(d["backend"], len(d["nodes"])) for d in report["delegates"]] == [("XnnpackBackend", 1)]
     (pool,) = report["undelegated"]
-    assert pool["target"] == "aten::avg_pool2d.default" and pool["reason"] == "not_tagged"
+    assert pool["target"] == "aten::avg_pool2d.default" and pool["reason"] == "turned_down"
     assert pool["detail"] == "XnnpackPartitioner: ceil mode is not supported"  # its WhyNoPartition log
     assert {e["status"] for e in report["explain"]} == {"delegated", "not delegated"}
     assert "WhyNoPartition" not in captured.err  # collected, not printed

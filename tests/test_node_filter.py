@@ -110,7 +110,7 @@ def test_the_report_says_what_was_turned_down_and_what_stayed_undelegated() -> N
     outside = [n for n in done.program.graph.nodes if isinstance(n, CallFunction)
                and n.target not in (CALL_DELEGATE, GETITEM)]
     assert [u.node for u in report.undelegated] == [n.name for n in outside] and outside
-    assert all(u.reason == "not_tagged" and "not tagged by the partitioner" in u.detail for u in report.undelegated)
+    assert all(u.reason == "no_partitioner" and "not tagged by the partitioner" in u.detail for u in report.undelegated)
     assert done.seen == (done.edge,) and done.program == lower(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None).program
 
 

@@ -28,7 +28,7 @@ from texir.lowering.partitioners import (
     OpSupportPartitioner,
     WholeProgramPartitioner,
 )
-from texir.lowering.report import build_report, explainer_of
+from texir.lowering.report import build_report
 from texir.serialize import snapshot
 
 EPILOG = """\
@@ -324,7 +324,7 @@ def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) ->
         plan = call_partitioner(partitioner, program)
     with progress.phase("lowering"):
         done = apply_plan(program, plan)
-    report = build_report("forward", done.program, [(_describe(partitioner), explainer_of(partitioner), done.partitions)])
+    report = build_report("forward", done.program, [(_describe(partitioner), partitioner, done.partitions)])
     return done.program, report, [program]
 
 

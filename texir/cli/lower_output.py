@@ -43,7 +43,8 @@ def explain_rows(report: LowerReport, seen: Sequence[Program]) -> list[dict[str,
             "reason": f"kept from decomposition, but {t.partitioner}'s node filter turned it down: decomposed",
         })
     for u in report.undelegated:
-        rows.append({"node": u.node, "target": u.target, "status": "not delegated", "reason": u.detail})
+        rows.append({"node": u.node, "target": u.target, "status": "not delegated",
+                     "reason": f"{u.detail} ({u.reason})"})
     return rows
 
 
@@ -72,15 +73,16 @@ def print_report(out: TextIO, report: LowerReport, explained: Sequence[dict[str,
         ]
         _table(out, rows)
     if report.undelegated:
-        by_op: dict[str, list[str]] = {}
+        by_op: dict[tuple[str, str], list[str]] = {}
         for u in report.undelegated:
-            by_op.setdefault(u.target, []).append(u.node)
+            by_op.setdefault((u.target, u.reason), []).append(u.node)
         n = len(report.undelegated)
         out.write(f"\nnot delegated: {n} node{'s' if n != 1 else ''} (the runtime's kernels run them; "
+                  "reason: turned_down by a partitioner that supports the op, or no_partitioner supports it; "
                   "--explain says why)\n")
-        _table(out, [("op", "nodes", "names")] + [
-            (op, str(len(names)), ", ".join(names[:4]) + (", ..." if len(names) > 4 else ""))
-            for op, names in by_op.items()
+        _table(out, [("op", "nodes", "reason", "names")] + [
+            (op, str(len(names)), reason, ", ".join(names[:4]) + (", ..." if len(names) > 4 else ""))
+            for (op, reason), names in by_op.items()
         ])
     elif report.delegates:
         out.write("\nnot delegated: none\n")

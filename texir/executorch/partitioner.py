@@ -95,6 +95,16 @@ class ExecutorchPartitioner:
         reason = self._why_not.get(node.name)
         return f"{self.name}: {reason}" if reason else None
 
+    def supports_op(self, node: CallFunction) -> bool:
+        """Whether the partitioner supports `node`'s op: for a `ConfigerationBasedPartitioner`
+        (XNNPACK's), whether it has a config for the op; for any other, whether it logged a
+        `WhyNoPartition` reason for the node in its last run (it looked at the op and refused it)."""
+        configs = getattr(self.partitioner, "target_partitioner_configs", None)
+        if isinstance(configs, dict):
+            # its configs are keyed by the op's name without namespace ('linear.default')
+            return node.target.partition("::")[2] in configs
+        return node.name in self._why_not
+
     def _pre_decomposition(self, program: Program) -> Program:
         """`program` after the partitioner's `transform_for_pre_decomposition` (on its ATen
         ExportedProgram); `program` itself when the hook left it as it was."""

@@ -19,7 +19,7 @@ from texir.lowering.delegate import NodeOrder, PreprocessOptions, apply_plan, ch
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache, default_cache
-from texir.lowering.report import Lowered, PartitionSummary, PhaseClock, TurnedDown, build_report, explainer_of
+from texir.lowering.report import Lowered, PartitionSummary, PhaseClock, TurnedDown, build_report
 
 __all__ = ["CacheChoice", "lower_decomposed", "lower_edge", "one_sequence", "per_method", "preprocess_options"]
 
@@ -146,7 +146,7 @@ def lower_edge(
         passes.append((_describe(partitioner), partitioner, done.partitions))
     _check_kept_ops_delegated(method, program, keep)
     report = build_report(
-        method, program, [(name, explainer_of(p), parts) for name, p, parts in passes],
+        method, program, passes,
         not_decomposed=sorted(keep), turned_down=turned_down, phases=clock.phases(),
     )
     return Lowered(program=program, edge=edge, seen=tuple(seen), report=report)

@@ -295,6 +295,8 @@ class OpSupportPartitioner:
             )
         except pydantic.ValidationError as exc:
             raise PartitionerError(f"invalid keep_together groups: {exc.errors()[0]['msg']}") from None
+        self._filtered: set[str] = set()
+        """The nodes of the op set (or predicate) that the node filter refused in the last call, by name."""
         if callable(ops):
             self._supported: OpPredicate = ops
             self._ops: tuple[str, ...] = ()
@@ -313,10 +315,19 @@ class OpSupportPartitioner:
         return f"OpSupportPartitioner({self.options.backend_id!r}, ops={list(self._ops) or 'predicate'})"
 
     def explain(self, node: CallFunction) -> str:
-        """Why this partitioner leaves `node` out (for `texir lower --explain`)."""
+        """Why this partitioner leaves `node` out (for `texir lower --explain`), as of its last call."""
+        if node.name in self._filtered:
+            return f"op '{node.target}' is supported but the node filter turned the node down"
         if self._ops:
+            if node.target in self._ops:
+                return f"op '{node.target}' is supported but the node was left in no partition"
             return f"op '{node.target}' is not among the supported ops"
         return f"the support predicate rejected op '{node.target}'"
+
+    def supports_op(self, node: CallFunction) -> bool:
+        """Whether `node`'s op is among the supported ops (with a predicate, which cannot tell an op it
+        lacks from a node it refuses: whether the node filter refused a node the predicate took)."""
+        return node.target in self._ops if self._ops else node.name in self._filtered
 
     def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
         del program
@@ -334,6 +345,7 @@ class OpSupportPartitioner:
                 )
             (path,) = paths
             groups.setdefault(path, []).append([key.rsplit("/", 1)[-1] for key in group])
+        self._filtered = set()
         for path, graph in walk_keyed_graphs(program.graph):
             supported = self._support(graph, path)
             for members in maximal_partitions(graph, supported, groups.get(path, ())):
@@ -361,6 +373,8 @@ class OpSupportPartitioner:
                 if ok and self.node_filter is not None:
                     context = NodeContext(node=node, metas=metas, provenance=graph.prov(index), graph=path)
                     ok = bool(self.node_filter(context))
+                    if not ok:
+                        self._filtered.add(node.name)
             except Exception as exc:
                 raise PartitionerError(
                     f"the support predicate raised {type(exc).__name__} on node '{node_key(path, node.name)}' "

@@ -9,7 +9,7 @@ partitioner was shown, and the `LowerReport`); `texir lower` prints the report (
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Final, Literal
 
@@ -95,9 +95,23 @@ class DelegateReport(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float
 
 
-UndelegatedReason = Literal["not_tagged"]
-""""not_tagged": no partitioner put the node in a partition (`detail` gives each partitioner's own
-reason where it has an `explain(node)` method)."""
+UndelegatedReason = Literal["no_partitioner", "turned_down"]
+"""Why a node was left out of every delegate:
+
+- "turned_down": a partitioner that supports the node's op left this node out: its node filter or its
+  op check refused it (a dtype, a shape, a weight that is not static), or no partition could hold it.
+  A partitioner says it supports an op with an optional `supports_op(node) -> bool` method.
+  `detail`: the reasons of those partitioners (their `explain(node)`, e.g. ExecuTorch's
+  `WhyNoPartition` log or the native XNNPACK check's message), else that they support the op but
+  left the node out.
+- "no_partitioner": no partitioner supports the op, or none says it does (a partitioner without
+  `supports_op` cannot tell, and counts as not supporting it). `detail`: each partitioner's reason
+  (its `explain(node)` where it has one), or that none was given.
+
+Which partitioners tell: `OpSupportPartitioner` (its op set, and the nodes its node filter refused),
+texir's native XNNPACK partitioner (the ops it has a check for), and ExecuTorch partitioners through
+the bridge (a `ConfigerationBasedPartitioner` such as XNNPACK's: the ops it has a config for; any
+other: the nodes it logged a `WhyNoPartition` reason for)."""
 
 
 class UndelegatedNode(msgspec.Struct, frozen=True, kw_only=True):
@@ -201,9 +215,6 @@ class Lowered(msgspec.Struct, frozen=True, kw_only=True):
     report: LowerReport
 
 
-Explain = Callable[[CallFunction], str]
-
-
 def _call_order(program: Program) -> dict[str, int]:
     """Each lowered module's position among the delegate calls of `program` (walk order)."""
     order: dict[str, int] = {}
@@ -217,25 +228,38 @@ def _call_order(program: Program) -> dict[str, int]:
     return order
 
 
-def _why(node: CallFunction, explainers: Sequence[tuple[str, Explain | None]]) -> str:
+def _asked(partitioner: object, method: str, node: CallFunction) -> object:
+    """`partitioner.method(node)`, or None when it has no such method or it fails (a partitioner's
+    explanation is advice: its failure is no lowering error)."""
+    ask = getattr(partitioner, method, None)
+    if not callable(ask):
+        return None
+    try:
+        return ask(node)
+    except Exception:  # advice only, see above
+        return None
+
+
+def _reason(node: CallFunction, partitioners: Sequence[tuple[str, object]]) -> tuple[UndelegatedReason, str]:
+    """Why no partitioner took `node` (`UndelegatedReason`), and the partitioners' own words."""
+    explained = [(name, p, _asked(p, "explain", node)) for name, p in partitioners]
+    refusing = [(name, text) for name, p, text in explained if _asked(p, "supports_op", node) is True]
+    if refusing:
+        return "turned_down", "; ".join(
+            str(text) if text else f"{name} supports {node.target} but left the node out" for name, text in refusing
+        )
     reasons = []
-    for name, explain in explainers:
-        text = None
-        if explain is not None:
-            try:
-                text = str(explain(node))
-            except Exception:  # a partitioner's explain is advice: its failure is no lowering error
-                text = None
-        if len(explainers) == 1:
-            reasons.append(text or f"not tagged by the partitioner {name}")
+    for name, _, text in explained:
+        if len(explained) == 1:
+            reasons.append(str(text) if text else f"not tagged by the partitioner {name}")
         else:
             reasons.append(f"{name}: {text}" if text else f"{name} did not tag it")
-    return "; ".join(reasons) or "no partitioner was given"
+    return "no_partitioner", "; ".join(reasons) or "no partitioner was given"
 
 
-def undelegated_nodes(program: Program, explainers: Sequence[tuple[str, Explain | None]]) -> tuple[UndelegatedNode, ...]:
+def undelegated_nodes(program: Program, partitioners: Sequence[tuple[str, object]]) -> tuple[UndelegatedNode, ...]:
     """The operator nodes of `program` outside every delegate (delegate calls and their getitems
-    aside), with each partitioner's reason."""
+    aside), each with why (`partitioners`: (name, partitioner) in order)."""
     found = []
     for path, graph in walk_keyed_graphs(program.graph):
         calls = {n.name for n in graph.nodes if isinstance(n, CallFunction) and n.target == CALL_DELEGATE}
@@ -245,24 +269,23 @@ def undelegated_nodes(program: Program, explainers: Sequence[tuple[str, Explain 
             first = node.args[0] if node.args else None
             if node.target == GETITEM and isinstance(first, Ref) and first.name in calls:
                 continue
-            found.append(UndelegatedNode(
-                node=node_key(path, node.name), target=node.target, reason="not_tagged",
-                detail=_why(node, explainers),
-            ))
+            reason, detail = _reason(node, partitioners)
+            found.append(UndelegatedNode(node=node_key(path, node.name), target=node.target, reason=reason, detail=detail))
     return tuple(found)
 
 
 def build_report(
     method: str,
     program: Program,
-    passes: Sequence[tuple[str, Explain | None, Sequence[PartitionSummary]]],
+    passes: Sequence[tuple[str, object, Sequence[PartitionSummary]]],
     *,
     not_decomposed: Sequence[str] = (),
     turned_down: Sequence[TurnedDown] = (),
     phases: Sequence[Phase] = (),
 ) -> LowerReport:
-    """The report of `program`, lowered by `passes` ((partitioner name, its explain or None, what
-    its pass summarised), in order)."""
+    """The report of `program`, lowered by `passes` ((partitioner name, the partitioner, what its
+    pass summarised), in order). The partitioners' optional `explain(node)` and `supports_op(node)`
+    say why a node stayed undelegated (`UndelegatedReason`)."""
     order = _call_order(program)
     delegates = [
         DelegateReport(
@@ -281,15 +304,9 @@ def build_report(
         not_decomposed=tuple(not_decomposed),
         turned_down=tuple(turned_down),
         delegates=tuple(delegates),
-        undelegated=undelegated_nodes(program, [(name, explain) for name, explain, _ in passes]),
+        undelegated=undelegated_nodes(program, [(name, partitioner) for name, partitioner, _ in passes]),
         phases=tuple(phases),
     )
-
-
-def explainer_of(partitioner: object) -> Explain | None:
-    """A partitioner's optional `explain(node) -> str` (why it leaves a node out), or None."""
-    explain = getattr(partitioner, "explain", None)
-    return explain if callable(explain) else None
 
 
 def delegated_by(report: LowerReport) -> Mapping[str, DelegateReport]:

@@ -61,13 +61,16 @@ class _Options(pydantic.BaseModel):
 
 class XnnpackNativePartitioner:
     """ExecuTorch's XnnpackPartitioner for float and int8 programs, as a texir partitioner;
-    `reasons(program)` says why each call node is turned down, and `explain(node)` (lower's
-    report) why a node of the program it last partitioned was."""
+    `reasons(program)` says why each call node is turned down, `explain(node)` (lower's report) why
+    a node of the program it last partitioned was, and `supports_op(node)` whether its op has an
+    XNNPACK config at all (turned down by a check, not kept by no partitioner)."""
 
     def __init__(self, options: _Options) -> None:
         self.options = options
         self._turned_down: dict[str, str] = {}
         """The reasons of the last call (node name -> why), for `explain`."""
+        self._no_config: set[str] = set()
+        """The nodes of the last call whose op has no XNNPACK config here, for `supports_op`."""
 
     def __repr__(self) -> str:
         return f"texir.backends.xnnpack.partitioner(per_op_mode={self.options.per_op_mode})"
@@ -121,6 +124,11 @@ class XnnpackNativePartitioner:
         why = self._turned_down.get(node.name)
         return why if why is not None else f"{node.target} is supported but was left in no XNNPACK partition"
 
+    def supports_op(self, node: CallFunction) -> bool:
+        """Whether XNNPACK has a config for `node`'s op (so a node of it left out was turned down by
+        its check), as of the last call."""
+        return node.name not in self._no_config
+
     def __call__(self, program: Program) -> PartitionPlan:
         if self.options.per_op_mode:
             raise PartitionerError("per_op_mode is not implemented by the native XNNPACK partitioner yet")
@@ -129,6 +137,7 @@ class XnnpackNativePartitioner:
         fused_bn = _fusable_batch_norms(program, constants)
 
         turned_down: dict[str, str] = {}
+        no_config: set[str] = set()
 
         def supported(node: CallFunction, metas: Mapping[str, ValueMeta]) -> bool:
             if node.name in fused_bn:
@@ -136,10 +145,12 @@ class XnnpackNativePartitioner:
             why = _verdict(node, metas, constants, quant)
             if why is not None:
                 turned_down[node.name] = why
+                if why == _no_config(node.target):
+                    no_config.add(node.name)
             return why is None
 
         plan = OpSupportPartitioner(BACKEND_ID, supported)(program)
-        self._turned_down = turned_down
+        self._turned_down, self._no_config = turned_down, no_config
         # Like ExecuTorch's partitioner, only the top-level graph (never inside a cond or map branch).
         tags = {key: tag for key, tag in plan.tags if "/" not in key}
         support = dict.fromkeys(tags, True)
@@ -202,9 +213,13 @@ def _verdict(node: CallFunction, metas: Mapping[str, ValueMeta], constants: froz
         return "static_int8 is not in config_precisions"
     check = CHECKS.get(node.target)
     if check is None:
-        return f"op {node.target} has no XNNPACK config in the native backend"
+        return _no_config(node.target)
     n = NodeView(node, metas, constants)
     return common_check(n) or check(n)
+
+
+def _no_config(target: str) -> str:
+    return f"op {target} has no XNNPACK config in the native backend"
 
 
 def _constants(program: Program) -> frozenset[str]:
