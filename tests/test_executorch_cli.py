@@ -57,6 +57,7 @@ def test_table_and_parallel_jobs_give_the_same_file(tmp_path: Path, capsys: pyte
     table = captured.out
     assert "XnnpackBackend" in table and "named data" in table and "not delegated: 1 node " in table and "aten::tan.default" in table
     assert "\nseconds: import " in table and ", total " in table  # one line of lower's phases
+    assert any(line.split()[:3] == ["aten::tan.default", "1", "no_partitioner"] for line in table.splitlines())
     assert "wrote" not in table and captured.err.count("wrote") == 1 and f"wrote {serial} (" in captured.err
     assert main(["lower", MODEL, "--partitioner", "xnnpack", "--no-cache", "--jobs", "2", "-o", str(parallel)]) == 0
     assert serial.read_bytes() == parallel.read_bytes()

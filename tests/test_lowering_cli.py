@@ -26,7 +26,8 @@ def test_table_and_explain(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[1].split()[:9] == ["lowered_module_1", "texir-test", "tag1", "3", "3", "1", "1", "54", "0"]
     assert lines[2].split()[:9] == ["lowered_module_0", "texir-test", "tag0", "2", "2", "2", "0", "34", "0"]
     assert "not delegated: 2 nodes" in out
-    assert [line.split()[:2] for line in lines[6:8]] == [["aten::permute.default", "1"], ["aten::sin.default", "1"]]
+    assert [line.split()[:3] for line in lines[6:8]] == [
+        ["aten::permute.default", "1", "no_partitioner"], ["aten::sin.default", "1", "no_partitioner"]]
     assert "sin (aten::sin.default): not delegated: op 'aten::sin.default' is not among the supported ops" in out
     assert "mul (aten::mul.Tensor): delegated: delegated to texir-test as tag1 (lowered_module_1)" in out
 
