@@ -69,8 +69,8 @@ class XnnpackNativePartitioner:
         self.options = options
         self._turned_down: dict[str, str] = {}
         """The reasons of the last call (node name -> why), for `explain`."""
-        self._no_config: set[str] = set()
-        """The nodes of the last call whose op has no XNNPACK config here, for `supports_op`."""
+        self._checked: set[str] = set()
+        """The nodes of the last call its op checks saw, whose op has an XNNPACK config, for `supports_op`."""
 
     def __repr__(self) -> str:
         return f"texir.backends.xnnpack.partitioner(per_op_mode={self.options.per_op_mode})"
@@ -122,12 +122,16 @@ class XnnpackNativePartitioner:
     def explain(self, node: CallFunction) -> str:
         """Why the last call left `node` out (for lower's report and `texir lower --explain`)."""
         why = self._turned_down.get(node.name)
-        return why if why is not None else f"{node.target} is supported but was left in no XNNPACK partition"
+        if why is not None:
+            return why
+        if node.name in self._checked:
+            return f"{node.target} is supported but was left in no XNNPACK partition"
+        return f"the partitioner does not check {node.target} nodes (a getitem goes with the node it reads)"
 
     def supports_op(self, node: CallFunction) -> bool:
         """Whether XNNPACK has a config for `node`'s op (so a node of it left out was turned down by
         its check), as of the last call."""
-        return node.name not in self._no_config
+        return node.name in self._checked
 
     def __call__(self, program: Program) -> PartitionPlan:
         if self.options.per_op_mode:
@@ -137,20 +141,21 @@ class XnnpackNativePartitioner:
         fused_bn = _fusable_batch_norms(program, constants)
 
         turned_down: dict[str, str] = {}
-        no_config: set[str] = set()
+        checked: set[str] = set()
 
         def supported(node: CallFunction, metas: Mapping[str, ValueMeta]) -> bool:
+            checked.add(node.name)
             if node.name in fused_bn:
                 return True
             why = _verdict(node, metas, constants, quant)
             if why is not None:
                 turned_down[node.name] = why
                 if why == _no_config(node.target):
-                    no_config.add(node.name)
+                    checked.discard(node.name)
             return why is None
 
         plan = OpSupportPartitioner(BACKEND_ID, supported)(program)
-        self._turned_down, self._no_config = turned_down, no_config
+        self._turned_down, self._checked = turned_down, checked
         # Like ExecuTorch's partitioner, only the top-level graph (never inside a cond or map branch).
         tags = {key: tag for key, tag in plan.tags if "/" not in key}
         support = dict.fromkeys(tags, True)
