@@ -1,5 +1,6 @@
 """What a lowering did, as data: per delegate (backend, nodes, blob size, named data, cache hit,
-seconds), in the order the lowered program calls them, and per node left undelegated, why.
+seconds), in the order the lowered program calls them; per node left undelegated, why
+(`UndelegatedReason`); and the seconds of each phase of the call (`PHASES`).
 
 `texir.lower` returns a `Lowered` (the lowered program, the edge program, the program each
 partitioner was shown, and the `LowerReport`); `texir lower` prints the report (`--json` emits it).
