@@ -53,8 +53,10 @@ and under $TEXIR_CACHE_DIR (--no-cache to compile everything); --jobs N compiles
 worker processes.
 Each row is one delegate, in the order the program calls it: lowered module, backend, tag, node
 count, inputs, outputs, parameters/buffers/constants it consumed, blob size, named data, whether the
-preprocess cache had it, seconds. The nodes left undelegated follow, by op (--explain: each node and
-why). --json prints the same report. Every output (-o, its .ptd, --snapshot, --etrecord) is checked
+preprocess cache had it, seconds. The nodes left undelegated follow, by op and reason (turned_down: a
+partitioner that supports the op refused the node; no_partitioner: none supports it; --explain: each
+node and why), then, with --partitioner xnnpack or an ExecuTorch partitioner, the seconds of each
+phase of the lowering. --json prints the same report. Every output (-o, its .ptd, --snapshot, --etrecord) is checked
 before any work and written all together at the end: an error or Ctrl-C leaves none of them.
 """
 
