@@ -12,6 +12,7 @@ from texir.adapters import from_exported_program
 from texir.backends import xnnpack
 from texir.executorch import executorch_partitioner
 from texir.lowering import PHASES, LowerReport, OpSupportPartitioner, lower_decomposed
+from texir.lowering.errors import PartitionerError
 from texir.orchestrate import lower
 
 REFERENCE = "texir-reference"
@@ -111,3 +112,25 @@ def test_a_node_filter_turning_a_linear_down(exported: torch.export.ExportedProg
     assert reasons[LINEAR] == ("turned_down", f"op '{LINEAR}' is supported but the node filter turned the node down")
     reason, detail = reasons["aten::tan.default"]
     assert reason == "no_partitioner" and detail.count("is not among the supported ops") == 2, detail
+
+
+def test_a_kept_op_the_node_filter_refuses_is_decomposed_by_lower(exported: torch.export.ExportedProgram) -> None:
+    """An op-set partitioner keeps linear whole; its filter refuses the one linear node, so `lower`
+    decomposes that node (as ExecuTorch's check_op_support does) and the pieces run undelegated."""
+    filtered = OpSupportPartitioner(
+        REFERENCE, {LINEAR, "aten::relu.default"}, node_filter=lambda ctx: ctx.node.target != LINEAR
+    )
+    assert filtered.nodes_to_decompose(from_exported_program(exported)) == ("linear",)
+    done = lower(exported, [filtered], cache=None)
+    assert [t.target for t in done.report.turned_down] == [LINEAR]
+    assert [len(d.nodes) for d in done.report.delegates] == [1]  # the relu
+    left = {n.target for n in done.report.undelegated}
+    assert LINEAR not in left and {"aten::addmm.default", "aten::mm.default"} & left, left
+
+
+def test_a_node_filter_that_raises_is_a_partitioner_error(exported: torch.export.ExportedProgram) -> None:
+    def broken(ctx: object) -> bool:
+        raise KeyError("meta")
+
+    with pytest.raises(PartitionerError, match=r"node filter raised KeyError on node 'linear'"):
+        OpSupportPartitioner(REFERENCE, {LINEAR}, node_filter=broken).nodes_to_decompose(from_exported_program(exported))

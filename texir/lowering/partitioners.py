@@ -333,6 +333,29 @@ class OpSupportPartitioner:
         del program
         return self._ops
 
+    def nodes_to_decompose(self, program: Program) -> tuple[str, ...]:
+        """The nodes of kept ops (`ops`) that the node filter refuses: `lower` decomposes them, so
+        their pieces are partitioned like any other node (ExecuTorch's per-node check_op_support)."""
+        node_filter = self.node_filter
+        if node_filter is None or not self._ops:
+            return ()
+        refused: list[str] = []
+        for path, graph in walk_keyed_graphs(program.graph):
+            metas = value_metas(graph)
+            for index, node in enumerate(graph.nodes):
+                if isinstance(node, CallFunction) and node.target in self._ops:
+                    context = NodeContext(node=node, metas=metas, provenance=graph.prov(index), graph=path)
+                    try:
+                        accepted = bool(node_filter(context))
+                    except Exception as exc:
+                        raise PartitionerError(
+                            f"the node filter raised {type(exc).__name__} on node '{node_key(path, node.name)}' "
+                            f"({node.target}): {exc}"
+                        ) from exc
+                    if not accepted:
+                        refused.append(node_key(path, node.name))
+        return tuple(refused)
+
     def __call__(self, program: Program) -> PartitionPlan:
         tags: dict[str, str] = {}
         order: list[str] = []
