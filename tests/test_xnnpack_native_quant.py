@@ -97,6 +97,17 @@ class _Cat(nn.Module):
         return self.fc(torch.cat([x, y], dim=1))
 
 
+class _Permute(nn.Module):
+    """A permute between two quantized linears: pt2e shares its q/dq params with its input's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.fc1(x).permute(0, 2, 1))
+
+
 def _inputs(*shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     return tuple(torch.randn(*shape, generator=_seed(i + 1)) for i, shape in enumerate(shapes))
 
@@ -109,13 +120,14 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bo
     "add_relu_mul_sub": (_Add, ((1, 4, 4, 4), (1, 4, 4, 4)), False),
     "convnet_flat_mean": (lambda: _ConvNet(flat_mean=True), ((1, 3, 8, 8),), False),
     "convnet_pc": (_ConvNet, ((1, 3, 8, 8),), True),
+    "cat_linear": (_Cat, ((2, 4), (2, 4)), False),
 }
 DYNAMIC_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bool]] = {
     # activations quantized at run time, per-channel int8 weights (XNNPACKQuantizer's dynamic scheme)
     "linear_dynamic": (lambda: _Linear(relu=False), ((2, 8),), True),
     "mlp_dynamic_3d": (_MLP, ((2, 3, 8),), True),
 }
-CAT: Final = ("cat_linear", (_Cat, ((2, 4), (2, 4)), False))
+PERMUTE: Final = ("permute_linear", (_Permute, ((2, 4, 8),), False))
 DYNAMIC_CONV: Final = "conv_dynamic"
 """A dynamically quantized convolution: ExecuTorch's partitioner takes it, the native one not yet."""
 DYNAMIC: Final = "linear_dynamic"
@@ -160,7 +172,7 @@ def quantized(name: str) -> tuple[torch.export.ExportedProgram, tuple[torch.Tens
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     conv = (lambda: _Conv(relu=False), ((1, 4, 6, 6),), True)
-    make, shapes, per_channel = {**MODELS, **DYNAMIC_MODELS, CAT[0]: CAT[1], DYNAMIC_CONV: conv}[name]
+    make, shapes, per_channel = {**MODELS, **DYNAMIC_MODELS, PERMUTE[0]: PERMUTE[1], DYNAMIC_CONV: conv}[name]
     torch.manual_seed(0)
     module, args = make().eval(), _inputs(*shapes)
     config = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=name in DYNAMIC_MODELS or name == DYNAMIC_CONV)
@@ -303,19 +315,20 @@ def test_native_int8_pte_runs_bitwise_as_executorchs() -> None:
 
 
 def test_an_unsupported_int8_op_is_left_undelegated_with_the_reason() -> None:
-    """A static-int8 concatenation (ExecuTorch's partitioner takes it) is turned down with the
-    reason, the linear after it is still delegated, and the .pte runs."""
-    from texir.adapters import from_exported_program
+    """A static-int8 permute (ExecuTorch's partitioner takes it) is turned down with the reason in
+    lower's report, the linears around it are still delegated, and the .pte runs."""
+    from texir.orchestrate import lower
     from tests.xnnpack_oracle import run_pte, texir_partitions
 
-    ep, args = quantized("cat_linear")
-    reasons = partitioner().reasons(from_exported_program(ep))
-    assert any("static-int8 aten::cat.default is not yet supported" in why for why in reasons.values()), reasons
-    program = native_lowered("cat_linear")
-    partitions = texir_partitions(program)
-    assert partitions and not any(op.startswith("aten::cat") for p in partitions for op in p)
-    assert any(op.startswith("aten::linear") for p in partitions for op in p)
-    out = run_pte(pte(program), args)[0][0]
+    ep, args = quantized("permute_linear")
+    with registered():
+        result = lower(ep, [partitioner()])
+    permute = [u.detail for u in result.report.undelegated if u.target == "aten::permute_copy.default"]
+    assert permute and all("static-int8 aten::permute_copy.default is not yet supported" in why for why in permute)
+    partitions = texir_partitions(result.program)
+    assert len(partitions) == 2 and not any(op.startswith("aten::permute") for p in partitions for op in p)
+    assert all(any(op.startswith("aten::linear") for op in p) for p in partitions)
+    out = run_pte(pte(result.program), args)[0][0]
     assert torch.allclose(out, ep.module()(*args), atol=0.1)
 
 

@@ -63,10 +63,11 @@ GENERIC_STATIC: Final[dict[str, frozenset[str]]] = {
     "aten::max_pool2d.default": frozenset(),
     "aten::mean.dim": frozenset(),
     "aten::view_copy.default": frozenset(),
+    "aten::cat.default": frozenset(),
 }
 """Element-wise and shape ops the native backend serializes in their static-int8 form."""
 _EXECUTORCH_STATIC: Final = frozenset({
-    "aten::sub.Tensor", "aten::cat.default", "aten::clamp.default", "aten::elu.default",
+    "aten::sub.Tensor", "aten::clamp.default", "aten::elu.default",
     "aten::permute_copy.default", "aten::slice_copy.Tensor", "aten::unsqueeze_copy.default",
     "dim_order_ops::_to_dim_order_copy.default",
 })
