@@ -5,15 +5,20 @@ Each builder returns an eval-mode module and example positional args."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["REAL_MODELS", "QUANTIZED", "RealModel", "ensure_torchvision_ops", "real_model"]
+__all__ = [
+    "REAL_MODELS", "QUANTIZED", "QUANTIZED_NATIVE", "RealModel", "ensure_torchvision_ops", "pattern_graphs_reused",
+    "real_model",
+]
 
 
 def ensure_torchvision_ops() -> None:
@@ -51,12 +56,12 @@ def _tokens(vocab: int = 100, length: int = 8) -> tuple[torch.Tensor]:
 # torchvision (1x3x64x64 images; the classifier heads keep their 1000 classes unless noted)
 
 
-def _tv(name: str, **kw: Any) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
+def _tv(name: str, size: int = 64, **kw: Any) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
     def build() -> tuple[nn.Module, tuple[Any, ...]]:
         ensure_torchvision_ops()
         import torchvision.models as tvm
 
-        return _seeded(lambda: getattr(tvm, name)(weights=None, **kw)), _image()
+        return _seeded(lambda: getattr(tvm, name)(weights=None, **kw)), _image(size)
 
     return build
 
@@ -75,6 +80,26 @@ def _convnext() -> tuple[nn.Module, tuple[Any, ...]]:
 
     blocks = [CNBlockConfig(16, 32, 1), CNBlockConfig(32, 64, 1), CNBlockConfig(64, None, 1)]
     return _seeded(lambda: ConvNeXt(blocks, num_classes=10)), _image()
+
+
+def _resnet_basic() -> tuple[nn.Module, tuple[Any, ...]]:
+    """torchvision's ResNet with one BasicBlock per stage (resnet18's blocks, a quarter of its depth)."""
+    ensure_torchvision_ops()
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    return _seeded(lambda: ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)), _image(32)
+
+
+def _mobilenet_v3_blocks() -> tuple[nn.Module, tuple[Any, ...]]:
+    """torchvision's MobileNetV3 with three of mobilenet_v3_small's bottlenecks: ReLU with
+    squeeze-excitation, a residual one, hardswish with squeeze-excitation."""
+    ensure_torchvision_ops()
+    from torchvision.models.mobilenetv3 import InvertedResidualConfig, MobileNetV3
+
+    blocks = [InvertedResidualConfig(16, 3, 16, 16, True, "RE", 2, 1, 1.0),
+              InvertedResidualConfig(16, 3, 48, 16, False, "RE", 1, 1, 1.0),
+              InvertedResidualConfig(16, 5, 64, 24, True, "HS", 2, 1, 1.0)]
+    return _seeded(lambda: MobileNetV3(blocks, last_channel=64, num_classes=10)), _image(32)
 
 
 def _lraspp() -> tuple[nn.Module, tuple[Any, ...]]:
@@ -198,6 +223,35 @@ REAL_MODELS: tuple[RealModel, ...] = (
 # pt2e int8: XNNPACKQuantizer (symmetric, per-channel weights), calibrated on the example input
 
 
+_PATTERNS: dict[Any, Any] = {}
+
+
+@contextlib.contextmanager
+def pattern_graphs_reused() -> Iterator[None]:
+    """XNNPACKQuantizer strict-exports its conv-bn pattern graphs again on every prepare_pt2e (12
+    exports, most of a small model's quantization time). A graph depends only on the pattern (its
+    function and closure values) and the example inputs' shapes, so the process reuses it."""
+    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer_utils as utils  # executorch: on use
+
+    original = utils._get_aten_graph_module_for_pattern
+
+    def reused(pattern: Any, example_inputs: tuple[Any, ...], is_cuda: bool = False, **kwargs: Any) -> Any:
+        fn = getattr(pattern, "fn", None)
+        if fn is None or kwargs:
+            return original(pattern, example_inputs, is_cuda, **kwargs)
+        key = (fn.__code__, tuple(c.cell_contents for c in fn.__closure__ or ()),
+               tuple(tuple(x.shape) for x in example_inputs), is_cuda)
+        if key not in _PATTERNS:
+            _PATTERNS[key] = original(pattern, example_inputs, is_cuda)
+        return copy.deepcopy(_PATTERNS[key])  # the matcher edits the pattern's output node
+
+    utils._get_aten_graph_module_for_pattern = reused
+    try:
+        yield
+    finally:
+        utils._get_aten_graph_module_for_pattern = original
+
+
 def _quantized(
     make: Callable[[], tuple[nn.Module, tuple[Any, ...]]], *, dynamic: bool = False
 ) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
@@ -211,7 +265,8 @@ def _quantized(
         module, args = make()
         quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic))
         captured = torch.export.export(module, args, strict=False).module()
-        prepared = prepare_pt2e(captured, quantizer)  # type: ignore[arg-type]  # a GraphModule from export
+        with pattern_graphs_reused():
+            prepared = prepare_pt2e(captured, quantizer)  # type: ignore[arg-type]  # a GraphModule from export
         prepared(*args)
         return convert_pt2e(prepared), args
 
@@ -249,8 +304,18 @@ QUANTIZED: tuple[RealModel, ...] = (
 )
 
 
+QUANTIZED_NATIVE: tuple[RealModel, ...] = (
+    RealModel("q_squeezenet1_1", _quantized(_tv("squeezenet1_1", 32, num_classes=10)), "pt2e"),
+    RealModel("q_mobilenet_v3_blocks", _quantized(_mobilenet_v3_blocks), "pt2e"),
+    RealModel("q_resnet_basic", _quantized(_resnet_basic), "pt2e"),
+)
+"""torchvision architectures quantized with XNNPACK's quantizer on 32x32 images (concatenation and
+ceil-mode max pools; hardswish and squeeze-excitation; residual add-relu and strided shortcuts),
+compared native vs ExecuTorch only (tests/xnnpack_conformance.py's NATIVE_ONLY)."""
+
+
 def real_model(name: str) -> RealModel:
-    for m in (*REAL_MODELS, *QUANTIZED):
+    for m in (*REAL_MODELS, *QUANTIZED, *QUANTIZED_NATIVE):
         if m.name == name:
             return m
     raise KeyError(name)

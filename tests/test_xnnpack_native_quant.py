@@ -9,10 +9,8 @@ shows that route writes ExecuTorch's own .pte, and one test here runs ExecuTorch
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -20,6 +18,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.real_models import pattern_graphs_reused
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.backend import XnnpackNativeBackend, registered
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
@@ -133,35 +132,6 @@ DYNAMIC_CONV: Final = "conv_dynamic"
 DYNAMIC: Final = "linear_dynamic"
 
 
-_PATTERNS: dict[Any, Any] = {}
-
-
-@contextlib.contextmanager
-def _pattern_graphs_reused() -> Iterator[None]:
-    """XNNPACKQuantizer strict-exports its conv-bn pattern graphs again on every prepare_pt2e (12
-    exports, most of a small model's quantization time). A graph depends only on the pattern (its
-    function and closure values) and the example inputs' shapes, so the process reuses it."""
-    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer_utils as utils
-
-    original = utils._get_aten_graph_module_for_pattern
-
-    def reused(pattern: Any, example_inputs: tuple[Any, ...], is_cuda: bool = False, **kwargs: Any) -> Any:
-        fn = getattr(pattern, "fn", None)
-        if fn is None or kwargs:
-            return original(pattern, example_inputs, is_cuda, **kwargs)
-        key = (fn.__code__, tuple(c.cell_contents for c in fn.__closure__ or ()),
-               tuple(tuple(x.shape) for x in example_inputs), is_cuda)
-        if key not in _PATTERNS:
-            _PATTERNS[key] = original(pattern, example_inputs, is_cuda)
-        return copy.deepcopy(_PATTERNS[key])  # the matcher edits the pattern's output node
-
-    utils._get_aten_graph_module_for_pattern = reused
-    try:
-        yield
-    finally:
-        utils._get_aten_graph_module_for_pattern = original
-
-
 @functools.lru_cache(maxsize=None)
 def quantized(name: str) -> tuple[torch.export.ExportedProgram, tuple[torch.Tensor, ...]]:
     """The model quantized with XNNPACK's quantizer (calibrated on its example input) and exported."""
@@ -177,7 +147,7 @@ def quantized(name: str) -> tuple[torch.export.ExportedProgram, tuple[torch.Tens
     module, args = make().eval(), _inputs(*shapes)
     config = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=name in DYNAMIC_MODELS or name == DYNAMIC_CONV)
     quantizer = XNNPACKQuantizer().set_global(config)
-    with _pattern_graphs_reused():
+    with pattern_graphs_reused():
         prepared = prepare_pt2e(torch.export.export(module, args, strict=False).module(), quantizer)  # type: ignore[arg-type]  # a GraphModule from export
     prepared(*args)
     return torch.export.export(convert_pt2e(prepared), args, strict=False), args
