@@ -1,7 +1,8 @@
 """Debug maps of `emit_with_debug` against ExecuTorch 1.5.1's `ExecutorchProgramManager`:
 `debug_handle_map` (instruction -> debug handle(s)), `delegate_map` (delegate instruction -> backend
 and its identifier -> handles map) and instruction -> number of delegate outputs, for every zoo
-model (no delegation, and XNNPACK through texir) and the demo backend with its debug identifiers."""
+model without delegation and the demo backend with its debug identifiers. Through XNNPACK, the same
+maps are compared in tests/test_executorch_backends.py, on the oracle's own lowerings."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ pytest.importorskip("executorch", reason="the executorch test extra (pip install
 
 # ExecuTorch itself fails on these (the zoo tests assert its failures); nothing to compare.
 ET_FAILS_PLAIN = {"accumulate", "topk"}
-ET_FAILS_XNNPACK = ET_FAILS_PLAIN | {"norms", "cond_closure_nested"}
 
 def _maps(manager_or_emitted: Any) -> tuple[Any, Any, Any]:
     if isinstance(manager_or_emitted, Emitted):
@@ -44,23 +44,6 @@ def test_undelegated_programs_map_every_instruction_like_executorch(model: ZooMo
     ours = emit_with_debug(from_exported_program(_export(model)[0], decompose=True, allow_non_core=True))
     assert _maps(ours) == _maps(theirs)
     assert ours.debug_handle_map()["forward"]  # every model runs at least one handled instruction
-
-
-@pytest.mark.parametrize("model", [m for m in ZOO if m.name not in ET_FAILS_XNNPACK], ids=lambda m: m.name)
-def test_xnnpack_programs_map_instructions_and_delegates_like_executorch(model: ZooModel) -> None:
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    from texir.executorch import executorch_partitioner
-    from texir.orchestrate import lower
-
-    theirs = _maps(to_edge_transform_and_lower(_export(model)[0], partitioner=[XnnpackPartitioner()]).to_executorch())
-    ours = _maps(emit_with_debug(lower(_export(model)[0], [executorch_partitioner(XnnpackPartitioner())]).program))
-    # exact: texir's lower places nodes as ExecuTorch's to_backend leaves them (texir.lowering.fx_order)
-    assert ours == theirs
-    delegates = ours[1]["forward"]
-    assert all(d["name"] == "XnnpackBackend" for d in delegates.values())
-    assert set(ours[2]["forward"]) == set(delegates)  # every delegate call has an output count
 
 
 def test_demo_backend_debug_identifiers_reach_the_delegate_map() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.xnnpack_conformance import ZOO_NAMES, _check_same, _close
+from tests.xnnpack_conformance import EXECUTORCH_FAILS, ZOO_NAMES, _check_same, _close, _lowered
 from tests.xnnpack_oracle import pte_view, run_pte
 from tests.zoo import cached_export, example_argsets, zoo_model
 
@@ -45,6 +45,19 @@ def _xnnpack_variants() -> dict[str, Any]:
             XnnpackPartitioner(config_precisions=ConfigPrecisionType.DYNAMIC_QUANT), XnnpackPartitioner()
         ],
     }
+
+
+@pytest.mark.parametrize("name", [n for n in ZOO_NAMES if n not in EXECUTORCH_FAILS])
+def test_xnnpack_programs_map_instructions_and_delegates_like_executorch(name: str) -> None:
+    """Debug maps (instruction -> debug handles, delegate map, instruction -> delegate outputs) of
+    texir's .pte through ExecuTorch's XNNPACK equal ExecuTorch's `ExecutorchProgramManager`'s, exactly:
+    texir's lower places nodes as ExecuTorch's to_backend leaves them (texir.lowering.fx_order)."""
+    _, et, tx = _lowered(name)
+    assert et.debug_maps is not None and tx.debug_maps is not None, (et.error, tx.error)
+    assert tx.debug_maps == et.debug_maps
+    delegates = tx.debug_maps[1]["forward"]
+    assert all(d["name"] == "XnnpackBackend" for d in delegates.values())
+    assert set(tx.debug_maps[2]["forward"]) == set(delegates)  # every delegate call has an output count
 
 
 @pytest.mark.parametrize("variant", ["per_op_mode", "fp32_configs_only", "dynamic_quant_then_default"])

@@ -103,7 +103,9 @@ def _openvino() -> list[Any]:
     return [openvino_partitioner()]
 
 
-OPENVINO_MODELS = ("mlp", "deep_mlp", "conv_bn", "convnet", "resnet18", "mobilenet_v2")
+OPENVINO_MODELS = ("deep_mlp", "convnet", "mobilenet_v2")
+"""deep_mlp's linear, GELU, sigmoid, tanh; convnet's conv, batch norm, relu, poolings, flatten, linear
+(mlp's and conv_bn's ops); mobilenet_v2 for a whole torchvision network."""
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +214,8 @@ def _spec(cls: Any, target: str) -> Any:
     return cls(target)
 
 
-ARM_MODELS = ("mlp", "deep_mlp", "residual_mlp", "conv_bn", "convnet")
+ARM_MODELS = ("deep_mlp", "residual_mlp", "convnet")
+"""Models holding every op of the zoo's mlp and conv_bn too (see ARM_INT_MODELS), each lowered twice."""
 
 ARM_INT_MODELS = ("deep_mlp", "residual_mlp", "convnet")
 """The quantized runs (each quantizes, then lowers twice, Vela compiling twice for Ethos-U) on the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -78,8 +79,19 @@ NATIVE_ONLY: dict[str, str] = {
 }
 """Models whose texir side is the native XNNPACK alone (the bridge would double their cost)."""
 
+BRIDGE_UNCHECKED_REAL: dict[str, str] = {
+    name: ("compared native vs ExecuTorch only in `make test`: the bridge runs ExecuTorch's own XNNPACK "
+           "preprocess, which costs as much as the reference itself on this model (the CI budget); the "
+           "bridge's presentation of the same ops is checked on the other real models and the whole zoo, "
+           "and TEXIR_BRIDGE_ALL=1 compares it here too")
+    for name in ("efficientnet_b0", "mobilenet_v3_small", "shufflenet_v2_x0_5", "mnasnet0_5",
+                 "lraspp_mobilenet_v3", "squeezenet1_1", "distilbert", "hf_vit")
+}
+"""Real models whose bridge comparison `make test` leaves to `TEXIR_BRIDGE_ALL=1` (`make fuzz` sets it)."""
+
 ZOO_NAMES = [m.name for m in ZOO]
 REAL_NAMES = [m.name for m in REAL_MODELS]
+BRIDGE_REAL_NAMES = [n for n in REAL_NAMES if os.environ.get("TEXIR_BRIDGE_ALL") == "1" or n not in BRIDGE_UNCHECKED_REAL]
 QUANT_NAMES = [m.name for m in QUANTIZED]
 QUANT_NATIVE_NAMES = [*QUANT_NAMES, *NATIVE_ONLY]
 

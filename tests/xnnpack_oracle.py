@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from texir.emit import EmitOptions, emit
+from texir.emit import EmitOptions, emit, emit_with_debug
 from texir.ir import CALL_DELEGATE, CallFunction, GetAttr, Program, Ref, TensorMeta, TupleMeta
 from texir.serialize.pte.codec import dumps
 from texir.executorch.runtime import RuntimeRunError, load_method
@@ -34,6 +34,9 @@ class Lowered:
     error: BaseException | None = None
     partitions: list[Counter[str]] = field(default_factory=list)
     """Per delegate call (in graph order): the ops of its sub-program with their shapes."""
+    debug_maps: tuple[Any, Any, Any] | None = None
+    """ExecuTorch's debug_handle_map, delegate_map and instruction -> number of outputs (texir's from
+    `emit_with_debug`), for tests/test_executorch_backends.py's debug-map comparison."""
 
 
 def pte_view(data: bytes) -> PteView:
@@ -68,9 +71,10 @@ def executorch_xnnpack(ep: torch.export.ExportedProgram) -> Lowered:
                     f"{_op_name(n.target)}{_shape(n.meta.get('val'))}" for n in sub.nodes if n.op == "call_function"
                 ))
         manager = edge.to_executorch()
+        maps = (manager.debug_handle_map, manager.delegate_map, manager._emitter_output.instruction_id_to_num_outs_map)
     except Exception as exc:  # the oracle's own failure is part of what is compared
         return Lowered(pte=None, error=exc)
-    return Lowered(pte=bytes(manager.buffer), partitions=partitions)
+    return Lowered(pte=bytes(manager.buffer), partitions=partitions, debug_maps=maps)
 
 
 def _op_name(target: Any) -> str:
@@ -96,10 +100,12 @@ def texir_xnnpack(ep: torch.export.ExportedProgram, options: EmitOptions | None 
 
     try:
         program = lower(ep, [executorch_partitioner(XnnpackPartitioner())]).program
-        pte = dumps(emit(program, options))
+        emitted = emit_with_debug(program, options)
+        pte = dumps(emitted.program)
     except Exception as exc:
         return Lowered(pte=None, error=exc)
-    return Lowered(pte=pte, partitions=texir_partitions(program))
+    maps = (emitted.debug_handle_map(), emitted.delegate_map(), emitted.instruction_id_to_num_outs_map())
+    return Lowered(pte=pte, partitions=texir_partitions(program), debug_maps=maps)
 
 
 def native_xnnpack(ep: torch.export.ExportedProgram) -> Lowered:
