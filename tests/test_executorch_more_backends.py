@@ -103,9 +103,7 @@ def _openvino() -> list[Any]:
     return [openvino_partitioner()]
 
 
-OPENVINO_MODELS = ("deep_mlp", "convnet", "mobilenet_v2")
-"""deep_mlp's linear, GELU, sigmoid, tanh; convnet's conv, batch norm, relu, poolings, flatten, linear
-(mlp's and conv_bn's ops); mobilenet_v2 for a whole torchvision network."""
+OPENVINO_MODELS = ("mlp", "deep_mlp", "conv_bn", "convnet", "resnet18", "mobilenet_v2")
 
 
 @pytest.fixture(scope="module")
@@ -214,14 +212,11 @@ def _spec(cls: Any, target: str) -> Any:
     return cls(target)
 
 
-ARM_MODELS = ("deep_mlp", "residual_mlp", "convnet")
-"""Models holding every op of the zoo's mlp and conv_bn too (see ARM_INT_MODELS), each lowered twice."""
+ARM_MODELS = ("mlp", "deep_mlp", "residual_mlp", "conv_bn", "convnet")
 
-ARM_INT_MODELS = ("deep_mlp", "residual_mlp", "convnet")
-"""The quantized runs (each quantizes, then lowers twice, Vela compiling twice for Ethos-U) on the
-models that hold every op of ARM_MODELS: deep_mlp's GELU/sigmoid/tanh (table lookups in INT),
-residual_mlp's linear+relu with add and mul (mlp's ops), convnet's biased and bias-less conv, batch
-norm, relu, both poolings, flatten and linear (conv_bn's ops)."""
+ARM_INT_MODELS = ARM_MODELS
+"""The quantized runs (each quantizes, then lowers twice, Vela compiling twice for Ethos-U): the same
+five models as the FP runs (deep_mlp's GELU/sigmoid/tanh are table lookups in INT)."""
 
 
 @pytest.mark.parametrize("name", ARM_MODELS)
