@@ -121,7 +121,9 @@ class MethodEmitter(DelegateCalls):
                 if handle is not None and node.target != CALL_DELEGATE_TARGET and node.target not in CONTROL_FLOW:
                     # Each instruction of the node (casts the emitter adds run for it, as the cast
                     # nodes ExecuTorch inserts carry their consumer's handle).
-                    self.debug_handles.extend((i, handle) for i in range(before, len(self.instructions)))
+                    self.debug_handles.extend(
+                        (i, handle) for i in range(before, len(self.instructions)) if i not in self.without_handle
+                    )
             else:
                 self.emit_output(node, where=where)
         return assemble_plan(self)
@@ -422,6 +424,7 @@ class MethodEmitter(DelegateCalls):
         seq = size_arg.items if isinstance(size_arg, (ListArg, TupleArg)) else (size_arg,)
         sizes_index = self.add(IntList(items=tuple(self.scalar(item, where=where) for item in seq)))
         out = self.add(alias)
+        self.without_handle.add(len(self.instructions))  # ExecuTorch's _emit_view records no handle
         self.kernel("executorch_prim::et_view.default", (base_index, sizes_index, out))
         self.by_name[node.name] = out
         return True

@@ -102,6 +102,8 @@ class ValueTable:
         self.outputs: list[int] = []
         # instruction index -> debug handle(s); delegate calls: outputs and backend map
         self.debug_handles: list[tuple[int, int | tuple[int, ...]]] = []
+        self.without_handle: set[int] = set()
+        """Instructions ExecuTorch's emitter writes without a debug handle (its `et_view`)."""
         self.debug_num_outputs: list[tuple[int, int]] = []
         self.debug_delegates: list[tuple[int, DelegateDebug]] = []
         self.step = 0
