@@ -56,12 +56,13 @@ def pte_view(data: bytes) -> PteView:
     return PteView(delegates=delegates, named=named, kernels=kernels)
 
 
-def executorch_xnnpack(ep: torch.export.ExportedProgram) -> Lowered:
+def executorch_xnnpack(ep: torch.export.ExportedProgram, **options: Any) -> Lowered:
+    """ExecuTorch's own lowering; `options` go to XnnpackPartitioner (e.g. per_op_mode=True)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     try:
-        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner(**options)])
         gm = edge.exported_program().graph_module
         partitions = []
         for node in gm.graph.nodes:
@@ -108,15 +109,16 @@ def texir_xnnpack(ep: torch.export.ExportedProgram, options: EmitOptions | None 
     return Lowered(pte=pte, partitions=texir_partitions(program), debug_maps=maps)
 
 
-def native_xnnpack(ep: torch.export.ExportedProgram) -> Lowered:
-    """texir's own XNNPACK partitioner and backend (`texir.backends.xnnpack`), no ExecuTorch code."""
+def native_xnnpack(ep: torch.export.ExportedProgram, **options: Any) -> Lowered:
+    """texir's own XNNPACK partitioner and backend (`texir.backends.xnnpack`), no ExecuTorch code;
+    `options` go to its `partitioner()`."""
     from texir.backends.xnnpack import registered
     from texir.backends.xnnpack.partitioner import partitioner
     from texir.orchestrate import lower
 
     try:
         with registered():
-            program = lower(ep, [partitioner()]).program
+            program = lower(ep, [partitioner(**options)]).program
         pte = dumps(emit(program))
     except Exception as exc:
         return Lowered(pte=None, error=exc)

@@ -1,0 +1,124 @@
+"""texir's native XNNPACK against ExecuTorch 1.5.1's own `.pte` on tiny models for what the zoo and
+the real models do not reach: scaled dot-product attention (decomposed; ExecuTorch's
+ConvertToSDPAPass never matches), ops of ExecuTorch's float configs no other model uses, and
+`per_op_mode`. Each model is one ExecuTorch reference (`tests/xnnpack_oracle.py`): the same
+partitions, delegates, blobs, named data and kernels, outputs bitwise equal; where ExecuTorch fails,
+native fails the same way."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.xnnpack_oracle import Lowered, executorch_xnnpack, native_xnnpack, pte_view, run_pte
+
+
+def _g(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def assert_native_is_executorchs(module: nn.Module, args: tuple[Any, ...], **options: Any) -> tuple[Lowered, Lowered]:
+    """ExecuTorch's to_edge_transform_and_lower + to_executorch and texir's native lowering of one
+    export (`options` to both partitioners): everything the .pte holds for XNNPACK is equal, and so
+    are the runtime outputs, bit for bit."""
+    torch.manual_seed(0)
+    ep = torch.export.export(module.eval(), args, strict=False)
+    et, native = executorch_xnnpack(copy.deepcopy(ep), **options), native_xnnpack(ep, **options)
+    assert et.error is None, f"ExecuTorch failed: {et.error!r}"
+    assert native.error is None, f"native failed: {native.error!r}"
+    assert et.pte is not None and native.pte is not None
+    assert native.partitions == et.partitions and et.partitions
+    a, b = pte_view(et.pte), pte_view(native.pte)
+    assert [d[0] for d in b.delegates] == [d[0] for d in a.delegates]
+    for i, ((_, theirs), (_, mine)) in enumerate(zip(a.delegates, b.delegates, strict=True)):
+        assert mine == theirs, f"delegate {i}: blob differs ({len(mine)} vs {len(theirs)} bytes)"
+    assert b.named == a.named
+    assert b.kernels == a.kernels
+    ours, theirs_out = run_pte(native.pte, args)[0], run_pte(et.pte, args)[0]
+    assert ours and len(ours) == len(theirs_out)
+    for p, q in zip(ours, theirs_out, strict=True):
+        assert p.dtype == q.dtype and torch.equal(p, q)
+    return et, native
+
+
+# -- scaled dot-product attention -----------------------------------------------------------------
+
+
+@pytest.fixture
+def sdpa_matches() -> Iterator[list[Any]]:
+    """The subgraphs ExecuTorch's ConvertToSDPAPass replaces while the test runs."""
+    from executorch.backends.xnnpack._passes.convert_to_sdpa import ConvertToSDPAPass
+
+    found: list[Any] = []
+    original = ConvertToSDPAPass.create_sdpa
+
+    def spy(self: Any, graph_module: Any, match: Any) -> None:
+        found.append(match)
+        original(self, graph_module, match)
+
+    ConvertToSDPAPass.create_sdpa = spy  # a spy for this test only
+    try:
+        yield found
+    finally:
+        ConvertToSDPAPass.create_sdpa = original
+
+
+class Attention(nn.Module):
+    """F.scaled_dot_product_attention on q, k, v with a 2-D float mask; with `variants`, also
+    without a mask, is_causal, an explicit scale, and grouped-query attention on half the heads."""
+
+    def __init__(self, variants: bool) -> None:
+        super().__init__()
+        self.variants = variants
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        sdpa = F.scaled_dot_product_attention
+        if not self.variants:
+            return (sdpa(q, k, v, mask),)
+        return (sdpa(q, k, v, mask), sdpa(q, k, v), sdpa(q, k, v, is_causal=True), sdpa(q, k, v, mask, scale=0.5),
+                sdpa(q, k[:, :1], v[:, :1], enable_gqa=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_sdpa_decomposes_and_lowers_as_executorch_does(dtype: torch.dtype, sdpa_matches: list[Any]) -> None:
+    """torch 2.13 decomposes SDPA with a "safe softmax" (eq -inf, logical_not, any, full_like,
+    where) that no XNNPACK config takes, so each attention splits over delegates (q's transpose;
+    bmm, mask add, softmax; bmm and the output transpose) around portable kernels; native gives the
+    same delegates. ExecuTorch's ConvertToSDPAPass never fires inside a partition."""
+    g = _g(7)
+    q, k, v = (torch.randn(1, 2, 8, 16, generator=g).to(dtype) for _ in range(3))
+    mask = torch.randn(8, 8, generator=g).to(dtype)
+    et, _ = assert_native_is_executorchs(Attention(variants=dtype == torch.float32), (q, k, v, mask))
+    assert not sdpa_matches
+    delegated = {op.split("[")[0] for part in et.partitions for op in part}
+    assert "aten::bmm.default" in delegated and "aten::_softmax.default" in delegated
+    assert not delegated & {"aten::eq.Scalar", "aten::any.dim", "aten::where.self", "aten::logical_not.default"}
+
+
+def test_executorchs_sdpa_patterns_hold_ops_no_xnnpack_config_takes(sdpa_matches: list[Any]) -> None:
+    """Why ConvertToSDPAPass cannot fire with torch 2.13: each of its patterns (made by the same
+    torch) holds safe-softmax ops that neither ExecuTorch's configs nor native's checks take, and
+    the pass only sees the nodes of one XNNPACK partition. So native needs no SDPA rule and writes
+    no XNNScaledDotProductAttention node (ExecuTorch 1.5.1 has no visitor for one either)."""
+    from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+    from executorch.backends.xnnpack.partition.graphs import sdpa
+    from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
+
+    from texir.adapters.targets import canonical_target
+    from texir.backends.xnnpack.op_checks import CHECKS
+
+    configs = {c.target_name for c in ALL_PARTITIONER_CONFIGS}
+    patterns = sdpa.get_graphs()
+    assert len(patterns) == 2  # fp32 and fp16, each with a 2-D mask
+    for pattern in patterns:
+        calls = [n.target for n in pattern.graph.nodes if n.op == "call_function"]
+        untaken = {format_target_name(t.__name__) for t in calls} - configs
+        assert {"eq.Scalar", "logical_not.default", "any.dim", "where.self", "full_like.default"} <= untaken
+        native = {canonical_target(getattr(t, "_op", t)) for t in calls}
+        assert "aten::eq.Scalar" in native and not {"aten::eq.Scalar", "aten::any.dim", "aten::where.self"} & set(CHECKS)
