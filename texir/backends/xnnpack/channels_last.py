@@ -16,9 +16,10 @@ from texir.backends.xnnpack.graph import (
     conv1d_as_conv2d,
     fuse_activations,
     split_concatenations,
-    fuse_batch_norm,
     remove_clones,
+    revert_dim_order_copies,
 )
+from texir.backends.xnnpack.batch_norm import decompose_batch_norm, fuse_batch_norm
 from texir.backends.xnnpack.quant_partition import DQ_PER_CHANNEL, DQ_PER_TENSOR, Q_PER_CHANNEL, Q_PER_TENSOR
 from texir.ir import TensorMeta
 
@@ -235,12 +236,31 @@ class _ChannelsLast:
                 self._drop(dead)
 
 
+def _max_dims_as_amax(g: XGraph) -> None:
+    """RemoveGetItemPass: a max.dim whose one user takes its values becomes an amax (the max.dim's
+    debug handle) in that user's place."""
+    for n in [n for n in g.nodes if n.target == "aten::max.dim"]:
+        users = g.users(n)
+        if len(users) != 1 or users[0].args[1] != 0:
+            raise XnnpackUnsupportedError(f"'{n.name}': max.dim's indices are read (XNNPACK computes the values only)",
+                                          node=n.name, op=n.target)
+        amax = XNode(n.name, "aten::amax.default", list(n.args), dict(n.kwargs), users[0].meta, n.handle)
+        g.nodes[g.nodes.index(n)] = amax
+        g._users = None
+        g.replace_all_uses(users[0], amax)
+        g.nodes.remove(users[0])
+        g._users = None
+
+
 def run_passes(g: XGraph) -> XGraph:
     """ExecuTorch 1.5.1's default XNNPACK pass list, as far as this backend implements it."""
     remove_clones(g)
+    revert_dim_order_copies(g)
     fuse_batch_norm(g)
+    decompose_batch_norm(g)
     fuse_activations(g)
     split_concatenations(g)
+    _max_dims_as_amax(g)
     conv1d_as_conv2d(g)
     cl = _ChannelsLast(g)
     cl.tag()

@@ -41,7 +41,8 @@ from texir.ir import (
 )
 from texir.ir.blob import Blob
 
-__all__ = ["Const", "XGraph", "XNode", "conv1d_as_conv2d", "split_concatenations", "fuse_activations", "fuse_batch_norm", "remove_clones"]
+__all__ = ["Const", "XGraph", "XNode", "conv1d_as_conv2d", "split_concatenations", "fuse_activations", "remove_clones",
+           "revert_dim_order_copies"]
 
 CONV = "aten::convolution.default"
 LINEAR = "aten::linear.default"
@@ -274,8 +275,8 @@ class XGraph:
             index.setdefault(id(i), []).append(node)
 
     def insert_after(self, anchor: XNode, node: XNode) -> None:
+        index = self._index()  # built before the insertion, which then adds the node's uses once
         self.nodes.insert(self.nodes.index(anchor) + 1, node)
-        index = self._index()
         for i in node.inputs():
             index.setdefault(id(i), []).append(node)
 
@@ -353,6 +354,29 @@ def remove_clones(g: XGraph) -> None:
     g.erase_dead()
 
 
+_DIM_ORDERS: Final = {(0, 2, 3, 1): CHANNELS_LAST}
+
+
+def revert_dim_order_copies(g: XGraph) -> None:
+    """DimOrderOpsRevertPass: a `_to_dim_order_copy` becomes a `_to_copy` to the memory format of its
+    dim order (contiguous, channels-last, or preserve when it gives none)."""
+    for n in g.nodes:
+        if n.target != "dim_order_ops::_to_dim_order_copy.default":
+            continue
+        order = n.kwargs.get("dim_order")
+        if order is None:
+            fmt = "preserve_format"
+        elif list(order) == list(range(len(order))):
+            fmt = CONTIGUOUS
+        elif tuple(order) in _DIM_ORDERS:
+            fmt = _DIM_ORDERS[tuple(order)]
+        else:
+            raise XnnpackUnsupportedError(f"'{n.name}': dim order {list(order)} is no memory format",
+                                          node=n.name, op=n.target)
+        n.target = TO_COPY
+        n.kwargs = {**{k: v for k, v in n.kwargs.items() if k != "dim_order"}, "memory_format": fmt}
+
+
 def _with_unit_dim(meta: Any) -> TensorMeta:
     """The meta of a tensor unsqueezed at its end (a trailing size-1 dim of stride 1)."""
     assert isinstance(meta, TensorMeta)
@@ -373,6 +397,8 @@ def conv1d_as_conv2d(g: XGraph) -> None:
         if id(w) not in reshaped:
             reshaped.add(id(w))
             w.const.shape = (*w.const.shape, 1)
+            if w.const.array is not None:
+                w.const.array = w.const.array.reshape(w.const.shape)
             w.meta = _with_unit_dim(w.meta)
         x = n.args[0]
         before = XNode(f"{n.name}_unsqueeze", "aten::unsqueeze_copy.default", [x, -1], {}, _with_unit_dim(x.meta))
@@ -429,49 +455,6 @@ def _dim_order(meta: Any) -> tuple[int, ...] | None:
     if not isinstance(meta, TensorMeta) or not all(isinstance(s, int) for s in meta.strides):
         return None
     return tuple(sorted(range(len(meta.strides)), key=lambda d: -int(meta.strides[d])))
-
-
-def fuse_batch_norm(g: XGraph) -> None:
-    """FuseBatchNormPass: a no-training batch norm after a single-user conv with constant weights is
-    folded into new `<weight>_fused_bn` constants (arithmetic as torch's `fuse_conv_bn_weights`, f32)."""
-    for bn in [n for n in g.nodes if n.target == BN]:
-        conv = bn.args[0]
-        if not isinstance(conv, XNode) or conv.target != CONV or len(g.users(conv)) != 1:
-            continue
-        users = g.users(bn)
-        if not all(u.target == GETITEM and u.args[1] == 0 for u in users):
-            continue
-        params = [conv.args[1], conv.args[2], *bn.args[1:5]]
-        if any(p is not None and (not isinstance(p, XNode) or p.const is None) for p in params):
-            continue
-        if conv.args[1].const.dtype != DType.float32:
-            continue
-        w = conv.args[1].const.numpy()
-        rm, rv = bn.args[3].const.numpy(), bn.args[4].const.numpy()
-        bw = bn.args[1].const.numpy() if bn.args[1] is not None else np.ones_like(rm)
-        bb = bn.args[2].const.numpy() if bn.args[2] is not None else np.zeros_like(rm)
-        b = conv.args[2].const.numpy() if conv.args[2] is not None else np.zeros_like(rm)
-        eps = np.float32(bn.args[-1])
-        rsqrt = (np.float32(1.0) / np.sqrt(rv + eps)).astype(np.float32)
-        transpose = bool(conv.args[6])
-        shape = [1, -1] if transpose else [-1, 1]
-        shape += [1] * (w.ndim - 2)
-        fused_w = (w * (bw * rsqrt).reshape(shape)).astype(np.float32)
-        fused_b = ((b - rm) * rsqrt * bw + bb).astype(np.float32)
-        weight = XNode(conv.args[1].name + "_fused_bn", "placeholder", meta=conv.args[1].meta)
-        weight.const = Const(DType.float32, tuple(fused_w.shape), array=np.ascontiguousarray(fused_w))
-        bias = XNode(conv.args[1].name + "_bias_fused_bn", "placeholder", meta=bn.args[1].meta)
-        bias.const = Const(DType.float32, tuple(fused_b.shape), array=np.ascontiguousarray(fused_b))
-        g.nodes.insert(g.nodes.index(conv.args[1]), weight)
-        g.nodes.insert(g.nodes.index(weight) + 1, bias)
-        g.set_args(conv, [conv.args[0], weight, bias, *conv.args[3:]])
-        conv.meta = users[0].meta if users else conv.meta
-        for u in users:
-            g.replace_all_uses(u, conv)
-    g.erase_dead()
-    used = {id(i) for n in g.nodes for i in n.inputs()}
-    g.nodes = [n for n in g.nodes if n.user_input or n.is_call or n.target == "output" or id(n) in used]
-    g.erase_dead()
 
 
 _FUSABLE = {CONV, LINEAR, "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor"}

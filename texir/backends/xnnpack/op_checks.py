@@ -249,6 +249,13 @@ def _clone(n: NodeView) -> str | None:
     return None
 
 
+def _same_dtype(n: NodeView) -> str | None:
+    x, out = n.tensor(0), n.metas.get(n.node.name)
+    if x is None or not isinstance(out, TensorMeta) or x.dtype != out.dtype:
+        return "dtype conversion (XNNPACK takes memory-format copies only)"
+    return None
+
+
 def _dim_order(meta: TensorMeta) -> tuple[int, ...]:
     return tuple(sorted(range(len(meta.strides)), key=lambda d: -int(meta.strides[d]) if isinstance(meta.strides[d], int) else 0))
 
@@ -263,6 +270,7 @@ CHECKS: Final[dict[str, Check]] = {
     "aten::unsqueeze_copy.default": _unsqueeze,
     "aten::clone.default": _clone,
     "dim_order_ops::_clone_dim_order.default": _clone,
+    "dim_order_ops::_to_dim_order_copy.default": _same_dtype,
     "aten::linear.default": _linear,
     "aten::convolution.default": _conv,
     "aten::addmm.default": _addmm,

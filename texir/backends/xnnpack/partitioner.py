@@ -30,10 +30,14 @@ from texir.ir import (
     BufferInput,
     CallFunction,
     ConstantTensorInput,
+    DType,
+    NoneArg,
     ParameterInput,
     Placeholder,
     Program,
     Ref,
+    TensorMeta,
+    TupleMeta,
     ValueMeta,
 )
 from texir.ir.analysis import value_metas
@@ -138,7 +142,7 @@ class XnnpackNativePartitioner:
             raise PartitionerError("per_op_mode is not implemented by the native XNNPACK partitioner yet")
         constants = _constants(program)
         quant = self._quant(program, constants)
-        fused_bn = _fusable_batch_norms(program, constants)
+        fused_bn = _batch_norms(program, constants) | _max_dims(program)
 
         turned_down: dict[str, str] = {}
         checked: set[str] = set()
@@ -235,24 +239,66 @@ def _constants(program: Program) -> frozenset[str]:
     )
 
 
-def _fusable_batch_norms(program: Program, constants: frozenset[str]) -> set[str]:
-    """Batch norms (and their getitem) that FuseBatchNormPass folds into the convolution before them."""
+_BN: Final = "aten::_native_batch_norm_legit_no_training.default"
+
+
+def _batch_norms(program: Program, constants: frozenset[str]) -> set[str]:
+    """Batch norms (and their getitems) ExecuTorch's BatchNormConfig takes: the preprocess can fold
+    each into the convolution or linear before it (FuseBatchNormPass.can_fuse) or turn it into a
+    depthwise convolution (DecomposeBatchNorm); only getitems of its output read it."""
+    metas = value_metas(program.graph)
     nodes = {n.name: n for n in program.graph.nodes if isinstance(n, CallFunction)}
     users: dict[str, list[CallFunction]] = {}
     for n in nodes.values():
         for ref in refs(n):
             users.setdefault(ref, []).append(n)
+
+    def static(a: object, optional: bool) -> bool:
+        return (optional and (a is None or isinstance(a, NoneArg))) or (isinstance(a, Ref) and a.name in constants)
+
     found: set[str] = set()
     for n in nodes.values():
-        if n.target != "aten::_native_batch_norm_legit_no_training.default":
-            continue
-        src = n.args[0]
-        conv = nodes.get(src.name) if isinstance(src, Ref) else None
-        if conv is None or conv.target != "aten::convolution.default" or len(users.get(conv.name, [])) != 1:
-            continue
-        if not all(isinstance(a, Ref) and a.name in constants for a in n.args[1:5]):
+        if n.target != _BN or common_check(NodeView(n, metas, constants)) is not None:
             continue
         getitems = users.get(n.name, [])
+        if not all(u.target == "_operator::getitem" and getattr(u.args[1], "value", None) == 0 for u in getitems):
+            continue
+        src = n.args[0]
+        x = metas.get(src.name) if isinstance(src, Ref) else None
+        rank = len(x.shape) if isinstance(x, TensorMeta) else 0
+        before = nodes.get(src.name) if isinstance(src, Ref) else None
+        fusable = (
+            before is not None and before.target in ("aten::convolution.default", "aten::linear.default")
+            and static(before.args[1], False) and static(n.args[1], False)
+            and (before.target != "aten::convolution.default" or rank in (3, 4))
+        )
+        decomposable = (
+            rank in (2, 3, 4) and isinstance(x, TensorMeta) and isinstance(x.shape[1], int)
+            and all(static(a, True) for a in n.args[1:3]) and all(static(a, False) for a in n.args[3:5])
+            and not isinstance(n.args[-1], Ref)
+        )
+        if fusable or decomposable:
+            found.add(n.name)
+            found.update(u.name for u in getitems)
+    return found
+
+
+def _max_dims(program: Program) -> set[str]:
+    """max.dim nodes (with their getitems) ExecuTorch's MaxDimConfig takes: a 4-D float input and
+    only the values read (the preprocess makes each an amax)."""
+    metas = value_metas(program.graph)
+    calls = [n for n in program.graph.nodes if isinstance(n, CallFunction)]
+    found: set[str] = set()
+    for n in calls:
+        if n.target != "aten::max.dim" or not isinstance(n.args[0], Ref):
+            continue
+        x, out = metas.get(n.args[0].name), metas.get(n.name)
+        values = out.items[0] if isinstance(out, TupleMeta) and out.items else None
+        if not isinstance(x, TensorMeta) or len(x.shape) != 4 or x.dtype not in (DType.float32, DType.float16):
+            continue
+        if not isinstance(values, TensorMeta) or values.dtype != x.dtype:
+            continue
+        getitems = [u for u in calls if n.name in refs(u)]
         if all(u.target == "_operator::getitem" and getattr(u.args[1], "value", None) == 0 for u in getitems):
             found.add(n.name)
             found.update(u.name for u in getitems)

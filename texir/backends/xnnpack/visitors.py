@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
-from texir.backends.xnnpack.graph import CHANNELS_LAST, XNode
+from texir.backends.xnnpack.graph import CHANNELS_LAST, CONTIGUOUS, XNode
 from texir.backends.xnnpack.quant import QDQ_VISITORS, QuantParams, bias_params, from_inputs, from_weights
 from texir.backends.xnnpack.serialize import KEEP_DIMS, NCHW_TO_NHWC, NHWC_TO_NCHW, Serializer
 
@@ -159,6 +159,22 @@ def _max_pool(ser: Serializer, n: XNode) -> None:
         flags=KEEP_DIMS))
 
 
+def _amax(ser: Serializer, n: XNode) -> None:
+    """amax over H or W of a 4-D tensor with keepdim (a max.dim whose indices nobody reads): a max
+    pooling over that whole dim, in NHWC."""
+    dim = _arg(n, 1)
+    if len(n.args) != 3 or dim not in (2, 3):
+        raise XnnpackUnsupportedError(f"'{n.name}': max over dim {dim} (XNNPACK takes dim 2 or 3 with keepdim=True)",
+                                      node=n.name, op=n.target)
+    ser.io(n, nhwc=True)
+    h, w = ser.g.shape(n.args[0])[2:]
+    height, width = (h, 1) if dim == 2 else (1, w)
+    ser.emit(n, s.XNNMaxPooling2d(
+        padding_top=0, padding_right=0, padding_bottom=0, padding_left=0, pooling_height=height,
+        pooling_width=width, stride_height=height, stride_width=width, dilation_height=1, dilation_width=1,
+        input_id=ser.id(n.args[0]), output_id=ser.id(n), flags=0))
+
+
 def _ceil_pad(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
     span = size + 2 * pad - dilation * (kernel - 1) - 1
     out = (span + stride - 1) // stride + 1
@@ -209,7 +225,10 @@ def _permute(ser: Serializer, n: XNode) -> None:
 
 
 def _to_copy(ser: Serializer, n: XNode) -> None:
-    fmt = n.kwargs.get("memory_format")
+    fmt = n.kwargs.get("memory_format", CONTIGUOUS)
+    if fmt not in (CHANNELS_LAST, CONTIGUOUS):
+        raise XnnpackUnsupportedError(f"'{n.name}': a copy to memory format {fmt} (XNNPACK converts to channels-last "
+                                      "or contiguous only)", node=n.name, op=n.target)
     to_nhwc = fmt == CHANNELS_LAST
     src = n.args[0]
     ser.define(src, nhwc=not to_nhwc and src.rank == 4)
@@ -352,6 +371,7 @@ VISITORS: Final[dict[str, Visitor]] = {
     "aten::upsample_bilinear2d.vec": _upsample_bilinear,
     "aten::_softmax.default": _softmax,
     "aten::max_pool2d.default": _max_pool,
+    "aten::amax.default": _amax,
     "aten::avg_pool2d.default": _avg_pool,
     "aten::mean.dim": _mean,
     "aten::view_copy.default": _view,
