@@ -18,6 +18,7 @@ import pydantic
 from texir.backends.xnnpack.backend import BACKEND_ID
 from texir.backends.xnnpack.op_checks import CHECKS, KEPT_OPS, NodeView, common_check, refs
 from texir.backends.xnnpack.partition_order import torch_partition_order
+from texir.backends.xnnpack.per_op import per_op_groups
 from texir.backends.xnnpack.quant_partition import (
     DQ_PER_TENSOR,
     IMPLICIT_KEY,
@@ -43,7 +44,7 @@ from texir.ir import (
 from texir.ir.analysis import value_metas
 from texir.lowering.errors import PartitionerError
 from texir.lowering.partitioners import OpSupportPartitioner
-from texir.lowering.plan import PartitionPlan
+from texir.lowering.plan import DelegationSpec, PartitionPlan
 
 __all__ = ["CHECKS", "KEPT_OPS", "XnnpackNativePartitioner", "partitioner"]
 
@@ -138,11 +139,11 @@ class XnnpackNativePartitioner:
         return node.name in self._checked
 
     def __call__(self, program: Program) -> PartitionPlan:
-        if self.options.per_op_mode:
-            raise PartitionerError("per_op_mode is not implemented by the native XNNPACK partitioner yet")
         constants = _constants(program)
         quant = self._quant(program, constants)
         fused_bn = _batch_norms(program, constants) | _max_dims(program)
+        if self.options.per_op_mode:
+            return self._per_op(program, constants, quant, fused_bn)
 
         turned_down: dict[str, str] = {}
         checked: set[str] = set()
@@ -197,6 +198,34 @@ class XnnpackNativePartitioner:
             renamed, [(rename.get(tag, tag), spec[tag]) for tag in ordered],
             shared_constants=plan.shared_constants, backend_meta=notes,
         )
+
+
+    def _per_op(self, program: Program, constants: frozenset[str], quant: QuantPlan,
+                tuple_ops: set[str]) -> PartitionPlan:
+        """per_op_mode: one partition per group of config matches (`per_op.per_op_groups`), tagged
+        tag0, tag1, ... in ExecuTorch's order."""
+        metas = value_metas(program.graph)
+        turned_down: dict[str, str] = {}
+        checked: set[str] = set()
+
+        def taken(node: CallFunction) -> bool:
+            if node.name in tuple_ops:
+                checked.add(node.name)
+                return True
+            why = _verdict(node, metas, constants, quant) if node.target in CHECKS else _no_config(node.target)
+            if node.target in CHECKS:
+                checked.add(node.name)
+            if why is not None:
+                turned_down[node.name] = why
+            return why is None
+
+        groups = per_op_groups(program, constants, quant, taken)
+        self._turned_down, self._checked = turned_down, checked
+        tags = {name: f"tag{i}" for i, group in enumerate(groups) for name in group}
+        spec = DelegationSpec(backend_id=BACKEND_ID)
+        notes = [BackendNodeMeta(node=name, key=IMPLICIT_KEY, value="true") for name in sorted(quant.implicit)
+                 if name in tags]
+        return PartitionPlan.build(tags, [(f"tag{i}", spec) for i in range(len(groups))], backend_meta=notes)
 
 
 _CLAIMS: Final[dict[str, tuple[int, ...]]] = {

@@ -83,6 +83,8 @@ class QuantPlan:
     deps: dict[str, str] = field(default_factory=dict)
     """Node (call or constant) -> the anchor op whose partition it joins."""
     implicit: set[str] = field(default_factory=set)
+    members: dict[str, list[str]] = field(default_factory=dict)
+    """Anchor op -> every node its config takes with it (`deps` keeps each node's first anchor only)."""
     refused: dict[str, str] = field(default_factory=dict)
     """Node -> why the native backend turns down its quantized form."""
     static: bool = True
@@ -172,6 +174,7 @@ def quant_patterns(program: Program, constants: frozenset[str], accepts: Callabl
                     "(ExecuTorch's partitioner takes it: --partitioner executorch:xnnpack)"
                 )
                 continue
+            plan.members[node.name] = [*inputs, *fused, q]
             for dep in (*inputs, *fused, q):
                 plan.deps.setdefault(dep, node.name)
             plan.implicit.update((*inputs, q))
@@ -208,6 +211,7 @@ def _gemm(node: CallFunction, g: _Graph, constants: frozenset[str], plan: QuantP
     if bias is not None:
         deps.append(bias)
     plan.gemms.add(node.name)
+    plan.members[node.name] = deps
     for dep in deps:
         plan.deps.setdefault(dep, node.name)
     plan.implicit.update((w_node.name, act.name, q))
@@ -228,6 +232,7 @@ def _dynamic_gemm(node: CallFunction, w_node: CallFunction, act: CallFunction, g
     if bias is not None:
         deps.append(bias)
     plan.gemms.add(node.name)
+    plan.members[node.name] = deps
     for dep in deps:
         plan.deps.setdefault(dep, node.name)
     plan.implicit.update((w_node.name, *chain[:2]))
