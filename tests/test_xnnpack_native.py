@@ -118,7 +118,7 @@ def test_backends_import_neither_torch_nor_executorch() -> None:
         import sys
         import texir.backends.xnnpack
         from texir.backends.xnnpack import backend, flatbuffer, graph, partitioner, partition_order, serialize
-        from texir.backends.xnnpack import channels_last, int4, op_checks, quant, quant_partition, visitors
+        from texir.backends.xnnpack import batch_norm, channels_last, int4, op_checks, per_op, quant, quant_partition, visitors
         bad = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "executorch"))
         assert not bad, bad
     """)

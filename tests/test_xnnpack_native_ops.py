@@ -122,3 +122,112 @@ def test_executorchs_sdpa_patterns_hold_ops_no_xnnpack_config_takes(sdpa_matches
         assert {"eq.Scalar", "logical_not.default", "any.dim", "where.self", "full_like.default"} <= untaken
         native = {canonical_target(getattr(t, "_op", t)) for t in calls}
         assert "aten::eq.Scalar" in native and not {"aten::eq.Scalar", "aten::any.dim", "aten::where.self"} & set(CHECKS)
+
+
+# -- float ops of ExecuTorch's configs no zoo or real model reaches ----------------------------------
+
+
+class UnaryAndPools(nn.Module):
+    """abs, ceil, floor, log, sqrt, maximum, minimum; avg pools (with and without padding) and max
+    pools (ceil_mode, dilation) after a convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = torch.abs(x) + 0.5
+        z = self.conv(image)
+        return (torch.ceil(x), torch.floor(x), torch.log(a), torch.sqrt(a), torch.maximum(x, y), torch.minimum(x, y),
+                F.avg_pool2d(z, 2), F.avg_pool2d(z, 3, 1, 1, count_include_pad=False),
+                F.max_pool2d(z, 3, 2, ceil_mode=True), F.max_pool2d(z, 2, 1, 0, 2))
+
+
+class BatchNorms(nn.Module):
+    """Batch norms: after a linear (folded into it), on NCL and NCHW tensors after a mul (each a
+    depthwise convolution), and one without affine parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = _g(11)
+        self.fc = nn.Linear(4, 4)
+        self.bn_fc, self.bn_ncl, self.bn_2d = nn.BatchNorm1d(4), nn.BatchNorm1d(4), nn.BatchNorm2d(4)
+        self.bn_plain = nn.BatchNorm2d(4, affine=False)
+        for bn in (self.bn_fc, self.bn_ncl, self.bn_2d, self.bn_plain):
+            bn.running_mean.copy_(torch.randn(4, generator=g))
+            bn.running_var.copy_(torch.rand(4, generator=g) + 0.5)
+            if bn.affine:
+                nn.init.uniform_(bn.weight, 0.5, 1.5, generator=g)
+                nn.init.uniform_(bn.bias, -0.5, 0.5, generator=g)
+
+    def forward(self, x: torch.Tensor, seq: torch.Tensor, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.bn_fc(self.fc(x)), self.bn_ncl(seq * 2), self.bn_2d(image * 2), self.bn_plain(image - 1)
+
+
+class CopiesAndMax(nn.Module):
+    """A memory-format copy (`_to_dim_order_copy` to channels-last) and max over H and over W with
+    keepdim (max.dim, its values only)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x * 2
+        return (y.to(memory_format=torch.channels_last) + 1, torch.max(y, dim=2, keepdim=True)[0],
+                torch.max(y, dim=3, keepdim=True)[0])
+
+
+def test_unary_ops_and_pools() -> None:
+    g = _g(8)
+    assert_native_is_executorchs(UnaryAndPools(), (torch.randn(2, 5, generator=g), torch.randn(2, 5, generator=g),
+                                                   torch.randn(1, 3, 9, 9, generator=g)))
+
+
+def test_batch_norms_fold_into_linear_or_become_depthwise_convolutions() -> None:
+    g = _g(9)
+    et, _ = assert_native_is_executorchs(BatchNorms(), (torch.randn(3, 4, generator=g), torch.randn(2, 4, 5, generator=g),
+                                                        torch.randn(2, 4, 3, 3, generator=g)))
+    assert sum(n for part in et.partitions for op, n in part.items() if op.startswith("aten::_native_batch_norm")) == 4
+
+
+def test_memory_format_copy_and_max_over_a_dim() -> None:
+    assert_native_is_executorchs(CopiesAndMax(), (torch.randn(1, 3, 4, 5, generator=_g(10)),))
+
+
+def test_max_over_channels_fails_in_preprocess_as_executorchs_does() -> None:
+    """MaxDimConfig takes a max.dim over any dim of a 4-D tensor, but XNNPACK pools over H or W only:
+    ExecuTorch's preprocess raises, and so does native's, naming the node."""
+    from texir.lowering.errors import BackendPreprocessError
+
+    class MaxOverChannels(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.max(x * 2, dim=1, keepdim=True)[0]
+
+    ep = torch.export.export(MaxOverChannels(), (torch.randn(1, 2, 3, 4),), strict=False)
+    et, native = executorch_xnnpack(copy.deepcopy(ep)), native_xnnpack(ep)
+    assert isinstance(et.error, RuntimeError) and "only supports dim == 2 or dim == 3" in str(et.error)
+    assert isinstance(native.error, BackendPreprocessError)
+    assert "'aten_max_dim': max over dim 1" in str(native.error)
+
+
+# -- per_op_mode ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["mlp", "conv_bn", "q_mlp"])
+def test_per_op_mode_partitions_as_executorchs(name: str) -> None:
+    """XnnpackPartitioner(per_op_mode=True): one delegate per config match (a linear with its fused
+    relu; a convolution, then its batch norm alone, which the preprocess makes a depthwise
+    convolution; a static-int8 linear with its q/dq nodes, and each q/dq its config takes alone),
+    the same delegates, blobs, named data and outputs as ExecuTorch's own .pte."""
+    from tests.real_models import real_export
+    from tests.zoo import cached_export, zoo_model
+
+    if name.startswith("q_"):
+        ep, args = real_export(name)
+    else:
+        ep, args = cached_export(name, decompose=False), zoo_model(name).build()[1]
+    et, native = executorch_xnnpack(copy.deepcopy(ep), per_op_mode=True), native_xnnpack(ep, per_op_mode=True)
+    assert et.error is None and native.error is None, (et.error, native.error)
+    assert et.pte is not None and native.pte is not None
+    assert native.partitions == et.partitions and len(et.partitions) > 1
+    a, b = pte_view(et.pte), pte_view(native.pte)
+    assert b.delegates == a.delegates and b.named == a.named and b.kernels == a.kernels
+    for p, q in zip(run_pte(native.pte, args)[0], run_pte(et.pte, args)[0], strict=True):
+        assert torch.equal(p, q)
