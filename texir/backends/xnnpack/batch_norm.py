@@ -18,6 +18,9 @@ from texir.ir import DType, TensorMeta
 __all__ = ["decompose_batch_norm", "fuse_batch_norm"]
 
 
+_KINDS: dict[Any, DType] = {np.float32: DType.float32, np.float16: DType.float16}
+
+
 def _array(node: Any) -> np.ndarray[Any, Any] | None:
     return node.const.numpy() if isinstance(node, XNode) and node.const is not None else None
 
@@ -44,7 +47,7 @@ def _getitems_only(g: XGraph, bn: XNode) -> list[XNode] | None:
 
 def fuse_batch_norm(g: XGraph) -> None:
     """FuseBatchNormPass: a batch norm after a convolution (1-D or 2-D) or linear it is the only user
-    of, with static weights, is folded into new `<weight>_fused_bn` constants."""
+    of, with static weights, is folded into new `<weight>_fused_bn` constants (float32 or float16)."""
     for src in [n for n in g.nodes if n.target in (CONV, LINEAR)]:
         users = g.users(src)
         if len(users) != 1 or users[0].target != BN:
@@ -52,7 +55,7 @@ def fuse_batch_norm(g: XGraph) -> None:
         bn = users[0]
         getitems = _getitems_only(g, bn)
         w, bw = _array(src.args[1]), _array(bn.args[1])
-        if getitems is None or w is None or bw is None or w.dtype != np.float32:
+        if getitems is None or w is None or bw is None or w.dtype.type not in _KINDS:
             continue
         if src.target == CONV and src.args[0].rank not in (3, 4):
             continue
@@ -62,7 +65,9 @@ def fuse_batch_norm(g: XGraph) -> None:
         if rm is None or rv is None or bb is None or (bias_arg is not None and b is None):
             continue
         b = b if b is not None else np.zeros_like(rm)
-        rsqrt = (np.float32(1.0) / np.sqrt(rv + np.float32(bn.args[-1]))).astype(np.float32)
+        # torch rounds each op's float result to the dtype (numpy's float16 ops do too); rsqrt once.
+        var = (rv.astype(np.float32) + np.float32(bn.args[-1])).astype(rv.dtype)
+        rsqrt = (np.float32(1.0) / np.sqrt(var.astype(np.float32))).astype(rv.dtype)
         if src.target == CONV:
             shape = [1, -1] if src.args[6] else [-1, 1]
             fused_w = w * (bw * rsqrt).reshape(shape + [1] * (w.ndim - 2))
@@ -71,8 +76,9 @@ def fuse_batch_norm(g: XGraph) -> None:
             scale = bw * rsqrt
             fused_w = w * scale[:, None]
             fused_b = (b - rm) * scale + bb
-        weight = _constant(src.args[1].name + "_fused_bn", fused_w.astype(np.float32), DType.float32, src.args[1].meta)
-        bias = _constant(src.args[1].name + "_bias_fused_bn", fused_b.astype(np.float32), DType.float32, bn.args[1].meta)
+        kind, dtype = _KINDS[w.dtype.type], w.dtype
+        weight = _constant(src.args[1].name + "_fused_bn", fused_w.astype(dtype), kind, src.args[1].meta)
+        bias = _constant(src.args[1].name + "_bias_fused_bn", fused_b.astype(dtype), kind, bn.args[1].meta)
         g.nodes.insert(g.nodes.index(src.args[1]), weight)
         g.nodes.insert(g.nodes.index(weight) + 1, bias)
         g.set_args(src, [src.args[0], weight, bias, *src.args[3:]])
@@ -85,7 +91,6 @@ def fuse_batch_norm(g: XGraph) -> None:
     g.erase_dead()
 
 
-_FLOATS = {DType.float32: np.float32, DType.float16: np.float16}
 
 
 def decompose_batch_norm(g: XGraph) -> None:
@@ -108,7 +113,7 @@ def decompose_batch_norm(g: XGraph) -> None:
         b64 = beta.astype(np.float64) if beta is not None else np.zeros(1)
         weight64, bias64 = g64 / denom, -rm.astype(np.float64) * g64 / denom + b64
         channels, spatial = int(x.tensor.shape[1]), max(rank - 2, 1)
-        kind = next(k for k, v in _FLOATS.items() if v == dtype)
+        kind = _KINDS[dtype.type]
         like = bn.args[3].meta
         weight = _constant(f"{bn.name}_decomposed_bn_weight",
                            _cast(weight64, dtype).reshape([channels, 1] + [1] * spatial), kind, like)
