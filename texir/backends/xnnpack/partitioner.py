@@ -50,6 +50,7 @@ __all__ = ["CHECKS", "KEPT_OPS", "XnnpackNativePartitioner", "partitioner"]
 
 
 _PRECISIONS: Final = ("fp32", "static_int8", "dynamic_int8")
+_BN: Final = "aten::_native_batch_norm_legit_no_training.default"
 
 
 class _Options(pydantic.BaseModel):
@@ -212,8 +213,9 @@ class XnnpackNativePartitioner:
             if node.name in tuple_ops:
                 checked.add(node.name)
                 return True
-            why = _verdict(node, metas, constants, quant) if node.target in CHECKS else _no_config(node.target)
-            if node.target in CHECKS:
+            has_config = node.target in CHECKS or node.target in _TUPLE_OPS
+            why = _verdict(node, metas, constants, quant) if has_config else _no_config(node.target)
+            if has_config:
                 checked.add(node.name)
             if why is not None:
                 turned_down[node.name] = why
@@ -251,9 +253,18 @@ def _verdict(node: CallFunction, metas: Mapping[str, ValueMeta], constants: froz
         return "static_int8 is not in config_precisions"
     check = CHECKS.get(node.target)
     if check is None:
-        return _no_config(node.target)
+        return _TUPLE_OPS.get(node.target, _no_config(node.target))
     n = NodeView(node, metas, constants)
     return common_check(n) or check(n)
+
+
+_TUPLE_OPS: Final = {
+    _BN: ("a batch norm the preprocess can neither fold into a static convolution or linear nor make a depthwise "
+          "convolution (a rank 2-4 float input with static channels, constant statistics and parameters, only "
+          "its output read)"),
+    "aten::max.dim": "max.dim of other than a 4-D float tensor, or its indices are read",
+}
+"""The ops taken with their getitems (`_batch_norms`, `_max_dims`): why one is turned down."""
 
 
 def _no_config(target: str) -> str:
@@ -266,9 +277,6 @@ def _constants(program: Program) -> frozenset[str]:
         name for name, spec in zip(names, program.signature.inputs)
         if isinstance(spec, (ParameterInput, BufferInput, ConstantTensorInput))
     )
-
-
-_BN: Final = "aten::_native_batch_norm_legit_no_training.default"
 
 
 def _batch_norms(program: Program, constants: frozenset[str]) -> set[str]:
