@@ -231,3 +231,23 @@ def test_per_op_mode_partitions_as_executorchs(name: str) -> None:
     assert b.delegates == a.delegates and b.named == a.named and b.kernels == a.kernels
     for p, q in zip(run_pte(native.pte, args)[0], run_pte(et.pte, args)[0], strict=True):
         assert torch.equal(p, q)
+
+
+def test_turned_down_batch_norm_and_max_dim_say_why() -> None:
+    """A max.dim of a 3-D tensor and a batch norm of a 5-D one are turned down with their configs'
+    reason, not as ops without a config."""
+    from texir.adapters import from_exported_program
+    from texir.backends.xnnpack.partitioner import partitioner
+
+    class Both(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm3d(2)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.max(x, dim=-1)[0], self.bn(y)
+
+    ep = torch.export.export(Both().eval(), (torch.randn(2, 3, 4), torch.randn(1, 2, 2, 2, 2)), strict=False)
+    reasons = partitioner().reasons(from_exported_program(ep, decompose=True))
+    whys = sorted(why for name, why in reasons.items() if "max" in name or "batch_norm" in name)
+    assert any("neither fold" in why for why in whys) and any("4-D float tensor" in why for why in whys), reasons
