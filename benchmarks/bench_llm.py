@@ -23,7 +23,7 @@ a subprocess under RLIMIT_AS, so that running out of memory ends that run only: 
 RSS, times. Tried in order; a side that fails is not tried on larger sizes.
 
 Run: .venv/bin/python benchmarks/bench_llm.py [--quick | --config NAME] [--quant fp32|8da4w|both]
-     .venv/bin/python benchmarks/bench_llm.py --scale [--scale-sizes 1b,3b,8b] [--mem-limit GIB]
+     .venv/bin/python benchmarks/bench_llm.py --scale [--scale-sizes 1b,3b,8b] [--scale-sides executorch,native] [--mem-limit GIB]
 """
 
 from __future__ import annotations
@@ -157,13 +157,13 @@ def compare(size: str, quants: list[str]) -> None:
         _report(size, quant, runs, speed, same)
 
 
-def scale(sizes: list[str], limit: int) -> None:
-    """fp16 Llamas of increasing size, ExecuTorch and native each under RLIMIT_AS = `limit`."""
+def scale(sizes: list[str], limit: int, sides: tuple[str, ...] = ("executorch", "native")) -> None:
+    """fp16 Llamas of increasing size, each of `sides` under RLIMIT_AS = `limit`."""
     print(f"Scale: Llama-shaped fp16 models (random weights, static KV cache {MAX_CACHE}), XNNPACK, .pte + .ptd; "
           f"each side in a subprocess under RLIMIT_AS {limit / GIB:.1f} GiB")
     failed: set[str] = set()
     for size in sizes:
-        for side in ("executorch", "native"):
+        for side in sides:
             if side in failed:
                 print(f"  {size:<6} {LABELS[side]:<11} not tried (failed at a smaller size)")
                 continue
@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quant", choices=("fp32", "8da4w", "both"), default="both")
     parser.add_argument("--scale", action="store_true", help="the fp16 scale ladder instead of the comparison")
     parser.add_argument("--scale-sizes", default="1b,3b,8b", metavar="NAME,...", help="sizes --scale tries, in order")
+    parser.add_argument("--scale-sides", default="executorch,native", metavar="SIDE,...",
+                        help="sides --scale runs (executorch, native; default both)")
     parser.add_argument("--mem-limit", type=float, default=22.0, metavar="GIB",
                         help="RLIMIT_AS of each --scale subprocess (default 22 GiB)")
     parser.add_argument("--child", nargs=2, metavar=("SIDE", "SPEC"), help=argparse.SUPPRESS)
@@ -208,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [s for s in sizes if s not in CONFIGS]
         if unknown:
             parser.error(f"unknown --scale-sizes {unknown}; choose from {sorted(CONFIGS)}")
-        scale(sizes, int(args.mem_limit * GIB))
+        sides = tuple(args.scale_sides.split(","))
+        if not sides or any(s not in ("executorch", "native") for s in sides):
+            parser.error(f"unknown --scale-sides {args.scale_sides!r}; choose from executorch, native")
+        scale(sizes, int(args.mem_limit * GIB), sides)
         return 0
     size = args.config or ("quick" if args.quick else "1b")
     compare(size, ["fp32", "8da4w"] if args.quant == "both" else [args.quant])

@@ -159,11 +159,15 @@ def _imported(
             f"method {method!r}: lower takes a torch.export.ExportedProgram or a texir.ir.Program, "
             f"not {type(source).__name__}"
         )
+    functional = False
     if ep is not None and has_subclass_state(ep):
-        ep = functionalize(ep)  # torchao's quantized weights unwrapped, as ExecuTorch's first retrace does
+        # torchao's quantized weights unwrapped by ExecuTorch's first retrace, run_decompositions({}):
+        # the program is functional after it, and a second such retrace would give it back unchanged
+        ep, functional = functionalize(ep), True
     aten, ep = _transformed_before_decomposition(method, aten, ep, partitioners)
     if ep is not None:
-        ep = _functional(ep)  # ExecuTorch's to_edge_transform_and_lower always starts so
+        if not functional:
+            ep = _functional(ep)  # ExecuTorch's to_edge_transform_and_lower always starts so
         aten = None  # (the functional program is another program than the input)
     asks = any(getattr(p, "ops_to_not_decompose", None) is not None for p in partitioners)
     if asks or (options.cache is not None and ep is not None):
