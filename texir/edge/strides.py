@@ -13,6 +13,7 @@ visited; shapes and dtypes are never changed.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -41,6 +42,11 @@ def contiguous_strides(shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
             out.append(step)
             step *= max(int(d), 1)
         return tuple(reversed(out))
+    return _symbolic_strides(shape)
+
+
+@lru_cache(maxsize=4096)  # sympy is slow, and a model repeats its few symbolic shapes in every layer
+def _symbolic_strides(shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
     import sympy  # type: ignore[import-untyped]  # sympy ships no type information; imported only for symbolic shapes
 
     sym_out: list[Dim] = []
@@ -131,6 +137,7 @@ def _same_strides(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> bool:
                                     for x, y in zip(a, b))
 
 
+@lru_cache(maxsize=4096)  # as _symbolic_strides: the same few pairs in every layer
 def _sym_equal(x: Dim, y: Dim) -> bool:
     import sympy  # imported only for symbolic shapes
 
