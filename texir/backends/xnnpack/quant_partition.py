@@ -64,11 +64,12 @@ GENERIC_STATIC: Final[dict[str, frozenset[str]]] = {
     "aten::mean.dim": frozenset(),
     "aten::view_copy.default": frozenset(),
     "aten::cat.default": frozenset(),
+    "aten::permute_copy.default": frozenset(),
+    "aten::sub.Tensor": frozenset(),
 }
 """Element-wise and shape ops the native backend serializes in their static-int8 form."""
 _EXECUTORCH_STATIC: Final = frozenset({
-    "aten::sub.Tensor", "aten::clamp.default", "aten::elu.default",
-    "aten::permute_copy.default", "aten::slice_copy.Tensor", "aten::unsqueeze_copy.default",
+    "aten::clamp.default", "aten::elu.default", "aten::slice_copy.Tensor", "aten::unsqueeze_copy.default",
     "dim_order_ops::_to_dim_order_copy.default",
 })
 """Ops ExecuTorch's configs also take in static-int8 form that the native backend does not yet."""
@@ -161,7 +162,7 @@ def quant_patterns(program: Program, constants: frozenset[str], accepts: Callabl
     for node in g.calls.values():
         if node.target in _GEMMS:
             _gemm(node, g, constants, plan)
-        elif static and (node.target in GENERIC_STATIC or node.target in _EXECUTORCH_STATIC) and accepts(node):
+        elif static and (node.target in _EXECUTORCH_STATIC or node.target in GENERIC_STATIC and accepts(node)):
             inputs = list(dict.fromkeys(_walk(node.args)))
             if not inputs or any(g.target(i) not in (DQ_PER_TENSOR, DQ_PER_CHANNEL) for i in inputs):
                 continue
