@@ -24,7 +24,7 @@ from texir.backends.xnnpack.backend import XnnpackNativeBackend, registered
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.flatbuffer import decode_blob
 from texir.backends.xnnpack.partitioner import partitioner
-from texir.ir import DType, DTypeArg, IntArg, Program, Ref
+from texir.ir import CallFunction, DType, DTypeArg, IntArg, Program, Ref
 
 _seed = torch.Generator().manual_seed
 
@@ -134,6 +134,18 @@ class _Sub(nn.Module):
         return self.c(self.a(x) - self.b(x))
 
 
+class _Slice(nn.Module):
+    """A channel slice of a quantized convolution's output, read by another (pt2e shares the slice's
+    q/dq params with its input's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(4, 4, 1), nn.Conv2d(2, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c2(self.c1(x)[:, 1:3])
+
+
 def _inputs(*shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     return tuple(torch.randn(*shape, generator=_seed(i + 1)) for i, shape in enumerate(shapes))
 
@@ -149,6 +161,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bo
     "cat_linear": (_Cat, ((2, 4), (2, 4)), False),
     "shuffle_conv_pc": (_Shuffle, ((1, 4, 4, 4),), True),
     "sub_conv": (_Sub, ((1, 4, 4, 4),), False),
+    "slice_conv_pc": (_Slice, ((1, 4, 4, 4),), True),
 }
 DYNAMIC_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bool]] = {
     # activations quantized at run time, per-channel int8 weights (XNNPACKQuantizer's dynamic scheme)
@@ -329,6 +342,27 @@ def test_an_unsupported_int8_op_is_left_undelegated_with_the_reason() -> None:
     assert all(any(op.startswith("aten::convolution") for op in p) for p in partitions)
     out = run_pte(pte(result.program), args)[0][0]
     assert torch.allclose(out, ep.module()(*args), atol=0.1)
+
+
+def test_a_slice_whose_quantize_changes_the_params_is_turned_down() -> None:
+    """XNNPACK's int8 slice keeps its input's quantization: with another scale on the quantize after
+    it (edited into ExecuTorch's sub-program), the slice is turned down with the reason, as
+    ExecuTorch's config turns it down."""
+    from texir.ir import FloatArg
+
+    program = executorch_lowered("slice_conv_pc").lowered_modules[0].module.original_program
+    reasons = partitioner().reasons(program)
+    (slice_node,) = [n for n in program.graph.nodes if getattr(n, "target", "") == "aten::slice_copy.Tensor"]
+    assert slice_node.name not in reasons
+    (q,) = [n for n in program.graph.nodes if isinstance(n, CallFunction) and Ref(name=slice_node.name) in n.args]
+
+    def rescaled(n: Any) -> Any:
+        return msgspec.structs.replace(n, args=(n.args[0], FloatArg(value=0.5), *n.args[2:])) if n is q else n
+
+    edited = msgspec.structs.replace(program, graph=msgspec.structs.replace(
+        program.graph, nodes=tuple(rescaled(n) for n in program.graph.nodes)))
+    why = partitioner().reasons(edited).get(slice_node.name, "")
+    assert why.startswith("XNNPACK's static-int8 slice needs the quantize after it to have its input's")
 
 
 def test_dynamic_values_in_the_blob() -> None:

@@ -66,10 +66,11 @@ GENERIC_STATIC: Final[dict[str, frozenset[str]]] = {
     "aten::cat.default": frozenset(),
     "aten::permute_copy.default": frozenset(),
     "aten::sub.Tensor": frozenset(),
+    "aten::slice_copy.Tensor": frozenset(),
 }
 """Element-wise and shape ops the native backend serializes in their static-int8 form."""
 _EXECUTORCH_STATIC: Final = frozenset({
-    "aten::clamp.default", "aten::elu.default", "aten::slice_copy.Tensor", "aten::unsqueeze_copy.default",
+    "aten::clamp.default", "aten::elu.default", "aten::unsqueeze_copy.default",
     "dim_order_ops::_to_dim_order_copy.default",
 })
 """Ops ExecuTorch's configs also take in static-int8 form that the native backend does not yet."""
@@ -175,11 +176,30 @@ def quant_patterns(program: Program, constants: frozenset[str], accepts: Callabl
                     "(ExecuTorch's partitioner takes it: --partitioner executorch:xnnpack)"
                 )
                 continue
+            why = _PATTERN_CHECKS[node.target](g.calls[inputs[0]], g.calls[q]) if node.target in _PATTERN_CHECKS else None
+            if why is not None:
+                plan.refused[node.name] = why
+                continue
             plan.members[node.name] = [*inputs, *fused, q]
             for dep in (*inputs, *fused, q):
                 plan.deps.setdefault(dep, node.name)
             plan.implicit.update((*inputs, q))
     return plan
+
+
+def _same_params(dq: CallFunction, q: CallFunction) -> str | None:
+    """XNNPACK's static slice keeps the quantization of its input: the quantize after it must have the
+    dequantize's parameters (scale, zero point, bounds, dtype; a tensor parameter the same constant)."""
+    if dq.target.replace("dequantize", "quantize") == q.target and dq.args[1:] == q.args[1:]:
+        return None
+    return ("XNNPACK's static-int8 slice needs the quantize after it to have its input's quantization "
+            "parameters (the quantizer shares them when it annotates the slice)")
+
+
+_PATTERN_CHECKS: Final[dict[str, Callable[[CallFunction, CallFunction], str | None]]] = {
+    "aten::slice_copy.Tensor": _same_params,
+}
+"""Conditions a config puts on an op's q/dq pattern (the dequantize before it, the quantize after)."""
 
 
 def _gemm(node: CallFunction, g: _Graph, constants: frozenset[str], plan: QuantPlan) -> None:
