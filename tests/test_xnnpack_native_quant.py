@@ -146,6 +146,19 @@ class _Slice(nn.Module):
         return self.c2(self.c1(x)[:, 1:3])
 
 
+class _SamePad(nn.Module):
+    """A quantized convolution with padding="same" and an even kernel: export pads its input (a
+    constant_pad_nd between the dequantize and the convolution), which ExecuTorch's convolution config
+    takes into the int8 pattern."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(4, 4, 1), nn.Conv2d(4, 4, 4, padding="same")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c2(self.c1(x))
+
+
 def _inputs(*shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     return tuple(torch.randn(*shape, generator=_seed(i + 1)) for i, shape in enumerate(shapes))
 
@@ -162,6 +175,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bo
     "shuffle_conv_pc": (_Shuffle, ((1, 4, 4, 4),), True),
     "sub_conv": (_Sub, ((1, 4, 4, 4),), False),
     "slice_conv_pc": (_Slice, ((1, 4, 4, 4),), True),
+    "same_pad_conv_pc": (_SamePad, ((1, 4, 6, 6),), True),
 }
 DYNAMIC_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bool]] = {
     # activations quantized at run time, per-channel int8 weights (XNNPACKQuantizer's dynamic scheme)

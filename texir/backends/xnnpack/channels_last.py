@@ -20,6 +20,7 @@ from texir.backends.xnnpack.graph import (
     revert_dim_order_copies,
 )
 from texir.backends.xnnpack.batch_norm import decompose_batch_norm, fuse_batch_norm
+from texir.backends.xnnpack.pad_qdq import insert_pad_qdq
 from texir.backends.xnnpack.quant_partition import DQ_PER_CHANNEL, DQ_PER_TENSOR, Q_PER_CHANNEL, Q_PER_TENSOR
 from texir.ir import TensorMeta
 
@@ -261,6 +262,7 @@ def run_passes(g: XGraph) -> XGraph:
     fuse_activations(g)
     split_concatenations(g)
     _max_dims_as_amax(g)
+    insert_pad_qdq(g)
     conv1d_as_conv2d(g)
     cl = _ChannelsLast(g)
     cl.tag()

@@ -209,6 +209,9 @@ def _gemm(node: CallFunction, g: _Graph, constants: frozenset[str], plan: QuantP
     if w_node is None or w_node.target not in (DQ_PER_TENSOR, DQ_PER_CHANNEL, DQ_AFFINE):
         return  # a float GEMM (or a weight the float checks turn down)
     act = g.calls.get(_ref(node, act_i) or "")
+    pad = act if plan.static and act is not None and _foldable_pad(node, act, g) else None
+    if pad is not None:
+        act = g.calls.get(_ref(pad, 0) or "")  # ExecuTorch's conv config looks through the pad
     if act is not None and act.target in DYNAMIC_DQ:
         _dynamic_gemm(node, w_node, act, g, constants, plan)
         return
@@ -227,7 +230,7 @@ def _gemm(node: CallFunction, g: _Graph, constants: frozenset[str], plan: QuantP
     if why is not None or act is None or q is None:
         plan.refused[node.name] = why or "incomplete static-int8 pattern"
         return
-    deps = [w_node.name, *_walk(w_node.args), act.name, *fused, q]
+    deps = [w_node.name, *_walk(w_node.args), act.name, *fused, q, *([pad.name] if pad is not None else [])]
     bias = _ref(node, b_i)
     if bias is not None:
         deps.append(bias)
@@ -314,6 +317,28 @@ def _group_refusal(w_node: CallFunction, g: _Graph) -> str | None:
     return None
 
 
+_PAD: Final = "aten::constant_pad_nd.default"
+
+
+def _foldable_pad(conv: CallFunction, pad: CallFunction, g: _Graph) -> bool:
+    """A zero padding of the spatial dims of a dequantized value, read by `conv` alone: ExecuTorch's
+    convolution config takes it into a quantized convolution's pattern (its backend quantizes the pad
+    with its input's params)."""
+    if conv.target != "aten::convolution.default" or pad.target != _PAD or g.only_user(pad.name) != conv.name:
+        return False
+    if getattr(conv.args[6], "value", False):
+        return False  # transposed
+    weight = g.metas.get(_ref(conv, 1) or "")
+    spatial = len(weight.shape) - 2 if isinstance(weight, TensorMeta) else 0
+    amounts = [getattr(a, "value", None) for a in getattr(pad.args[1], "items", ())]
+    value = getattr(pad.args[2], "value", None) if len(pad.args) > 2 else 0.0
+    if value != 0.0 or spatial not in (1, 2) or not all(isinstance(a, int) and a >= 0 for a in amounts):
+        return False
+    if any(amounts[2 * spatial:]):
+        return False  # pads a channel or batch dim
+    return g.target(_ref(pad, 0)) in (DQ_PER_TENSOR, DQ_PER_CHANNEL, *DYNAMIC_DQ, DQ_AFFINE)
+
+
 def _gemm_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction | None,
                   constants: frozenset[str]) -> str | None:
     weight = _ref(w_node, 0)
@@ -325,8 +350,9 @@ def _gemm_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction | 
     if _qdtype(w_node) != DType.int8 or (qmin, qmax) == (-8, 7):
         return "only int8 weights are supported by the native XNNPACK backend (no 4-bit)"
     if act is None or act.target != DQ_PER_TENSOR:
-        if act is not None and act.target == "aten::constant_pad_nd.default":
-            return "a padding folded into a quantized convolution is not yet supported by the native XNNPACK backend"
+        if act is not None and act.target == _PAD:
+            return ("a padding before a quantized convolution must pad the spatial dims of a dequantized value with "
+                    "zeros, non-negative amounts, and feed only the convolution (XNNPACK then quantizes it)")
         return "the activation is not dequantized per tensor"
     if _qdtype(act) != DType.int8:
         return "activations must be int8"
