@@ -159,6 +159,24 @@ class _SamePad(nn.Module):
         return self.c2(self.c1(x))
 
 
+class _Clamp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(4, 4, 1), nn.Conv2d(4, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c2(torch.clamp(self.c1(x), -0.5, 0.5))
+
+
+class _Unsqueeze(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 4), nn.Linear(1, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.fc1(x).unsqueeze(-1))
+
+
 def _inputs(*shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     return tuple(torch.randn(*shape, generator=_seed(i + 1)) for i, shape in enumerate(shapes))
 
@@ -176,6 +194,8 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bo
     "sub_conv": (_Sub, ((1, 4, 4, 4),), False),
     "slice_conv_pc": (_Slice, ((1, 4, 4, 4),), True),
     "same_pad_conv_pc": (_SamePad, ((1, 4, 6, 6),), True),
+    "clamp_conv_pc": (_Clamp, ((1, 4, 4, 4),), True),
+    "unsqueeze_linear_pc": (_Unsqueeze, ((2, 4),), True),
 }
 DYNAMIC_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bool]] = {
     # activations quantized at run time, per-channel int8 weights (XNNPACKQuantizer's dynamic scheme)

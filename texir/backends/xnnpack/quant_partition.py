@@ -67,10 +67,12 @@ GENERIC_STATIC: Final[dict[str, frozenset[str]]] = {
     "aten::permute_copy.default": frozenset(),
     "aten::sub.Tensor": frozenset(),
     "aten::slice_copy.Tensor": frozenset(),
+    "aten::clamp.default": frozenset(),
+    "aten::unsqueeze_copy.default": frozenset(),
 }
 """Element-wise and shape ops the native backend serializes in their static-int8 form."""
 _EXECUTORCH_STATIC: Final = frozenset({
-    "aten::clamp.default", "aten::elu.default", "aten::unsqueeze_copy.default",
+    "aten::elu.default",
     "dim_order_ops::_to_dim_order_copy.default",
 })
 """Ops ExecuTorch's configs also take in static-int8 form that the native backend does not yet."""
