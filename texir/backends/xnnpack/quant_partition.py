@@ -71,10 +71,7 @@ GENERIC_STATIC: Final[dict[str, frozenset[str]]] = {
     "aten::unsqueeze_copy.default": frozenset(),
 }
 """Element-wise and shape ops the native backend serializes in their static-int8 form."""
-_EXECUTORCH_STATIC: Final = frozenset({
-    "aten::elu.default",
-    "dim_order_ops::_to_dim_order_copy.default",
-})
+_EXECUTORCH_STATIC: Final = frozenset({"dim_order_ops::_to_dim_order_copy.default"})
 """Ops ExecuTorch's configs also take in static-int8 form that the native backend does not yet."""
 
 
