@@ -383,6 +383,26 @@ def test_elu_is_not_taken_as_executorch_1_5_1_leaves_its_config_off() -> None:
     assert not any(isinstance(n, s.XNNELU) for n in _blob_nodes(program))
 
 
+def test_a_memory_format_conversion_is_a_transpose() -> None:
+    """`.to(memory_format=torch.channels_last)` (a dim-order copy in edge) is taken as ExecuTorch
+    takes it: reverted to a memory-format copy, serialized as a static transpose."""
+    import torch
+    from torch import nn
+
+    class ToChannelsLast(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(x).to(memory_format=torch.channels_last)
+            return self.conv(y) + y
+
+    x = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(4))
+    program = assert_lowers_like_executorch(ToChannelsLast(), (x,))
+    assert any(isinstance(n, s.XNNStaticTranspose) for n in _blob_nodes(program))
+
+
 def test_conv1d_is_lowered_as_conv2d_between_unsqueeze_and_squeeze() -> None:
     """A conv1d + relu (fused), a depthwise conv1d and a grouped transposed one: each a 2-D
     convolution over a trailing unit dim, its input reshaped up and its output reshaped back, as

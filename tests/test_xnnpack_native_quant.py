@@ -197,13 +197,13 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bo
     "same_pad_conv_pc": (_SamePad, ((1, 4, 6, 6),), True),
     "clamp_conv_pc": (_Clamp, ((1, 4, 4, 4),), True),
     "unsqueeze_linear_pc": (_Unsqueeze, ((2, 4),), True),
+    "to_channels_last_conv": (_ToChannelsLast, ((1, 4, 4, 4),), False),
 }
 DYNAMIC_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[tuple[int, ...], ...], bool]] = {
     # activations quantized at run time, per-channel int8 weights (XNNPACKQuantizer's dynamic scheme)
     "linear_dynamic": (lambda: _Linear(relu=False), ((2, 8),), True),
     "mlp_dynamic_3d": (_MLP, ((2, 3, 8),), True),
 }
-TO_CHANNELS_LAST: Final = ("to_channels_last_conv", (_ToChannelsLast, ((1, 4, 4, 4),), False))
 DYNAMIC_CONV: Final = "conv_dynamic"
 """A dynamically quantized convolution: ExecuTorch's partitioner takes it, the native one not yet."""
 DYNAMIC: Final = "linear_dynamic"
@@ -219,7 +219,7 @@ def quantized(name: str) -> tuple[torch.export.ExportedProgram, tuple[torch.Tens
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     conv = (lambda: _Conv(relu=False), ((1, 4, 6, 6),), True)
-    make, shapes, per_channel = {**MODELS, **DYNAMIC_MODELS, TO_CHANNELS_LAST[0]: TO_CHANNELS_LAST[1], DYNAMIC_CONV: conv}[name]
+    make, shapes, per_channel = {**MODELS, **DYNAMIC_MODELS, DYNAMIC_CONV: conv}[name]
     torch.manual_seed(0)
     module, args = make().eval(), _inputs(*shapes)
     config = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=name in DYNAMIC_MODELS or name == DYNAMIC_CONV)
@@ -359,25 +359,6 @@ def test_native_int8_pte_runs_bitwise_as_executorchs() -> None:
 
 
 # -- what the native backend does not take ---------------------------------------------------------
-
-
-def test_an_unsupported_int8_op_is_left_undelegated_with_the_reason() -> None:
-    """A static-int8 memory-format conversion (ExecuTorch's partitioner takes it) is turned down with
-    the reason in lower's report, the convolutions around it are still delegated, and the .pte runs."""
-    from texir.orchestrate import lower
-    from tests.xnnpack_oracle import run_pte, texir_partitions
-
-    ep, args = quantized(TO_CHANNELS_LAST[0])
-    with registered():
-        result = lower(ep, [partitioner()])
-    target = "dim_order_ops::_to_dim_order_copy.default"
-    copy = [u.detail for u in result.report.undelegated if u.target == target]
-    assert copy and all(f"static-int8 {target} is not yet supported" in why for why in copy)
-    partitions = texir_partitions(result.program)
-    assert len(partitions) == 2 and not any(op.startswith(target) for p in partitions for op in p)
-    assert all(any(op.startswith("aten::convolution") for op in p) for p in partitions)
-    out = run_pte(pte(result.program), args)[0][0]
-    assert torch.allclose(out, ep.module()(*args), atol=0.1)
 
 
 def test_a_slice_whose_quantize_changes_the_params_is_turned_down() -> None:

@@ -69,10 +69,9 @@ GENERIC_STATIC: Final[dict[str, frozenset[str]]] = {
     "aten::slice_copy.Tensor": frozenset(),
     "aten::clamp.default": frozenset(),
     "aten::unsqueeze_copy.default": frozenset(),
+    "dim_order_ops::_to_dim_order_copy.default": frozenset(),
 }
 """Element-wise and shape ops the native backend serializes in their static-int8 form."""
-_EXECUTORCH_STATIC: Final = frozenset({"dim_order_ops::_to_dim_order_copy.default"})
-"""Ops ExecuTorch's configs also take in static-int8 form that the native backend does not yet."""
 
 
 @dataclass
@@ -162,18 +161,12 @@ def quant_patterns(program: Program, constants: frozenset[str], accepts: Callabl
     for node in g.calls.values():
         if node.target in _GEMMS:
             _gemm(node, g, constants, plan)
-        elif static and (node.target in _EXECUTORCH_STATIC or node.target in GENERIC_STATIC and accepts(node)):
+        elif static and node.target in GENERIC_STATIC and accepts(node):
             inputs = list(dict.fromkeys(_walk(node.args)))
             if not inputs or any(g.target(i) not in (DQ_PER_TENSOR, DQ_PER_CHANNEL) for i in inputs):
                 continue
-            fused, q = g.tail(node.name, GENERIC_STATIC.get(node.target, frozenset({"aten::relu.default"})))
+            fused, q = g.tail(node.name, GENERIC_STATIC[node.target])
             if q is None:
-                continue
-            if node.target not in GENERIC_STATIC:
-                plan.refused[node.name] = (
-                    f"static-int8 {node.target} is not yet supported by the native XNNPACK backend "
-                    "(ExecuTorch's partitioner takes it: --partitioner executorch:xnnpack)"
-                )
                 continue
             why = _PATTERN_CHECKS[node.target](g.calls[inputs[0]], g.calls[q]) if node.target in _PATTERN_CHECKS else None
             if why is not None:
