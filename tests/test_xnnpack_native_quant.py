@@ -382,6 +382,25 @@ def test_a_slice_whose_quantize_changes_the_params_is_turned_down() -> None:
     assert why.startswith("XNNPACK's static-int8 slice needs the quantize after it to have its input's")
 
 
+def test_a_nonzero_pad_before_a_quantized_conv_is_turned_down() -> None:
+    """Only a zero padding joins a quantized convolution's pattern: with another pad value (edited
+    into ExecuTorch's sub-program) the convolution is turned down with the reason."""
+    from texir.ir import FloatArg
+
+    program = executorch_lowered("same_pad_conv_pc").lowered_modules[0].module.original_program
+    (pad,) = [n for n in program.graph.nodes if getattr(n, "target", "") == "aten::constant_pad_nd.default"]
+    (conv,) = [n for n in program.graph.nodes if isinstance(n, CallFunction) and Ref(name=pad.name) in n.args]
+    assert not partitioner().reasons(program)
+
+    def ones(n: Any) -> Any:
+        return msgspec.structs.replace(n, args=(*n.args[:2], FloatArg(value=1.0))) if n is pad else n
+
+    edited = msgspec.structs.replace(program, graph=msgspec.structs.replace(
+        program.graph, nodes=tuple(ones(n) for n in program.graph.nodes)))
+    why = partitioner().reasons(edited).get(conv.name, "")
+    assert why.startswith("a padding before a quantized convolution must pad the spatial dims"), why
+
+
 def test_dynamic_values_in_the_blob() -> None:
     """The dynamic MLP's blob: each run-time quantize is a Convert from the fp32 value to a qdint8 one
     (per token, 1 non-batch dim) carrying the quantize's debug handle; the linears read it with qcint8

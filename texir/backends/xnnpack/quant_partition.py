@@ -1,6 +1,7 @@
 """Quantized (pt2e) patterns for the native XNNPACK partitioner, as ExecuTorch 1.5.1's configs
 find them. Static int8: a GEMM (linear, convolution) with a dequantized static weight, a
-dequantized activation and a quantize after it (through an optional relu/hardtanh), and element-wise
+dequantized activation (a convolution's may come through a zero spatial pad, which joins the pattern)
+and a quantize after it (through an optional relu/hardtanh), and element-wise
 ops whose inputs are all dequantized and whose only user (through an optional fused relu) is a
 quantize. Dynamic int8: a linear with a per-channel dequantized static weight whose activation is
 quantized at run time (choose_qparams -> two getitems -> quantize -> dequantize), with no quantize
