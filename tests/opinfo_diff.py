@@ -101,6 +101,19 @@ def multiset(gm_or_program: Any) -> collections.Counter[str]:
     return got
 
 
+def _without_asserts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `gm` after ExecuTorch's RemoveGraphAssertsPass (asserts erased, then the dead code
+    they leave): texir removes them when it makes a program partitionable, ExecuTorch only in
+    to_executorch, and neither .pte has them."""
+    import copy
+
+    from executorch.exir.passes.remove_graph_asserts_pass import RemoveGraphAssertsPass
+
+    copied = copy.deepcopy(gm)
+    RemoveGraphAssertsPass()(copied)
+    return copied
+
+
 @dataclass
 class Outcome:
     """What both pipelines made of one case."""
@@ -151,7 +164,7 @@ def compare_exported(key: str, ep: torch.export.ExportedProgram, tensors: tuple[
         warnings.simplefilter("ignore")
         try:
             edge = to_edge(ep)
-            outcome.executorch = dict(multiset(edge.exported_program().graph_module))
+            outcome.executorch = dict(multiset(_without_asserts(edge.exported_program().graph_module)))
         except Exception as exc:  # noqa: BLE001 - to_edge refuses with many error types
             edge = None
             outcome.detail = f"executorch: {type(exc).__name__}"

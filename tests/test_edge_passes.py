@@ -22,6 +22,7 @@ from texir.edge import (
     insert_write_back,
     prune_empty_tensors,
     remove_graph_asserts,
+    reduce_zero_dim_sums,
     remove_noop_ops,
     remove_unused_state,
     replace_view_ops,
@@ -36,6 +37,7 @@ from texir.ir import (
     ListArg,
     MemoryFormat,
     MemoryFormatArg,
+    NoneArg,
     Program,
     Ref,
     format_program,
@@ -44,6 +46,8 @@ from texir.ir import (
 from texir.ir.analysis import call_nodes
 from texir.executorch.runtime import load_method
 from texir.ir.canonical import drop_stack_traces
+from texir.emit import emit
+from texir.serialize.pte import dumps
 from texir.testing.golden import Golden
 
 
@@ -239,3 +243,42 @@ def test_a_symint_in_a_tensor_position_runs_in_the_runtime() -> None:
         x = torch.randn(rows, 3)
         (got,) = method.execute([x])
         torch.testing.assert_close(got, x.sum(0) + rows)
+
+
+def test_remove_graph_asserts_drops_what_only_the_asserts_read() -> None:
+    """The range checks export puts on nonzero's data-dependent count read a sym_size and two
+    comparisons that nothing else reads: exir's RemoveGraphAssertsPass eliminates them with the
+    asserts (its .pte has the one nonzero instruction), and so does texir."""
+
+    class NonZero(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nonzero(x)
+
+    program = from_exported_program(torch.export.export(NonZero(), (torch.tensor([[0.0, 1.0], [2.0, 0.0]]),)))
+    before = _targets(program)
+    assert "aten::_assert_scalar.default" in before and "_operator::ge" in before  # what the case is about
+    after = remove_graph_asserts(program)
+    assert _targets(after) == ["aten::nonzero.default"]
+    verify(after)
+    assert [n.target for n in call_nodes(to_edge_program(program).graph)] == ["aten::nonzero.default"]
+    x = torch.tensor([[0.0, 3.0], [1.0, 0.0]])
+    (got,) = load_method(dumps(emit(program))).execute([x])
+    assert torch.equal(got, torch.nonzero(x))
+
+
+@pytest.mark.parametrize("dims", [[0], [-1]])
+def test_a_sum_over_a_zero_dim_tensors_dim_runs_instead_of_aborting(dims: list[int]) -> None:
+    """ExecuTorch 1.5.1's portable sum kernel aborts the process on a 0-dim input reduced over dim 0
+    (found by the OpInfo differential: logsumexp of a scalar; ExecuTorch's own .pte aborts): texir
+    writes it as the sum over all dims, the same value."""
+
+    class Sum(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.logsumexp(x, dims, keepdim=True) + torch.sum(x, dims)
+
+    x = torch.tensor(1.5)
+    program = from_exported_program(torch.export.export(Sum(), (x,)), decompose=True)
+    sums = [n for n in call_nodes(reduce_zero_dim_sums(program).graph) if n.target == "aten::sum.dim_IntList"]
+    assert len(sums) == 2 and all(isinstance(n.args[1], NoneArg) for n in sums)
+    (got,) = load_method(dumps(emit(program))).execute([x])  # in-process: an abort would end the test run
+    torch.testing.assert_close(got, Sum()(x))

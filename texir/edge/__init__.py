@@ -46,9 +46,11 @@ from texir.edge.sym_to_tensor import SCALAR_TENSOR_TARGET, sym_operands_to_tenso
 from texir.edge.unused_state import remove_unused_state
 from texir.edge.view_copy import replace_view_ops
 from texir.edge.write_back import WRITE_BACK_TARGET, insert_write_back
+from texir.edge.zero_dim import ZERO_DIM_SUMS, reduce_zero_dim_sums
 from texir.ir.types import Program
 
 __all__ = [
+    "ZERO_DIM_SUMS",
     "ASSERT_TARGETS",
     "CAST_TARGET",
     "DEFAULT_PASSES",
@@ -80,6 +82,7 @@ __all__ = [
     "prune_empty_tensors",
     "sym_operands_to_tensors",
     "remove_graph_asserts",
+    "reduce_zero_dim_sums",
     "remove_noop_ops",
     "remove_unused_state",
     "replace_view_ops",

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import msgspec
 
-from texir.ir.analysis import iter_refs, node_inputs
+from texir.edge._dead import dead_producers
 from texir.ir.builder import GraphBuilder
 from texir.ir.types import (
     CallFunction,
@@ -61,23 +59,7 @@ def _prune(graph: Graph) -> Graph:
     if not replaced and all(a.graph is b.graph for a, b in zip(subgraphs, graph.subgraphs)):
         return graph
     # What computed only the dropped operands goes too (exir eliminates dead code after).
-    uses: Counter[str] = Counter()
-    for node in graph.nodes:
-        for name in node_inputs(replaced.get(node.name, node)):
-            uses[name] += 1
-    by_name = {node.name: node for node in graph.nodes}
-    dead: set[str] = set()
-    work = list(dropped)
-    while work:
-        name = work.pop()
-        producer = by_name.get(name)
-        if name in dead or uses[name] or not isinstance(producer, CallFunction):
-            continue
-        dead.add(name)
-        for arg in (*producer.args, *(v for _, v in producer.kwargs)):
-            for ref in iter_refs(arg):
-                uses[ref] -= 1
-                work.append(ref)
+    dead = dead_producers({node.name: replaced.get(node.name, node) for node in graph.nodes}, dropped)
     builder = GraphBuilder()
     for node, meta, prov in graph.entries():
         if node.name not in dead:

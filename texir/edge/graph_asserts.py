@@ -1,11 +1,15 @@
-"""Drop runtime checks that have no ExecuTorch kernel (exir's RemoveGraphAssertsPass)."""
+"""Drop runtime checks that have no ExecuTorch kernel, and what computed only their operands (exir's
+RemoveGraphAssertsPass, which eliminates the dead code it leaves: the symbolic comparisons an
+`_assert_scalar` read)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import msgspec
 
-from texir.edge._rewrite import Entry, Forward, rewrite_program
-from texir.ir.types import CallFunction, Graph, Node, Program, Provenance, ValueMeta
+from texir.edge._dead import dead_producers
+from texir.ir.analysis import node_inputs
+from texir.ir.builder import GraphBuilder
+from texir.ir.types import CallFunction, Graph, Program, Subgraph
 
 __all__ = ["ASSERT_TARGETS", "remove_graph_asserts"]
 
@@ -18,12 +22,23 @@ ASSERT_TARGETS = frozenset({
 })
 
 
-def _rule(node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph) -> Forward | Sequence[Entry] | None:
-    if isinstance(node, CallFunction) and node.target in ASSERT_TARGETS:
-        return ()  # nothing reads an assert's result
-    return None
+def _without_asserts(graph: Graph) -> Graph:
+    subgraphs = tuple(Subgraph(name=s.name, graph=_without_asserts(s.graph)) for s in graph.subgraphs)
+    asserts = [n for n in graph.nodes if isinstance(n, CallFunction) and n.target in ASSERT_TARGETS]
+    if not asserts and all(a.graph is b.graph for a, b in zip(subgraphs, graph.subgraphs)):
+        return graph
+    gone = {n.name for n in asserts}  # nothing reads an assert's result
+    kept = {n.name: n for n in graph.nodes if n.name not in gone}
+    gone |= dead_producers(kept, [ref for n in asserts for ref in node_inputs(n)])
+    builder = GraphBuilder()
+    for node, meta, prov in graph.entries():
+        if node.name not in gone:
+            builder.add(node, meta, prov)
+    return builder.build(subgraphs)
 
 
 def remove_graph_asserts(program: Program) -> Program:
-    """`program` without assert and range-constraint nodes (in nested graphs too)."""
-    return rewrite_program(program, _rule)
+    """`program` without assert and range-constraint nodes (in nested graphs too), nor the nodes that
+    computed only their operands."""
+    graph = _without_asserts(program.graph)
+    return program if graph is program.graph else msgspec.structs.replace(program, graph=graph)

@@ -33,6 +33,7 @@ from texir.edge.scalar_tensor import lift_scalar_operands
 from texir.edge.sym_to_tensor import sym_operands_to_tensors
 from texir.edge.view_copy import replace_view_ops
 from texir.edge.write_back import insert_write_back
+from texir.edge.zero_dim import reduce_zero_dim_sums
 from texir.ir.types import Program
 from texir.ir.verify import verify
 
@@ -105,8 +106,12 @@ EMIT_TO_EDGE: Stage = tuple(p for p in TO_EDGE if p not in (_LIFT, _NAMES))
 them 0-dim constants at their point of use, which keeps the value table's order) and nodes keep
 their names (no partitioner reads them)."""
 
-TO_EXECUTORCH: Stage = (NamedPass("insert_write_back", insert_write_back, "insert_write_back_for_buffers_pass"),)
-"""ExecuTorch's to_executorch rewrites, run after partitioning (at emission). Leaves `EDGE`."""
+TO_EXECUTORCH: Stage = (
+    NamedPass("insert_write_back", insert_write_back, "insert_write_back_for_buffers_pass"),
+    NamedPass("reduce_zero_dim_sums", reduce_zero_dim_sums, "none: the portable sum kernel aborts on a 0-dim tensor's dim"),
+)
+"""ExecuTorch's to_executorch rewrites, run after partitioning (at emission), and texir's one guard
+against a portable kernel that aborts (`texir.edge.zero_dim`). Leaves `EDGE`."""
 
 
 def verify_enabled() -> bool:
