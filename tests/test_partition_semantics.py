@@ -80,8 +80,8 @@ assert _EtBackend.__name__ == "TexirOracleBackend"  # ExecuTorch finds the backe
 # Random DAGs: texir's partitions are torch's
 
 
-def _random_dag(draw: Any, max_nodes: int = 24) -> tuple[list[list[int]], list[bool]]:
-    n = draw(st.integers(min_value=1, max_value=max_nodes))
+def _random_dag(draw: Any) -> tuple[list[list[int]], list[bool]]:
+    n = draw(st.integers(min_value=1, max_value=24))
     preds: list[list[int]] = []
     for i in range(n):
         if i == 0:
@@ -109,8 +109,7 @@ def _texir_dag(preds: list[list[int]]) -> Program:
     return Program(graph=b.build(), signature=sig)
 
 
-def _torch_partitioner(preds: list[list[int]], supported: list[bool]) -> CapabilityBasedPartitioner:
-    """torch's partitioner (single-node partitions kept) over the fx twin of `_texir_dag(preds)`."""
+def _torch_partitions(preds: list[list[int]], supported: list[bool]) -> list[set[str]]:
     g = FxGraph()
     x = g.placeholder("x")
     nodes = []
@@ -127,11 +126,9 @@ def _torch_partitioner(preds: list[list[int]], supported: list[bool]) -> Capabil
         def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
             return node.name in ok
 
-    return CapabilityBasedPartitioner(GraphModule(nn.Module(), g), Support(), allows_single_node_partition=True)
-
-
-def _torch_partitions(preds: list[list[int]], supported: list[bool]) -> list[set[str]]:
-    return [{n.name for n in p.nodes} for p in _torch_partitioner(preds, supported).propose_partitions()]
+    gm = GraphModule(nn.Module(), g)
+    parts = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True).propose_partitions()
+    return [{n.name for n in p.nodes} for p in parts]
 
 
 def _assert_convex(graph: Graph, members: set[str]) -> None:

@@ -2,10 +2,9 @@
 `tag<id>` numbering and the order partitions are lowered in), replayed on an IR graph.
 
 texir's `maximal_partitions` gives the same partitions ordered by first node; torch lists them by
-the id each one keeps through its merges. Ids are handed out walking the graph backwards; at every
-node torch tries to merge, in a chain, the partition just created for it (if any) then every
-partition by order (its smallest id), and a merge keeps the id of the larger side (the chain's side on
-a tie), so the order follows from replaying those merges with torch's cycle test.
+the id each one keeps through its merges. Ids are handed out walking the graph backwards, and a
+merge keeps the id of the larger side (the first candidate on a tie), so the order follows from
+replaying those merges with torch's cycle test.
 """
 
 from __future__ import annotations
@@ -79,17 +78,15 @@ def torch_partition_order(graph: Graph, supported: Mapping[str, bool]) -> list[i
 
     next_id = 0
     for i in range(len(nodes) - 1, -1, -1):
-        first: list[int] = []
         if supported.get(nodes[i].name, False) and i not in assignment:
             pid = next_id
-            first = [pid]
             next_id += 1
             order[pid] = pid
             assignment[i] = pid
             members[pid] = {i}
             pusers[pid] = set(users[i])
             pmap[pid] = downstream(users[i], (pid,))
-        candidates = list(dict.fromkeys(first + [pid for pid, _ in sorted(order.items(), key=lambda kv: kv[1])]))
+        candidates = [pid for pid, _ in sorted(order.items(), key=lambda kv: kv[1])]
         if len(candidates) > 1:
             self_id = candidates[0]
             for other in candidates[1:]:
