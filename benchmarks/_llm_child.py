@@ -79,11 +79,20 @@ def _fp16_llama(config: dict[str, Any], max_cache: int) -> Any:
     return TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=max_cache).eval()
 
 
-def export(exportable: Any, max_cache: int, module: Any = None) -> Any:
+def export(exportable: Any, max_cache: int, module: Any = None, *, weightless: bool = False) -> Any:
+    """torch's strict export of the Llama; `weightless`: through texir's `weightless` and
+    `attach_weights` (traced on fake parameters, the real ones attached by reference)."""
     import torch
 
     from tests.real_models import export_static_cache_llama
 
+    if weightless:
+        from texir.adapters.weightless import attach_weights
+        from texir.adapters.weightless import weightless as no_weights
+
+        with no_weights(exportable) as weights:
+            ep = export_static_cache_llama(exportable, PROMPT, max_cache)
+        return attach_weights(ep, weights)
     if module is None:
         return export_static_cache_llama(exportable, PROMPT, max_cache)
     seq = torch.export.Dim("seq", min=1, max=max_cache - 1)  # ExecuTorch's re-export of the tagged module
@@ -216,7 +225,9 @@ def _digest(path: Path) -> str:
 
 def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Measure one side; `spec`: config, max_cache, dtype, quant, metadata, out, limit (bytes of
-    address space, 0: none), logits (run one prefill in the runtime afterwards)."""
+    address space, 0: none), logits (run one prefill in the runtime afterwards), weightless (export
+    through texir's weightless adapter). Peaks: `extra_peak` over the exported model (lowering and
+    writing), `export_peak` and `run_peak` (export included) over the built model."""
     if spec.get("limit"):
         resource.setrlimit(resource.RLIMIT_AS, (spec["limit"], spec["limit"]))
     warnings.filterwarnings("ignore")
@@ -230,9 +241,12 @@ def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     exportable = build(spec["config"], spec["max_cache"], spec["dtype"], spec["quant"])
     built = time.perf_counter() - start
+    model_rss = status("VmRSS")  # the built model in memory: what every peak below is over
+    reset_peak()
     start = time.perf_counter()
-    ep = export(exportable, spec["max_cache"])
+    ep = export(exportable, spec["max_cache"], weightless=spec.get("weightless", False))
     export_s = time.perf_counter() - start
+    export_peak = status("VmHWM") - model_rss
     st = Stages()
     if side == "executorch":
         _executorch(ep, exportable, spec, out, st)
@@ -242,7 +256,9 @@ def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "build": built, "export": export_s, "weights": weight_bytes(ep), "base_rss": st.base,
         "seconds": st.seconds, "peak": st.peak, "held": st.held, "preprocess": inside[0],
-        "extra_peak": max(st.peak.values()), "peak_rss": st.base + max(st.peak.values()),
+        "extra_peak": max(st.peak.values()), "peak_rss": max(st.base + max(st.peak.values()), model_rss + export_peak),
+        "export_peak": export_peak, "run_peak": max(export_peak, st.base - model_rss + max(st.peak.values())),
+        "weightless": bool(spec.get("weightless", False)),
         "sizes": {f: (out / f).stat().st_size for f in files},
         "digests": {f: _digest(out / f) for f in files},
         "executorch_imported_before_check": any(m.split(".")[0] == "executorch" for m in sys.modules),

@@ -10,9 +10,13 @@ torchao 8da4w, three sides each in a fresh subprocess, side by side in one run:
     lower(ep, [executorch_partitioner(XnnpackPartitioner())]) -> emit -> write .ptd and .pte
   * native: texir's own XNNPACK partitioner and backend,
     `with texir.backends.xnnpack.registered(): lower(ep, [partitioner()])` -> emit -> write
+texir's two sides export through `texir.adapters.weightless` (torch traces fake parameters; the
+real ones are attached by reference afterwards, so the export holds no second copy of the weights);
+the 8da4w runs export with their weights (tensor-subclass parameters are not faked).
 Reported per side: seconds for export, lowering alone (everything between export and writing),
 XNNPACK's preprocess inside it, writing; end to end (export -> files written); peak RSS and its rise
-over the exported model (the weights are in memory then) as a share of the weights; ratios
+over the exported model (the weights are in memory then) as a share of the weights, and the peak
+over the built model with the export included; ratios
 ExecuTorch / native, each beside its floor (the ratio if native cost only its export plus writing
 its files at this disk's write speed, measured in the run); whether native's files are byte-equal
 to the bridge's (sha256), and the native side's peak per stage (lower, emit, write).
@@ -66,11 +70,12 @@ SIDES = ("executorch", "bridge", "native")
 LABELS = {"executorch": "ExecuTorch", "bridge": "bridge", "native": "native"}
 
 
-def _spec(size: str, dtype: str, quant: str, out: Path, *, limit: int = 0, logits: bool = True) -> dict[str, Any]:
+def _spec(size: str, dtype: str, quant: str, out: Path, *, limit: int = 0, logits: bool = True,
+          weightless: bool = False) -> dict[str, Any]:
     metadata = {"get_max_seq_len": MAX_CACHE, "get_vocab_size": CONFIGS[size]["vocab_size"], "use_kv_cache": True,
                 "enable_dynamic_shape": True}
     return {"config": CONFIGS[size], "max_cache": MAX_CACHE, "dtype": dtype, "quant": quant, "metadata": metadata,
-            "out": str(out), "limit": limit, "logits": logits}
+            "out": str(out), "limit": limit, "logits": logits, "weightless": weightless}
 
 
 def _child_args(side: str, spec: dict[str, Any]) -> list[str]:
@@ -131,6 +136,9 @@ def _report(size: str, quant: str, runs: dict[str, dict[str, Any]], speed: float
     print(f"    extra peak: native {nv['extra_peak'] / nv['weights']:.1%} of the weights (goal <= 5%: "
           f"{'met' if nv['extra_peak'] <= 0.05 * nv['weights'] else 'NOT met'}), ExecuTorch "
           f"{et['extra_peak'] / et['weights']:.1%}, bridge {runs['bridge']['extra_peak'] / runs['bridge']['weights']:.1%}")
+    print("    peak over the built model, export included: " + ", ".join(
+        f"{LABELS[side]} {r['run_peak'] / r['weights']:.1%} ({'weightless' if r['weightless'] else 'plain'} export "
+        f"+{r['export_peak'] / GIB:.2f} GiB)" for side, r in runs.items()))
     stages = ", ".join(f"{k} +{nv['peak'][k] / MIB:.0f} MiB peak / +{nv['held'][k] / MIB:.0f} MiB held after"
                        for k in nv["seconds"])
     print(f"  native per stage, over the exported model: {stages}")
@@ -143,13 +151,21 @@ def _report(size: str, quant: str, runs: dict[str, dict[str, Any]], speed: float
         print(f"  same logits (one prefill in the runtime) from ExecuTorch's and native's program: {same_logits}")
 
 
+def _weightless(side: str, quant: str) -> bool:
+    """texir's sides export through texir's weightless adapter (torchao's tensor-subclass weights
+    are exported with their weights); ExecuTorch's side exports as ExecuTorch documents."""
+    return side != "executorch" and quant != "8da4w"
+
+
 def compare(size: str, quants: list[str]) -> None:
     import torch
 
     for quant in quants:
         with tempfile.TemporaryDirectory(prefix="bench_llm_") as tmp:
             runs = {side: spawn(__file__, _child_args(side, _spec(size, "fp32", quant, Path(tmp) / side,
-                                                                   logits=side != "bridge")), f"{side} {quant}")
+                                                                   logits=side != "bridge",
+                                                                   weightless=_weightless(side, quant))),
+                                f"{side} {quant}")
                     for side in SIDES}
             speed = write_speed(Path(tmp), max(256 * MIB, min(2 * GIB, sum(runs["native"]["sizes"].values()))))
             same = torch.equal(torch.load(Path(tmp) / "executorch" / "logits.pt"),
@@ -170,7 +186,8 @@ def scale(sizes: list[str], limit: int, sides: tuple[str, ...] = ("executorch", 
             with tempfile.TemporaryDirectory(prefix="bench_llm_scale_") as tmp:
                 start = time.perf_counter()
                 r, why = try_spawn(__file__, _child_args(side, _spec(size, "fp16", "none", Path(tmp), limit=limit,
-                                                                      logits=False)))
+                                                                      logits=False,
+                                                                      weightless=_weightless(side, "none"))))
                 wall = time.perf_counter() - start
             if r is None:
                 failed.add(side)
@@ -181,9 +198,10 @@ def scale(sizes: list[str], limit: int, sides: tuple[str, ...] = ("executorch", 
             files = sum(r["sizes"].values())
             print(f"  {size:<6} {LABELS[side]:<11} weights {r['weights'] / GIB:6.2f} GiB  build {r['build']:6.1f} s  "
                   f"export {r['export']:6.1f} s  lowering {_lowering(r):7.1f} s  write {r['seconds']['write']:6.1f} s  "
-                  f"e2e {_e2e(r):7.1f} s  peak RSS {r['peak_rss'] / GIB:6.2f} GiB  extra peak "
-                  f"{r['extra_peak'] / GIB:6.2f} GiB ({r['extra_peak'] / r['weights']:.1%} of the weights)  "
-                  f"files {files / GIB:.2f} GiB")
+                  f"e2e {_e2e(r):7.1f} s  peak RSS {r['peak_rss'] / GIB:6.2f} GiB  extra peak after export "
+                  f"{r['extra_peak'] / GIB:6.2f} GiB ({r['extra_peak'] / r['weights']:.1%} of the weights), "
+                  f"export included {r['run_peak'] / GIB:6.2f} GiB ({r['run_peak'] / r['weights']:.1%}; "
+                  f"{'weightless' if r['weightless'] else 'plain'} export)  files {files / GIB:.2f} GiB")
 
 
 def main(argv: list[str] | None = None) -> int:
