@@ -49,6 +49,7 @@ from texir.ir import (
     verify,
     verify_graph,
 )
+from texir.ir.analysis import same_dim_order
 
 
 def _t(*shape: int) -> TensorMeta:
@@ -319,3 +320,21 @@ def test_graph_builder_interns_and_gives_back_every_row(rows: list[tuple[tuple[i
         assert graph.provenance is not None
         locations = graph.provenance.locations
         assert len(locations) == len(set(locations))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ((6, 3, 1), (6, 3, 1), True),           # contiguous, equal strides
+        ((3, 1, 1), (12, 4, 1), True),           # different sizes, same order (torch's tie rule)
+        ((6, 1, 2), (6, 3, 1), False),           # channels-last vs contiguous
+        (("3*s0", 3, 1), ("3*s0", 3, 1), True),  # symbolic: identical expressions
+        (("3*s0", 3, 1), (1, "s0", 3), False),   # symbolic and not identical: not known the same
+        ((3, 1), (6, 3, 1), False),              # ranks differ
+    ],
+)
+def test_same_dim_order(a: tuple[int | str, ...], b: tuple[int | str, ...], same: bool) -> None:
+    def meta(strides: tuple[int | str, ...]) -> TensorMeta:
+        return TensorMeta(dtype=DType.float32, shape=(1,) * len(strides), strides=strides)
+
+    assert same_dim_order(meta(a), meta(b)) is same

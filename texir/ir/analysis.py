@@ -13,6 +13,7 @@ from texir.ir.types import (
     Node,
     Output,
     Ref,
+    TensorMeta,
     TupleArg,
     ValueMeta,
 )
@@ -81,3 +82,21 @@ def walk_graphs(graph: Graph, path: str = "") -> Iterator[tuple[str, Graph]]:
 
 def call_nodes(graph: Graph) -> tuple[CallFunction, ...]:
     return tuple(n for n in graph.nodes if isinstance(n, CallFunction))
+
+
+def same_dim_order(a: TensorMeta, b: TensorMeta) -> bool:
+    """Whether two tensors have the same dim order (torch's `dim_order()`: dims by decreasing
+    stride, ties in dim order). With concrete strides the orders are compared; when either has a
+    symbolic stride the order is not known for every shape, and only identical strides (the same
+    expressions) answer yes."""
+    if len(a.strides) != len(b.strides):
+        return False
+    left = [s for s in a.strides if isinstance(s, int)]
+    right = [s for s in b.strides if isinstance(s, int)]
+    if len(left) == len(right) == len(a.strides):
+        return _dim_order(left) == _dim_order(right)
+    return a.strides == b.strides
+
+
+def _dim_order(strides: list[int]) -> list[int]:
+    return sorted(range(len(strides)), key=lambda d: -strides[d])

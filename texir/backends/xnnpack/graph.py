@@ -39,6 +39,7 @@ from texir.ir import (
     TupleArg,
     TupleMeta,
 )
+from texir.ir.analysis import same_dim_order
 from texir.ir.blob import Blob
 
 __all__ = ["Const", "XGraph", "XNode", "conv1d_as_conv2d", "split_concatenations", "fuse_activations", "remove_clones",
@@ -340,7 +341,8 @@ def remove_clones(g: XGraph) -> None:
         if n.target == "aten::clone.default":
             if n.kwargs.get("memory_format") not in (None, "preserve_format"):
                 continue  # texir keeps torch's memory-format clones only where they change the layout
-        elif _dim_order(n.meta) != _dim_order(src.meta):
+        elif not (isinstance(n.meta, TensorMeta) and isinstance(src.meta, TensorMeta)
+                  and same_dim_order(n.meta, src.meta)):
             continue
         if src.target == "placeholder" and n in outputs:
             continue
@@ -448,13 +450,6 @@ def _contiguous(shape: list[int]) -> tuple[int, ...]:
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
-
-
-def _dim_order(meta: Any) -> tuple[int, ...] | None:
-    """A tensor's dim order from its strides (outermost first), as torch's `dim_order()`."""
-    if not isinstance(meta, TensorMeta) or not all(isinstance(s, int) for s in meta.strides):
-        return None
-    return tuple(sorted(range(len(meta.strides)), key=lambda d: -int(meta.strides[d])))
 
 
 _FUSABLE = {CONV, LINEAR, "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor"}

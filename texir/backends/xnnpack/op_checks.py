@@ -9,6 +9,7 @@ from typing import Final
 
 from texir.backends.xnnpack.quant_partition import DQ_PER_TENSOR, Q_PER_TENSOR
 from texir.ir import CallFunction, DType, IntArg, ListArg, NoneArg, Ref, TensorMeta, ValueMeta
+from texir.ir.analysis import same_dim_order
 
 __all__ = ["CHECKS", "KEPT_OPS", "Check", "NodeView", "common_check", "refs"]
 
@@ -244,7 +245,7 @@ def _clone(n: NodeView) -> str | None:
     if n.node.target == "aten::clone.default":
         return None if fmt is None or getattr(fmt, "value", None) == "preserve_format" else "memory format changes"
     x, out = n.tensor(0), n.metas.get(n.node.name)
-    if x is None or not isinstance(out, TensorMeta) or _dim_order(x) != _dim_order(out):
+    if x is None or not isinstance(out, TensorMeta) or not same_dim_order(x, out):
         return "dim order changes"
     return None
 
@@ -254,10 +255,6 @@ def _same_dtype(n: NodeView) -> str | None:
     if x is None or not isinstance(out, TensorMeta) or x.dtype != out.dtype:
         return "dtype conversion (XNNPACK takes memory-format copies only)"
     return None
-
-
-def _dim_order(meta: TensorMeta) -> tuple[int, ...]:
-    return tuple(sorted(range(len(meta.strides)), key=lambda d: -int(meta.strides[d]) if isinstance(meta.strides[d], int) else 0))
 
 
 CHECKS: Final[dict[str, Check]] = {
