@@ -80,8 +80,8 @@ assert _EtBackend.__name__ == "TexirOracleBackend"  # ExecuTorch finds the backe
 # Random DAGs: texir's partitions are torch's
 
 
-def _random_dag(draw: Any) -> tuple[list[list[int]], list[bool]]:
-    n = draw(st.integers(min_value=1, max_value=24))
+def _random_dag(draw: Any, max_nodes: int = 24) -> tuple[list[list[int]], list[bool]]:
+    n = draw(st.integers(min_value=1, max_value=max_nodes))
     preds: list[list[int]] = []
     for i in range(n):
         if i == 0:

@@ -1,94 +1,68 @@
-"""The order in which torch's CapabilityBasedPartitioner lists its partitions (hence ExecuTorch's
-`tag<id>` numbering and the order partitions are lowered in), replayed on an IR graph.
+"""The ids ExecuTorch 1.5.1's XnnpackPartitioner gives its partitions: their `tag<id>` names and
+the order they are lowered in, hence the order of the delegates in the `.pte`.
 
-texir's `maximal_partitions` gives the same partitions ordered by first node; torch lists them by
-the id each one keeps through its merges. Ids are handed out walking the graph backwards, and a
-merge keeps the id of the larger side (the first candidate on a tie), so the order follows from
-replaying those merges with torch's cycle test.
+XnnpackPartitioner does not number partitions as torch's `CapabilityBasedPartitioner` does. Its
+`ConfigerationBasedPartitioner` groups the config matches (a node with the nodes its config takes
+along: a GEMM's weights, a quantized op's q/dq chain; matches sharing a node are one group) and hands
+them to ExecuTorch's `GroupBasedPartitioner`, which overrides `propose_partitions`:
+
+1. walking the graph backwards, it opens a partition with a new id (0, 1, ...) for each group at the
+   first of its nodes it meets, i.e. the group's last node in graph order;
+2. it then tries every pair of partitions in id order and merges the higher id into the lower
+   whenever no cycle results, whatever their sizes (torch's partitioner keeps the larger side's id).
+
+So each partition ends with the smallest id among its groups, that of the group ending last in the
+graph, and partitions are listed by id. Which nodes share a partition is texir's maximal partitions
+(`OpSupportPartitioner`); given those and the groups, the ids need one backward pass and no replay
+of the merges.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from texir.ir import Graph
-from texir.ir.analysis import node_inputs
+from texir.ir import CallFunction, Graph
 
-__all__ = ["torch_partition_order"]
+__all__ = ["executorch_partition_ids"]
+
+_GETITEM = "_operator::getitem"
 
 
-def torch_partition_order(graph: Graph, supported: Mapping[str, bool]) -> list[int]:
-    """Surviving partition id of every supported node (by position in `graph.nodes`)."""
-    nodes = graph.nodes
-    index = {n.name: i for i, n in enumerate(nodes)}
-    users: list[list[int]] = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        for name in dict.fromkeys(node_inputs(n)):
-            if name in index:
-                users[index[name]].append(i)
-    down: list[frozenset[int]] = [frozenset()] * len(nodes)
-    for i in range(len(nodes) - 1, -1, -1):
-        acc: set[int] = set()
-        for u in users[i]:
-            acc.add(u)
-            acc |= down[u]
-        down[i] = frozenset(acc)
+def executorch_partition_ids(graph: Graph, tags: Mapping[str, str],
+                             groups: Sequence[Collection[str]] = ()) -> dict[str, int]:
+    """The id `GroupBasedPartitioner` gives each partition of `tags` (node name -> tag, over the nodes
+    of `graph`), with `groups` (node names) its node groups.
 
-    assignment: dict[int, int] = {}
-    members: dict[int, set[int]] = {}
-    order: dict[int, int] = {}
-    pusers: dict[int, set[int]] = {}
-    pmap: dict[int, set[int]] = {}
-
-    def downstream(user_nodes: set[int] | list[int], sources: Sequence[int]) -> set[int]:
-        found: set[int] = set()
-        for u in user_nodes:
-            for p in (u, *down[u]):
-                target = assignment.get(p)
-                if target is None:
-                    continue
-                found.add(target)
-                found |= pmap[target]
-        return found - set(sources)
-
-    def merge(self_id: int, other_id: int) -> int:
-        mine, theirs = members[self_id], members[other_id]
-        all_users = (pusers[self_id] | pusers[other_id]) - mine - theirs
-        for u in all_users:
-            seen: set[int] = set()
-            for p in (u, *down[u]):
-                if p in mine or p in theirs:
-                    return self_id
-                pid = assignment.get(p)
-                if pid is not None and pid not in seen:
-                    if self_id in pmap[pid] or other_id in pmap[pid]:
-                        return self_id
-                    seen.add(pid)
-        keep, gone = (self_id, other_id) if len(mine) >= len(theirs) else (other_id, self_id)
-        members[keep] |= members.pop(gone)
-        for n in members[keep]:
-            assignment[n] = keep
-        order[keep] = min(order[keep], order.pop(gone))
-        pmap[keep] = pmap[keep] | pmap.pop(gone)
-        pusers[keep] = all_users
-        del pusers[gone]
-        pmap[keep] |= downstream(all_users, (keep, gone))
-        pmap[keep] -= {keep, gone}
-        return keep
-
+    A tagged call node outside every group counts as a group of its own, as the partitioner treats
+    a supported node no group holds, except a getitem: ExecuTorch's partitioner puts that in its
+    producer's partition afterwards, without an id of its own. A tag none of whose nodes opens an
+    id (only getitems and placeholders) is numbered after all the others, by its last node."""
+    group_of: dict[str, int] = {}
+    for g, members in enumerate(groups):
+        for name in members:
+            group_of.setdefault(name, g)
+    numbered: dict[int, int] = {}
+    ids: dict[str, int] = {}
     next_id = 0
-    for i in range(len(nodes) - 1, -1, -1):
-        if supported.get(nodes[i].name, False) and i not in assignment:
+    nodes = graph.nodes
+    for node in reversed(nodes):
+        group = group_of.get(node.name)
+        tag = tags.get(node.name)
+        if group is not None:
+            if group not in numbered:
+                numbered[group] = next_id
+                next_id += 1
+            pid = numbered[group]
+        elif tag is not None and isinstance(node, CallFunction) and node.target != _GETITEM:
             pid = next_id
             next_id += 1
-            order[pid] = pid
-            assignment[i] = pid
-            members[pid] = {i}
-            pusers[pid] = set(users[i])
-            pmap[pid] = downstream(users[i], (pid,))
-        candidates = [pid for pid, _ in sorted(order.items(), key=lambda kv: kv[1])]
-        if len(candidates) > 1:
-            self_id = candidates[0]
-            for other in candidates[1:]:
-                self_id = merge(self_id, other)
-    return [assignment.get(i, -1) for i in range(len(nodes))]
+        else:
+            continue
+        if tag is not None:
+            ids[tag] = min(ids.get(tag, pid), pid)  # a group met earlier may reach back into the tag
+    for node in reversed(nodes):
+        tag = tags.get(node.name)
+        if tag is not None and tag not in ids:
+            ids[tag] = next_id
+            next_id += 1
+    return ids

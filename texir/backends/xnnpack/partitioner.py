@@ -5,7 +5,7 @@ Each supported op has a check (`op_checks.CHECKS`) that returns None when XNNPAC
 the reason it does not; int8 patterns (`quant_partition`) add the q/dq nodes and quantized weights
 around their op and tag the q/dq implicit. Partitions are then the maximal ones torch's
 CapabilityBasedPartitioner proposes (`OpSupportPartitioner`), with the constants they read, as
-ExecuTorch tags them.
+ExecuTorch tags them, numbered and ordered as its GroupBasedPartitioner numbers them (`partition_order`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pydantic
 
 from texir.backends.xnnpack.backend import BACKEND_ID
 from texir.backends.xnnpack.op_checks import CHECKS, KEPT_OPS, NodeView, common_check, refs
-from texir.backends.xnnpack.partition_order import torch_partition_order
+from texir.backends.xnnpack.partition_order import executorch_partition_ids
 from texir.backends.xnnpack.per_op import per_op_groups
 from texir.backends.xnnpack.quant_partition import (
     DQ_PER_TENSOR,
@@ -164,7 +164,6 @@ class XnnpackNativePartitioner:
         self._turned_down, self._checked = turned_down, checked
         # Like ExecuTorch's partitioner, only the top-level graph (never inside a cond or map branch).
         tags = {key: tag for key, tag in plan.tags if "/" not in key}
-        support = dict.fromkeys(tags, True)
         # Only the GEMM, batch-norm and prelu configs claim constants (their weights); any other constant
         # a partition reads becomes a delegate input, as with ExecuTorch's partitioner.
         for node in program.graph.nodes:
@@ -179,14 +178,10 @@ class XnnpackNativePartitioner:
         for dep, anchor in quant.deps.items():
             if dep in constants and anchor in tags:
                 tags.setdefault(dep, tags[anchor])
-        # Tags named and ordered as torch's CapabilityBasedPartitioner numbers its partitions.
-        graph = program.graph
-        ids = torch_partition_order(graph, support)
-        first: dict[str, int] = {}
-        for node, pid in zip(graph.nodes, ids):
-            tag = tags.get(node.name)
-            if tag is not None and pid >= 0:
-                first[tag] = min(first.get(tag, pid), pid)
+        # Tags named and ordered as ExecuTorch's GroupBasedPartitioner numbers its partitions, from the
+        # groups of config matches it is handed (the groups per_op_mode makes partitions of).
+        groups = per_op_groups(program, constants, quant, lambda node: node.name in tags)
+        first = executorch_partition_ids(program.graph, tags, groups)
         rename = {tag: f"tag{pid}" for tag, pid in first.items()}
         renamed = {key: rename.get(tag, tag) for key, tag in tags.items()}
         spec = {tag: s for tag, s in plan.specs if tag in first}
