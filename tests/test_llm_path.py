@@ -148,12 +148,22 @@ def test_native_xnnpack_writes_the_same_llama_and_it_runs_bitwise_equal(files: d
     """texir's own XNNPACK (no ExecuTorch code at lowering) on the fp32 static-KV-cache Llama (issue
     #29): the partitions, blobs and named data of ExecuTorch's XnnpackPartitioner/XnnpackBackend (run
     by texir for `files`), the same .pte + .ptd, and the same logits bit for bit at every step."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
     from texir.backends.xnnpack import registered
     from texir.backends.xnnpack.partitioner import partitioner
+    from texir.executorch import executorch_partitioner
     from texir.orchestrate import lower
 
     with registered():
-        program = lower(_export(_exportable()), [partitioner()], cache=None).program
+        lowered = lower(_export(_exportable()), [partitioner()], cache=None)
+    program = lowered.program
+    # ExecuTorch's partitioner on the program texir's saw: the same tag on every node, tags in the same
+    # order (its GroupBasedPartitioner's ids: the 24 partitions are tag0, tag1, tag5, tag17, ...).
+    seen = lowered.seen[0]
+    ours, theirs = partitioner()(seen), executorch_partitioner(XnnpackPartitioner())(seen)
+    assert dict(ours.tags) == dict(theirs.tags)
+    assert [tag for tag, _ in ours.specs] == [tag for tag, _ in theirs.specs]
 
     def delegates(p: Any) -> list[tuple[str, bytes, list[tuple[str, bytes]]]]:
         return [(m.module.backend_id, bytes(m.module.processed_bytes),
