@@ -102,15 +102,16 @@ def test_ids_equal_group_based_partitioner(data: Any) -> None:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_ids_equal_group_based_partitioner_with_groups(data: Any) -> None:
-    # Multi-node groups (a config match with its deps, matches sharing a node): numbering
-    # ExecuTorch's own partitions from its groups gives its ids.
+    # Multi-node groups (a config match with its deps, matches sharing a node) and supported nodes in
+    # no group: numbering ExecuTorch's own partitions from its groups gives its ids.
     preds, supported = data.draw(st.composite(lambda draw: _random_dag(draw, max_nodes=40))())
     chosen = [i for i, s in enumerate(supported) if s]
-    labels = data.draw(st.lists(st.integers(min_value=0, max_value=max(1, len(chosen) // 2)),
+    labels = data.draw(st.lists(st.integers(min_value=-1, max_value=max(1, len(chosen) // 2)),
                                 min_size=len(chosen), max_size=len(chosen)))
     by_label: dict[int, list[int]] = {}
     for i, label in zip(chosen, labels):
-        by_label.setdefault(label, []).append(i)
+        if label >= 0:  # -1: a supported node in no group
+            by_label.setdefault(label, []).append(i)
     groups = list(by_label.values())
     theirs = _theirs(preds, supported, groups)
     assert _ours(preds, {n: f"p{pid}" for n, pid in theirs.items()}, groups) == theirs

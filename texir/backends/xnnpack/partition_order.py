@@ -12,57 +12,43 @@ them to ExecuTorch's `GroupBasedPartitioner`, which overrides `propose_partition
    whenever no cycle results, whatever their sizes (torch's partitioner keeps the larger side's id).
 
 So each partition ends with the smallest id among its groups, that of the group ending last in the
-graph, and partitions are listed by id. Which nodes share a partition is texir's maximal partitions
-(`OpSupportPartitioner`); given those and the groups, the ids need one backward pass and no replay
-of the merges.
+graph, and partitions are listed by id. texir finds which nodes share a partition on its own
+(`OpSupportPartitioner`'s maximal partitions, the merges' outcome); given those and the groups, the
+ids take one backward pass and no replay of the merges.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from texir.ir import CallFunction, Graph
+from texir.ir import Graph
 
 __all__ = ["executorch_partition_ids"]
-
-_GETITEM = "_operator::getitem"
 
 
 def executorch_partition_ids(graph: Graph, tags: Mapping[str, str],
                              groups: Sequence[Collection[str]] = ()) -> dict[str, int]:
     """The id `GroupBasedPartitioner` gives each partition of `tags` (node name -> tag, over the nodes
-    of `graph`), with `groups` (node names) its node groups.
-
-    A tagged call node outside every group counts as a group of its own, as the partitioner treats
-    a supported node no group holds, except a getitem: ExecuTorch's partitioner puts that in its
-    producer's partition afterwards, without an id of its own. A tag none of whose nodes opens an
-    id (only getitems and placeholders) is numbered after all the others, by its last node."""
+    of `graph`), with `groups` (node names) its node groups. A tagged node outside every group is a
+    group of its own, as the partitioner treats a supported node no group holds."""
     group_of: dict[str, int] = {}
     for g, members in enumerate(groups):
         for name in members:
             group_of.setdefault(name, g)
-    numbered: dict[int, int] = {}
+    numbered: dict[int, int] = {}  # group -> id
     ids: dict[str, int] = {}
     next_id = 0
-    nodes = graph.nodes
-    for node in reversed(nodes):
+    for node in reversed(graph.nodes):
         group = group_of.get(node.name)
         tag = tags.get(node.name)
-        if group is not None:
-            if group not in numbered:
-                numbered[group] = next_id
-                next_id += 1
+        if group in numbered:
             pid = numbered[group]
-        elif tag is not None and isinstance(node, CallFunction) and node.target != _GETITEM:
-            pid = next_id
-            next_id += 1
+        elif group is not None or tag is not None:
+            pid, next_id = next_id, next_id + 1
+            if group is not None:
+                numbered[group] = pid
         else:
             continue
         if tag is not None:
             ids[tag] = min(ids.get(tag, pid), pid)  # a group met earlier may reach back into the tag
-    for node in reversed(nodes):
-        tag = tags.get(node.name)
-        if tag is not None and tag not in ids:
-            ids[tag] = next_id
-            next_id += 1
     return ids
