@@ -87,8 +87,8 @@ def export(exportable: Any, max_cache: int, module: Any = None, *, weightless: b
     from tests.real_models import export_static_cache_llama
 
     if weightless:
-        from texir.adapters.weightless import attach_weights
-        from texir.adapters.weightless import weightless as no_weights
+        from texir.adapters.weights import attach_weights
+        from texir.adapters.weights import weightless as no_weights
 
         with no_weights(exportable) as weights:
             ep = export_static_cache_llama(exportable, PROMPT, max_cache)

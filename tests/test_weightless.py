@@ -1,4 +1,4 @@
-"""Weightless export (`texir.adapters.weightless`): torch traces fake parameters and the real ones
+"""Weightless export (`texir.adapters.weightless`, in `texir/adapters/weights.py`): torch traces fake parameters and the real ones
 are attached by reference afterwards. The program is the one a plain export gives (same IR, same
 `.pte` bytes), nothing is copied, the module gets its parameters back, and misuse is a typed error."""
 
@@ -11,7 +11,7 @@ import torch
 
 from tests.real_models import export_static_cache_llama, static_cache_llama
 from texir.adapters import from_exported_program
-from texir.adapters.weightless import attach_weights, weightless
+from texir.adapters.weights import attach_weights, weightless
 from texir.backends.xnnpack import partitioner, registered
 from texir.emit import emit
 from texir.errors import ConversionError, UnsupportedError

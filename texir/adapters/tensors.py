@@ -141,7 +141,7 @@ def _byte_view(t: torch.Tensor, where: str) -> tuple[TensorMeta, memoryview]:
     if isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or t.device.type == "meta":
         raise UnsupportedError(
             f"{where}: holds a fake/meta tensor, not data; export the model with real weights, or attach "
-            "them to a weightless export with texir.adapters.weightless.attach_weights"
+            "them to a weightless export with texir.adapters.attach_weights"
         )
     meta = tensor_meta_from_tensor(t, where=where)
     if meta.layout is not Layout.strided:
