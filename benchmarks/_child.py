@@ -20,12 +20,18 @@ def spawn(script: str, args: list[str], label: str) -> dict[str, Any]:
     return parsed
 
 
+STAGE = "bench stage: "
+"""A child announces each stage on stderr with this prefix, so a failed run says where it failed."""
+
+
 def try_spawn(script: str, args: list[str]) -> tuple[dict[str, Any] | None, str]:
     """`spawn` for a run that may fail (out of memory under a limit): (result or None, the end of stderr)."""
     proc = subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        return None, f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
+        stages = [line for line in proc.stderr.splitlines() if line.startswith(STAGE)]
+        during = f"during {stages[-1][len(STAGE):]}; " if stages else ""
+        return None, f"{during}exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
     parsed: dict[str, Any] = json.loads(lines[-1])
     return parsed, ""
 

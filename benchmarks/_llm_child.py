@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from _child import ROOT, time_backend_preprocess  # benchmarks/ is on sys.path when a bench runs
+from _child import ROOT, STAGE, time_backend_preprocess  # benchmarks/ is on sys.path when a bench runs
 from _memory import reset_peak, status
 
 TAG = "_default_external_constant"
@@ -147,6 +147,7 @@ class Stages:
         return self
 
     def __enter__(self) -> None:
+        print(f"{STAGE}{self._name}", file=sys.stderr, flush=True)
         reset_peak()
         self._start = time.perf_counter()
 
@@ -238,10 +239,12 @@ def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
     out = Path(spec["out"])
     out.mkdir(parents=True, exist_ok=True)
     inside = _preprocess_timer(side)
+    print(f"{STAGE}build", file=sys.stderr, flush=True)
     start = time.perf_counter()
     exportable = build(spec["config"], spec["max_cache"], spec["dtype"], spec["quant"])
     built = time.perf_counter() - start
     model_rss = status("VmRSS")  # the built model in memory: what every peak below is over
+    print(f"{STAGE}export", file=sys.stderr, flush=True)
     reset_peak()
     start = time.perf_counter()
     ep = export(exportable, spec["max_cache"], weightless=spec.get("weightless", False))

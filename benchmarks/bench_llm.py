@@ -192,7 +192,8 @@ def scale(sizes: list[str], limit: int, sides: tuple[str, ...] = ("executorch", 
             if r is None:
                 failed.add(side)
                 oom = any(m in why for m in OOM_SIGNS)
-                reason = "out of memory (the limit)" if oom else why.splitlines()[-1:]
+                during = why.split("; exit ", 1)[0] + ", " if why.startswith("during ") else ""
+                reason = f"{during}out of memory (the limit)" if oom else why.splitlines()[-1:]
                 print(f"  {size:<6} {LABELS[side]:<11} FAILED after {wall:.0f} s: {reason}")
                 continue
             files = sum(r["sizes"].values())
