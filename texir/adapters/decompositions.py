@@ -5,7 +5,6 @@ _default_decomposition_table in ExecuTorch 1.5.1)."""
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
@@ -16,6 +15,7 @@ from torch._ops import OpOverload, OpOverloadPacket
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from texir.adapters.targets import canonical_target, resolve_target
+from texir.adapters.torch_patches import run_decompositions
 from texir.errors import UnsupportedError
 from texir.ir import CallFunction, Program
 
@@ -159,11 +159,7 @@ def functionalize(ep: torch.export.ExportedProgram) -> torch.export.ExportedProg
     hold, the composites torch does not preserve (contiguous, reshape) run through their kernels.
     `texir.adapters.local_decompose.functional_program` gives the same without the retrace where
     it can."""
-    with warnings.catch_warnings():
-        # torch's own LeafSpec deprecation inside run_decompositions: noise a caller cannot act on
-        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
-        functional: torch.export.ExportedProgram = ep.run_decompositions({})
-    return functional
+    return run_decompositions(ep, {})
 
 
 def graph_modules(gm: torch.fx.GraphModule, prefix: str = "") -> list[tuple[str, torch.fx.GraphModule]]:
@@ -238,11 +234,7 @@ def decompose_nodes(
             node.target = twin
             shielded.append((node, target))
     try:
-        with warnings.catch_warnings():
-            # torch's own LeafSpec deprecation inside run_decompositions: noise a caller cannot act on
-            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                                    category=FutureWarning)
-            decomposed: torch.export.ExportedProgram = ep.run_decompositions(edge_decomposition_table(unshielded))
+        decomposed = run_decompositions(ep, edge_decomposition_table(unshielded))
     finally:
         for node, target in shielded:
             node.target = target

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
@@ -26,6 +25,7 @@ from texir.adapters.local_decompose import decompose_locally
 from texir.adapters.op_schemas import recorded_op_schemas
 from texir.adapters.specs import NEG_INF_MIN, dump_spec
 from texir.adapters.targets import canonical_target
+from texir.adapters.torch_patches import run_decompositions
 from texir.adapters.tensors import (
     DTYPE_FROM_TORCH,
     LAYOUT_FROM_TORCH,
@@ -297,12 +297,7 @@ def from_exported_program(
         if local is not None:
             ep = local
         else:
-            with warnings.catch_warnings():
-                # torch deep-copies pytree specs inside run_decompositions and trips its own LeafSpec
-                # deprecation warning: noise a caller cannot act on.
-                warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                                        category=FutureWarning)
-                ep = ep.run_decompositions(edge_decomposition_table(keep))
+            ep = run_decompositions(ep, edge_decomposition_table(keep))
         if not allow_non_core:
             check_core_aten(ep, keep)
     with gc_paused(), torch._C.DisableTorchFunctionSubclass():

@@ -29,7 +29,6 @@ against ExecuTorch's `to_edge` over torch's operator database."""
 from __future__ import annotations
 
 import operator
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -50,6 +49,7 @@ from texir.adapters.decompositions import (
     must_decompose_functionally,
 )
 from texir.adapters.targets import canonical_target
+from texir.adapters.torch_patches import run_decompositions
 
 __all__ = ["decompose_locally", "functional_program"]
 
@@ -421,9 +421,4 @@ def functional_program(ep: ExportedProgram) -> ExportedProgram:
     local = decompose_locally(ep, functional_only=True)
     if local is not None:
         return local
-    with warnings.catch_warnings():
-        # torch's own LeafSpec deprecation inside run_decompositions: noise a caller cannot act on
-        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                                category=FutureWarning)
-        functional: ExportedProgram = ep.run_decompositions({})
-    return functional
+    return run_decompositions(ep, {})

@@ -7,16 +7,19 @@ import glob
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 import torch.fx
+from torch.export import ExportedProgram
 from torch.export import exported_program as ep_mod
+from torch.fx.experimental import proxy_tensor
 from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.utils import _pytree as pytree
 
-__all__ = ["lazy_graph_module_codegen", "make_torchvision_importable", "name_structseq_types"]
+__all__ = ["lazy_graph_module_codegen", "make_torchvision_importable", "name_structseq_types", "run_decompositions"]
 
 
 def name_structseq_types() -> None:
@@ -50,6 +53,24 @@ def lazy_graph_module_codegen() -> Iterator[None]:
         yield
     finally:
         ep_mod._create_graph_module_for_export = original
+
+
+def run_decompositions(ep: ExportedProgram, table: Mapping[Any, Callable[..., Any]]) -> ExportedProgram:
+    """`ep.run_decompositions(table)`, leaving no graph of the retrace behind in torch's globals."""
+    with warnings.catch_warnings():
+        # torch deep-copies pytree specs inside run_decompositions and trips its own LeafSpec
+        # deprecation warning: noise a caller cannot act on.
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
+        out: ExportedProgram = ep.run_decompositions(dict(table))
+    # Every make_fx trace for export (each retrace included) refills a module-level map from fake
+    # tensor ids to the traced graph's nodes, which only that export's fake-tensor leak check reads.
+    # The last trace's graph (every node, its metadata and fake values: ~0.5 MiB a Llama layer)
+    # stays alive through it until the next trace: through the rest of `lower` and after it.
+    stale = getattr(proxy_tensor, "_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT", None)
+    if isinstance(stale, dict):
+        stale.clear()
+    return out
 
 
 _TORCHVISION_KEEP: list[Any] = []

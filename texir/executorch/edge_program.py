@@ -23,6 +23,7 @@ __all__ = [
     "edge_target",
     "executorch_edge_target",
     "exported_program_of",
+    "forget_exported",
     "graph_modules",
     "remember_exported",
     "to_edge_exported_program",
@@ -48,6 +49,13 @@ def remember_exported(program: Program, ep: ExportedProgram) -> None:
     memo = _EXPORTED.get()
     if memo is not None:
         memo[id(program)] = (program, ep)  # holds the program, so its id stays its own
+
+
+def forget_exported(program: Program) -> None:
+    """Drop what `remember_exported` recorded of `program` (when no hook will be shown it again)."""
+    memo = _EXPORTED.get()
+    if memo is not None:
+        memo.pop(id(program), None)
 
 
 def exported_program_of(program: Program) -> ExportedProgram:
