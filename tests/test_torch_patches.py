@@ -8,10 +8,11 @@ import inspect
 import torch
 from torch.export import exported_program as ep_mod
 from torch.fx._lazy_graph_module import _LazyGraphModule
+from torch.fx.experimental import proxy_tensor
 from torch.utils import _pytree as pytree
 
 from texir.adapters import from_exported_program, to_exported_program
-from texir.adapters.torch_patches import lazy_graph_module_codegen, name_structseq_types
+from texir.adapters.torch_patches import lazy_graph_module_codegen, name_structseq_types, run_decompositions
 
 
 class _Relu(torch.nn.Module):
@@ -42,3 +43,21 @@ def test_structseq_return_types_get_a_serialized_name() -> None:
     assert pytree.SUPPORTED_SERIALIZED_TYPES[cls].serialized_type_name == f"torch.return_types.{cls.__name__}"
     _, spec = pytree.tree_flatten(torch.randn(2, 3).max(dim=0))
     assert pytree.treespec_loads(pytree.treespec_dumps(spec)) == spec
+
+
+def test_run_decompositions_leaves_no_traced_graph_in_torchs_globals() -> None:
+    """torch keeps the last export trace's graph in a module-level map (read only by that trace's own
+    leak check); texir's run_decompositions empties it, so a lowered program's retrace graphs do
+    not outlive `lower`."""
+
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.silu(x) + 1
+
+    ep = torch.export.export(M(), (torch.randn(2, 3),))
+    ep.run_decompositions({})
+    stale = proxy_tensor._FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT
+    assert stale, "torch no longer keeps the map: the clearing in run_decompositions can go"
+    out = run_decompositions(ep, {})
+    assert not proxy_tensor._FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT
+    assert torch.equal(out.module()(torch.ones(2, 3)), M()(torch.ones(2, 3)))
