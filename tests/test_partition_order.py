@@ -12,14 +12,11 @@ import torch
 from executorch.exir.backend.canonical_partitioners.group_partitioner import GroupBasedPartitioner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch import nn
-from torch.fx import Graph as FxGraph
-from torch.fx import GraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from tests.lowering_helpers import TEST_BACKEND
-from tests.test_partition_semantics import _random_dag, _texir_dag
+from tests.test_partition_semantics import _fx_dag, _random_dag, _texir_dag
 from texir.backends.xnnpack.partition_order import executorch_partition_ids
 from texir.lowering import OpSupportPartitioner
 
@@ -30,21 +27,6 @@ class _Support(OperatorSupportBase):
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
         return node.name in self.names
-
-
-def _fx_dag(preds: list[list[int]]) -> tuple[GraphModule, list[torch.fx.Node]]:
-    """The fx twin of `_texir_dag(preds)`."""
-    g = FxGraph()
-    x = g.placeholder("x")
-    nodes: list[torch.fx.Node] = []
-    for i, ps in enumerate(preds):
-        args = [nodes[p] for p in ps] or [x]
-        node = g.call_function(torch.ops.aten.add.Tensor, (args[0], args[-1]))
-        node.name = f"n{i}"
-        nodes.append(node)
-    users = {a for n in nodes for a in n.all_input_nodes}
-    g.output(tuple(n for n in nodes if n not in users))
-    return GraphModule(nn.Module(), g), nodes
 
 
 def _theirs(preds: list[list[int]], supported: list[bool], groups: list[list[int]] | None = None) -> dict[str, int]:

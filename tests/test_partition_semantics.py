@@ -109,10 +109,11 @@ def _texir_dag(preds: list[list[int]]) -> Program:
     return Program(graph=b.build(), signature=sig)
 
 
-def _torch_partitions(preds: list[list[int]], supported: list[bool]) -> list[set[str]]:
+def _fx_dag(preds: list[list[int]]) -> tuple[GraphModule, list[torch.fx.Node]]:
+    """The fx twin of `_texir_dag(preds)`."""
     g = FxGraph()
     x = g.placeholder("x")
-    nodes = []
+    nodes: list[torch.fx.Node] = []
     for i, ps in enumerate(preds):
         args = [nodes[p] for p in ps] or [x]
         node = g.call_function(torch.ops.aten.add.Tensor, (args[0], args[-1]))
@@ -120,13 +121,17 @@ def _torch_partitions(preds: list[list[int]], supported: list[bool]) -> list[set
         nodes.append(node)
     users = {a for n in nodes for a in n.all_input_nodes}
     g.output(tuple(n for n in nodes if n not in users))
+    return GraphModule(nn.Module(), g), nodes
+
+
+def _torch_partitions(preds: list[list[int]], supported: list[bool]) -> list[set[str]]:
+    gm, _ = _fx_dag(preds)
     ok = {f"n{i}" for i, s in enumerate(supported) if s}
 
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
             return node.name in ok
 
-    gm = GraphModule(nn.Module(), g)
     parts = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True).propose_partitions()
     return [{n.name for n in p.nodes} for p in parts]
 
