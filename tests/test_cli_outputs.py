@@ -51,6 +51,8 @@ def test_sigint_at_every_checkpoint_leaves_nothing_written(
     points = list(labels)
     assert len(points) >= 20, points
     assert sum(label.startswith("renaming ") for label in points) == 4
+    assert points[-1] == "committed", points  # the one checkpoint after every file is in place
+    written = _files(full)
     for mode in ("", ":swallow"):  # a plain SIGINT, and one swallowed as in a weakref callback
         for n in range(1, len(points) + 1):
             d = tmp_path / f"run{n}{mode.replace(':', '_')}"
@@ -59,6 +61,11 @@ def test_sigint_at_every_checkpoint_leaves_nothing_written(
             monkeypatch.setenv(interrupts.TEST_ENV, f"{n}{mode}")
             code = main(_argv(d))
             err = capsys.readouterr().err
+            if points[n - 1] == "committed":  # the build is done: Ctrl-C no longer fails it
+                assert code == 0, (n, mode, err)
+                assert "interrupted" not in err
+                assert {k: len(v) for k, v in _files(d).items()} == {k: len(v) for k, v in written.items()}
+                continue
             assert code == 130, (n, mode, points[n - 1], err)
             assert err.strip().splitlines()[-1] == "texir lower: interrupted", (n, points[n - 1])
             assert _files(d) == {"m.pte": OLD}, (n, mode, points[n - 1])
@@ -74,6 +81,17 @@ def test_sigint_in_a_fresh_process_exits_130(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     # importing ExecuTorch's XNNPACK partitioner (torchao with it) printed nothing of theirs
     assert done.stderr.strip().splitlines() == ["texir lower: interrupted"], done.stderr
+
+
+def test_sigint_after_the_outputs_are_in_place_exits_0_in_a_fresh_process(tmp_path: Path) -> None:
+    """A Ctrl-C after the command's files are committed, as the program ends (main has returned,
+    the interpreter is about to tear down): the build is done, and the exit status says so."""
+    env = dict(os.environ, TEXIR_PROGRESS="0", **{interrupts.TEST_ENV: "exiting"})
+    done = subprocess.run([sys.executable, "-m", "texir.cli.main", *_argv(tmp_path)], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "interrupted" not in done.stderr and "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.etrecord", "m.json", "m.ptd", "m.pte"]
 
 
 def test_third_party_noise_is_quiet_only_inside_a_command(capsys: pytest.CaptureFixture[str]) -> None:

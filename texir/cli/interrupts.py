@@ -5,9 +5,13 @@ remembered, so an interrupt that lands where Python swallows exceptions (a weakr
 ``__del__``: "Exception ignored ... KeyboardInterrupt") still stops the command at the next
 `checkpoint()`, or before any output is renamed into place (`texir.cli.paths.Outputs`), and the
 command exits 130. While outputs are renamed into place, SIGINT is only remembered (`deferred()`);
-once they are all in place (`finished()`) it is ignored: the command has done its work.
+once they are all in place (`finished()`) it is ignored: the command has done its work, and exits 0.
+Run as the `texir` program (`guarded(process_exit=True)`), a finished command keeps ignoring SIGINT
+until the process ends: a Ctrl-C during the interpreter's teardown does not turn a finished build into
+exit 130.
 
-Testing: `TEXIR_TEST_INTERRUPT_AT=N` sends SIGINT at the N-th checkpoint (``N:swallow`` swallows
+Testing: `TEXIR_TEST_INTERRUPT_AT=N` sends SIGINT at the N-th checkpoint, or at the one labelled N
+when N is not a number (``N:swallow`` swallows
 the KeyboardInterrupt there, as a weakref callback would); `set_checkpoint_hook` sees each one.
 """
 
@@ -45,8 +49,12 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
-def guarded() -> Iterator[None]:
-    """Run a command under texir's SIGINT handler (main thread only; elsewhere nothing changes)."""
+def guarded(*, process_exit: bool = False) -> Iterator[None]:
+    """Run a command under texir's SIGINT handler (main thread only; elsewhere nothing changes).
+
+    `process_exit`: the process ends with this command. If its outputs are finished, SIGINT stays
+    ignored afterwards instead of getting the previous handler back (which would raise
+    KeyboardInterrupt, exit 130, in the interpreter's teardown)."""
     global _mode, _received, _count, _active
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -57,8 +65,12 @@ def guarded() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, signal.SIG_IGN if process_exit and _outputs_finished() else previous)
         _mode, _active = "raise", False
+
+
+def _outputs_finished() -> bool:
+    return _mode == "ignore"
 
 
 def interrupted() -> bool:
@@ -76,7 +88,7 @@ def checkpoint(label: str) -> None:
     at = os.environ.get(TEST_ENV, "")
     if at:
         number, _, how = at.partition(":")
-        if number.isdigit() and int(number) == _count:
+        if (number.isdigit() and int(number) == _count) or number == label:
             if how == "swallow":  # as in a weakref callback: only a later check sees it
                 with contextlib.suppress(KeyboardInterrupt):
                     signal.raise_signal(signal.SIGINT)

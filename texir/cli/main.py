@@ -72,7 +72,9 @@ def _quiet_third_parties() -> Iterator[None]:
                 logger.setLevel(level)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, process_exit: bool = False) -> int:
+    """Run one command; returns its exit status. `process_exit`: the process ends with it (the
+    `texir` program): a Ctrl-C after the command's outputs are in place no longer changes the status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
@@ -80,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        with interrupts.guarded(), _quiet_third_parties():
+        with interrupts.guarded(process_exit=process_exit), _quiet_third_parties():
             code = func(args)
             if interrupts.interrupted():  # a SIGINT swallowed where nothing checked it since
                 raise KeyboardInterrupt
@@ -98,5 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def run() -> None:
+    """The `texir` program: `main` on the command line, then exit with its status."""
+    code = main(process_exit=True)
+    interrupts.checkpoint("exiting")
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -183,6 +183,7 @@ class Outputs:
             interrupts.finished()
         self.written = [t for t, _ in done]
         self._stack.close()
+        interrupts.checkpoint("committed")  # a SIGINT from here on is ignored: the command exits 0
         return self.written
 
     @staticmethod
