@@ -180,15 +180,6 @@ def test_library_decomposition_prints_no_torch_leafspec_warning() -> None:
     assert not [w for w in caught if "LeafSpec" in str(w.message)]
 
 
-def test_readme_ir_snippet_runs() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("```python\nfrom texir.ir import CallFunction")
-    code = readme[start + len("```python\n"): readme.index("```", start + 10)]
-    scope: dict[str, object] = {}
-    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102  (the README's own example)
-    assert scope["rebuilt"] == scope["graph"]
-
-
 def test_inspect_spells_tensors_as_show_does(demo_dir: Path) -> None:
     out = _texir("inspect", str(demo_dir / "demo.pte")).stdout
     assert "Tensor float[4, 3, 64, 64]" in out and "FLOAT[" not in out
