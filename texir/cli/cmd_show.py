@@ -8,6 +8,7 @@ from pathlib import Path
 
 from texir.cli.model_spec import load_input
 from texir.cli.paths import is_model_spec, refuse_clobbering
+from texir.cli.pte_report import check_xnnpack_delegates
 from texir.cli.progress import Progress
 from texir.ir import canonicalize, format_lowered_module, format_program
 from texir.ir.types import LoweredBackendModule, Program
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     with Progress("texir show") as progress:
         with progress.phase(f"loading {args.model}"):
             value = load_input(args.model, decompose=args.decompose)
+            if isinstance(value, PteProgram):
+                check_xnnpack_delegates(value)  # a damaged XNNPACK delegate fails here, not on a device
         if is_model_spec(args.model) and not args.decompose:
             print("texir show: showing MODEL as exported; `texir lower` decomposes it first (add --decompose "
                   "to see that form)", file=sys.stderr)

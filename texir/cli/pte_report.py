@@ -140,8 +140,11 @@ def inspect_pte(data: bytes, *, brief: bool = False) -> JsonDict:
                     "compile_specs": [{"key": cs.key, "value": cs.value.hex()} for cs in d.compile_specs],
                 }
             )
-            if d.id == "XnnpackBackend" and blob is not None and not brief:
-                delegates[-1]["xnnpack"] = _xnnpack_nodes(blob)
+            if d.id == "XnnpackBackend" and blob is not None:
+                # read (and checked) even with --brief: a damaged delegate fails `texir inspect`
+                nodes = xnnpack_nodes(blob, f"method {plan.name!r} delegate {i} (XnnpackBackend)")
+                if not brief:
+                    delegates[-1]["xnnpack"] = nodes
         planned = sum(1 for v in plan.values if isinstance(v.val, s.Tensor) and v.val.allocation_info)
         constants = sum(
             1 for v in plan.values if isinstance(v.val, s.Tensor) and v.val.data_buffer_idx and not v.val.allocation_info
@@ -181,16 +184,30 @@ def inspect_pte(data: bytes, *, brief: bool = False) -> JsonDict:
     }
 
 
-def _xnnpack_nodes(blob: Blob) -> list[str]:
-    """An XNNPACK delegate's values, nodes and constants, one line each (texir.backends.xnnpack)."""
+def xnnpack_nodes(blob: Blob, where: str) -> list[str]:
+    """An XNNPACK delegate's values, nodes and constants, one line each (texir.backends.xnnpack);
+    a blob that does not decode to a sound graph raises XnnpackBlobError naming `where`."""
     # the XNNPACK backend loads in a few tenths of a second: only a .pte with an XNNPACK delegate pays
-    from texir.backends.xnnpack.flatbuffer import XnnpackBlobError
-    from texir.backends.xnnpack.inspect import format_blob
+    from texir.backends.xnnpack.inspect import format_graph
+    from texir.backends.xnnpack.reader import XnnpackBlobError, decode_blob
 
     try:
-        return format_blob(blob.tobytes()).splitlines()
+        graph = decode_blob(blob.tobytes())
     except XnnpackBlobError as exc:
-        return [f"(not a blob texir reads: {exc})"]
+        raise XnnpackBlobError(f"{where}: {exc}; the runtime cannot load it: lower the model again") from exc
+    return format_graph(graph).splitlines()
+
+
+def check_xnnpack_delegates(pte: s.PteProgram) -> None:
+    """Decode and check every XNNPACK delegate of a logical program (what `texir show` reads)."""
+    p = pte.program
+    for plan in p.execution_plan:
+        for i, d in enumerate(plan.delegates):
+            ref = d.processed
+            inline = ref.location == s.DataLocation.INLINE and 0 <= ref.index < len(p.backend_delegate_data)
+            if d.id == "XnnpackBackend" and inline:
+                where = f"method {plan.name!r} delegate {i} (XnnpackBackend)"
+                xnnpack_nodes(p.backend_delegate_data[ref.index].data, where)
 
 
 def _constants(p: s.Program) -> JsonDict:
@@ -314,7 +331,7 @@ def format_report(r: JsonDict) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["register", "run", "inspect_pte", "format_report"]
+__all__ = ["check_xnnpack_delegates", "format_report", "inspect_pte", "register", "run", "xnnpack_nodes"]
 
 
 def inspect_ptd(data: bytes) -> JsonDict:

@@ -1,9 +1,10 @@
 """A bounds-checked flatbuffer reader (never trusts an offset): the primitives texir's `.pte`, `.ptd`
-and `.bpte` decoders share.
+and `.bpte` decoders and the XNNPACK blob reader share.
 
 Every offset, vtable and vector length is checked against the buffer before it is followed or
-allocated, and the total number of decoded elements is capped by a budget proportional to the input,
-so shared or overlapping vectors in a hostile file cannot blow up memory or time. Subclasses memoize
+allocated, and the total number of decoded elements (vector elements, vtable slots; subclasses
+charge their tables) is capped by a budget proportional to the input, so shared or overlapping
+vectors in a hostile file cannot blow up memory or time. Subclasses memoize
 tables and vectors reached twice (the encoder shares equal ones) in `memo`.
 """
 
@@ -75,6 +76,9 @@ class FbReader:
         count = (vtsize - 4) >> 1
         slots = self.vtables.get((vt, count))
         if slots is None:
+            # A vtable is read once and costs its slots: many tables pointing to distinct, overlapping
+            # 64 KiB vtables would otherwise hold (input size)^2 slots.
+            self.charge(count, where)
             slots = self.vtables[(vt, count)] = struct.unpack_from(f"<{count}H", self.d, vt + 4)
         return (pos, slots, tsize)
 

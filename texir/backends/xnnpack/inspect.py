@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from texir.backends.xnnpack import schema as s
-from texir.backends.xnnpack.flatbuffer import decode_blob
+from texir.backends.xnnpack.reader import decode_blob
 
 __all__ = ["format_blob", "format_graph"]
 
