@@ -13,6 +13,7 @@ from texir.cli.progress import Progress
 from texir.ir import canonicalize, format_lowered_module, format_program
 from texir.ir.types import LoweredBackendModule, Program
 from texir.serialize.bpte.schema import BundledProgram
+from texir.serialize.pte.codec import loads as loads_pte
 from texir.serialize.pte.schema import PteProgram
 from texir.serialize.snapshot import atomic_write_bytes
 from texir.viz.pte_view import bundle_text, pte_text
@@ -79,8 +80,11 @@ def run(args: argparse.Namespace) -> int:
     with Progress("texir show") as progress:
         with progress.phase(f"loading {args.model}"):
             value = load_input(args.model, decompose=args.decompose)
+            # a damaged XNNPACK delegate fails here, not on a device
             if isinstance(value, PteProgram):
-                check_xnnpack_delegates(value)  # a damaged XNNPACK delegate fails here, not on a device
+                check_xnnpack_delegates(value)
+            elif isinstance(value, BundledProgram):
+                check_xnnpack_delegates(loads_pte(value.program.tobytes()))
         if is_model_spec(args.model) and not args.decompose:
             print("texir show: showing MODEL as exported; `texir lower` decomposes it first (add --decompose "
                   "to see that form)", file=sys.stderr)

@@ -182,8 +182,10 @@ def _value_problems(graph: s.XNNGraph, ids: dict[int, s.XNNTensorValue]) -> Iter
         v = f"xvalues[{i}] (id {t.id_out})"
         if t.id_out >= n_values:
             yield f"{v}: id out of range (the graph has {n_values} values)"
-        elif ids.setdefault(t.id_out, t) is not t:
+        elif t.id_out in ids:
             yield f"{v}: id defined twice"
+        else:
+            ids[t.id_out] = t
         if t.datatype == s.XNNDatatype.xnn_datatype_invalid:
             yield f"{v}: datatype is xnn_datatype_invalid"
         if t.num_dims != len(t.dims):
@@ -268,4 +270,4 @@ def check_graph(graph: s.XNNGraph, *, constant_data_size: int) -> None:
     first = next(problems, None)
     if first is not None:
         more = sum(1 for _ in problems)
-        raise XnnpackBlobError(f"damaged XNNPACK graph: {first}" + (f" (and {more} more problems)" if more else ""))
+        raise XnnpackBlobError(f"damaged XNNPACK graph: {first}" + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""))
