@@ -173,3 +173,54 @@ def test_every_check_is_in_the_audit_table_and_has_a_test() -> None:
     tested = {*CASES, "finite_normal_scales"}
     untested = set(CHECKS) - tested
     assert untested == {"quantized_dtype", "bias_quantization"}, untested  # unreachable: see the table
+
+
+class _MaxPool3d(nn.Module):
+    """max_pool2d of an unbatched (C, H, W) input: XNNPACK pools 4-D channels-last tensors only."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.max_pool2d(x * 2, 2)
+
+
+class _Conv(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(4, 8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(x)
+
+
+# check id: (module, input shape, what ExecuTorch's error chain says)
+FLOAT_CASES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
+    "nhwc_compatible": (_MaxPool3d, (2, 4, 4), "Attempting to convert non-NHWC compatible node to NHWC"),
+    # a model moved to channels_last: its conv weight is a channels-last placeholder
+    "channels_last_inputs": (lambda: _Conv().to(memory_format=torch.channels_last), (1, 4, 6, 6),
+                             "to be NCHW in channels last reshape pass"),
+}
+
+
+def _chain(error: BaseException) -> str:
+    """The messages of an error and its causes."""
+    messages: list[str] = []
+    current: BaseException | None = error
+    while current is not None:
+        messages.append(str(current))
+        current = current.__cause__ or current.__context__
+    return "\n".join(messages)
+
+
+@pytest.mark.parametrize("check", sorted(FLOAT_CASES))
+def test_native_refuses_the_float_graphs_executorch_refuses(check: str) -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from texir.executorch import executorch_partitioner
+
+    make, shape, theirs = FLOAT_CASES[check]
+    args = (torch.randn(*shape, generator=torch.Generator().manual_seed(2)),)
+    ep = torch.export.export(make().eval(), args, strict=False)
+    error = _native_refusal(copy.deepcopy(ep))
+    assert error.check == check and error.node is not None and error.node in str(error), error
+    with pytest.raises(BackendPreprocessError) as info:
+        lower(ep, [executorch_partitioner(XnnpackPartitioner())], cache=None)
+    assert theirs in _chain(info.value)

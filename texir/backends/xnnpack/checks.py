@@ -28,6 +28,24 @@ CHECKS: Final[dict[str, str]] = {
     "quantized_dtype": "utils/quant_utils.py validate_quant_zeropoints: the q/dq dtype is int8, uint8 or int32",
     "bias_quantization": "operators/quant_params.py QuantParams.from_bias: a GEMM's weight and input are both "
                          "quantized or neither; a quantized input is per tensor with a float scale",
+    "nhwc_rank": "operators/op_view_copy.py, op_permute.py, op_static_constant_pad.py define_node: a reshape, "
+                 "transpose or pad tagged channels-last is 4-D",
+    "reshape_dynamic_dims": "operators/op_view_copy.py, op_squeeze.py define_node: a static reshape has at most "
+                            "one dynamic (0) size",
+    "squeeze_last_dim": "operators/op_squeeze.py OpSqueezeDim / OpUnsqueezeDim define_node: (un)squeeze of the "
+                        "last dim only",
+    "pool_rank": "operators/op_max_pool2d.py, op_max_dim.py define_node: a max pooling's input is 4-D",
+    "clone_dim_order": "operators/op_clone.py define_node: a clone keeps its input's dim order",
+    "upsample_static": "_passes/convert_to_upsample_bilinear2d.py create_upsample_bilinear_2d: static output "
+                       "height and width",
+    "group_wise_4bit": "operators/node_visitor.py _check_per_channel_group_params, get_serialized_dtype: "
+                       "group-wise weights are 4-bit",
+    "nhwc_compatible": "_passes/channels_last_tagged_reshape_pass.py input_to_nhwc: a value converted to "
+                       "channels-last is 4-D and not a contiguous-only constant",
+    "constant_one_layout": "_passes/channels_last_tagged_reshape_pass.py input_to_nhwc / input_to_nchw: a constant "
+                           "is read channels-last everywhere or contiguous everywhere",
+    "channels_last_inputs": "_passes/channels_last_tagged_reshape_pass.py call: a channels-last op's inputs after "
+                            "the first are not channels-last graph inputs",
 }
 """ExecuTorch's refusing checks that the native backend mirrors with this error type, by id."""
 
@@ -65,7 +83,7 @@ def check_scales_zero_points(node: XNode, scale: Any, zero_point: Any, dtype: An
     float32, as torch makes it a tensor): NaN, infinite, zero and positive subnormal ones are refused."""
     if any(isinstance(p, XNode) and p.const is None for p in (scale, zero_point)):
         return  # computed at run time: the visitor refuses it as not static
-    if isinstance(scale, XNode):
+    if isinstance(scale, XNode) and scale.const is not None:
         values = scale.const.numpy()
     else:
         with np.errstate(over="ignore"):  # a float beyond float32's range is infinite there, and refused
@@ -83,7 +101,8 @@ def check_scales_zero_points(node: XNode, scale: Any, zero_point: Any, dtype: An
                      f"or fix the scales; if the model was never run, {_CALIBRATE}")
     if not isinstance(dtype, DType) or dtype not in _ZP_RANGES:
         raise refuse("quantized_dtype", node, f"quantized dtype {dtype}", "quantize to int8 (XNNPACKQuantizer does)")
-    zps = np.asarray(zero_point.const.numpy() if isinstance(zero_point, XNode) else zero_point)
+    zps = np.asarray(zero_point.const.numpy() if isinstance(zero_point, XNode) and zero_point.const is not None
+                     else zero_point)
     low, high = _ZP_RANGES[dtype]
     outside = (zps < low) | (zps > high)
     if np.any(outside):
