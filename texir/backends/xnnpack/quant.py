@@ -175,6 +175,7 @@ def _group_wise(node: XNode) -> QuantParams:
     scales, zero_points = scale.const.numpy(), zero_point.const.numpy()
     if scales.ndim == 1:
         scales, zero_points = scales.reshape(-1, 1), zero_points.reshape(-1, 1)
+    check_per_channel_counts(node, scales, zero_points, 0, args[0].const.shape)  # one row of scales per channel
     return QuantParams(
         q_input=args[0], scale=scales, zero_point=zero_points, dtype=DType.int8, qmin=int(args[5]),
         qmax=int(args[6]), per_channel=True, axis=0, is_input=False, group_size=int(block[1]),
