@@ -267,3 +267,19 @@ def test_a_graph_forced_past_the_partitioner_is_refused_by_the_backend(check: st
     with pytest.raises(XnnpackCheckError) as info:
         XnnpackNativeBackend().preprocess(_edited(*FORCED[check]), ())
     assert info.value.check == check and info.value.op == FORCED[check][0]
+
+
+def test_a_q_dq_of_another_dtype_forced_into_a_partition_is_refused() -> None:
+    """int16 q/dq around the static linear (texir's partitioner takes int8 only): ExecuTorch's
+    validate_quant_zeropoints raises "Unsupported dtype for quantization", native names the node."""
+    from tests.test_xnnpack_native_quant import _forced
+    from texir.ir import DType, DTypeArg
+
+    def int16(n: object) -> object:
+        if isinstance(n, CallFunction) and n.target.startswith("quantized_decomposed::") and "per_tensor" in n.target:
+            return msgspec.structs.replace(n, args=(*n.args[:-1], DTypeArg(value=DType.int16)))
+        return n
+
+    with pytest.raises(XnnpackCheckError) as info:
+        XnnpackNativeBackend().preprocess(_forced("linear", int16), ())
+    assert info.value.check == "quantized_dtype" and info.value.node and "quantize" in info.value.node
