@@ -532,7 +532,9 @@ def test_a_tensor_dequantize_not_fed_by_choose_qparams_is_a_typed_error() -> Non
 def test_a_uint8_activation_forced_into_a_partition_is_a_typed_error() -> None:
     def uint8(n: Any) -> Any:
         if getattr(n, "target", "").startswith("quantized_decomposed::") and "per_tensor" in n.target:
-            return msgspec.structs.replace(n, args=(*n.args[:-1], DTypeArg(value=DType.uint8)))
+            # a zero point in uint8's range: ExecuTorch's validate_quant_zeropoints (tests/test_xnnpack_checks.py) passes
+            return msgspec.structs.replace(
+                n, args=(*n.args[:2], IntArg(value=128), *n.args[3:-1], DTypeArg(value=DType.uint8)))
         return n
 
     with pytest.raises(XnnpackUnsupportedError, match="uint8 quantization.*int8 static only") as info:

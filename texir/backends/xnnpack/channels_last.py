@@ -4,6 +4,7 @@ the pass list `run_passes`."""
 
 from __future__ import annotations
 
+from texir.backends.xnnpack.checks import refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import (
     CHANNELS_LAST,
@@ -81,9 +82,9 @@ class _ChannelsLast:
     def to_format(self, src: XNode, user: XNode, nhwc: bool) -> None:
         if src.const is not None:
             if src.nhwc is not None and src.nhwc != nhwc:
-                raise XnnpackUnsupportedError(
-                    f"constant '{src.name}' is used both channels-last and contiguous; XNNPACK cannot store it twice"
-                )
+                raise refuse("constant_one_layout", user, f"its input, constant '{src.name}', is also read "
+                             f"{'contiguous' if nhwc else 'channels-last'} elsewhere; XNNPACK stores a constant once",
+                             "give each use its own copy of the constant")
             src.nhwc = nhwc
         if src.target == "placeholder":
             if self.placeholder_nhwc(src) == nhwc:
@@ -91,7 +92,8 @@ class _ChannelsLast:
         elif bool(src.nhwc) == nhwc:
             return
         if nhwc and not self.can_be_nhwc(src):
-            raise XnnpackUnsupportedError(f"node '{src.name}' cannot be converted to channels-last")
+            raise refuse("nhwc_compatible", user, f"its input '{src.name}' ({src.rank}-D) cannot be converted to "
+                         "channels-last", "give the op a 4-D (N, C, H, W) input")
         partner = src.partner
         if partner is None:
             partner = self.copy(src, nhwc)
@@ -147,6 +149,11 @@ class _ChannelsLast:
                 for arg in first if isinstance(first, list) else [first]:
                     if isinstance(arg, XNode):
                         self.to_format(arg, node, True)
+                for other in node.inputs()[1:]:
+                    if other.target == "placeholder" and other.nhwc:
+                        raise refuse("channels_last_inputs", node, f"its input '{other.name}' (not the first) is a "
+                                     "channels-last graph input or weight", "make that tensor contiguous (a model "
+                                     "moved to channels_last has channels-last weights)")
                 node.nhwc = True
             elif node.target in _NCHW_OPS:
                 for i in node.inputs():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from texir.lowering.errors import BackendPreprocessError
 
-__all__ = ["XnnpackCompileSpecError", "XnnpackUnsupportedError"]
+__all__ = ["XnnpackCheckError", "XnnpackCompileSpecError", "XnnpackUnsupportedError"]
 
 
 class XnnpackUnsupportedError(BackendPreprocessError):
@@ -14,6 +14,16 @@ class XnnpackUnsupportedError(BackendPreprocessError):
         super().__init__(message)
         self.node = node
         self.op = op
+
+
+class XnnpackCheckError(XnnpackUnsupportedError):
+    """A graph that ExecuTorch 1.5.1's XNNPACK preprocess refuses with an error (an assert or raise in
+    its visitors), refused natively with the same meaning before any bytes are written. `check` is
+    ExecuTorch's check (`texir.backends.xnnpack.checks.CHECKS` key; docs/xnnpack-checks.md)."""
+
+    def __init__(self, message: str, *, check: str, node: str | None = None, op: str | None = None) -> None:
+        super().__init__(message, node=node, op=op)
+        self.check = check
 
 
 class XnnpackCompileSpecError(BackendPreprocessError):

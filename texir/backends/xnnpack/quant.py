@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from texir.backends.xnnpack import schema as s
+from texir.backends.xnnpack.checks import check_per_channel_counts, check_scales_zero_points, refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import XNode
 from texir.backends.xnnpack.int4 import bf16_bytes
@@ -146,6 +147,8 @@ def from_q_dq(ser: Serializer, node: XNode) -> QuantParams:
             raise XnnpackUnsupportedError(f"'{node.name}': per-channel scales and zero points must be constants",
                                           node=node.name, op=node.target)
         scale, zero_point, axis = args[1].const.numpy(), args[2].const.numpy(), int(args[3])
+        shape = q_input.const.shape if q_input.const is not None else tuple(ser.g.shape(q_input))
+        check_per_channel_counts(node, scale, zero_point, axis, shape)
     else:
         scale, zero_point, axis = float(_scalar(args[1], node.name)), int(_scalar(args[2], node.name)), 0
     dtype = args[-1]
@@ -172,6 +175,7 @@ def _group_wise(node: XNode) -> QuantParams:
     scales, zero_points = scale.const.numpy(), zero_point.const.numpy()
     if scales.ndim == 1:
         scales, zero_points = scales.reshape(-1, 1), zero_points.reshape(-1, 1)
+    check_per_channel_counts(node, scales, zero_points, 0, args[0].const.shape)  # one row of scales per channel
     return QuantParams(
         q_input=args[0], scale=scales, zero_point=zero_points, dtype=DType.int8, qmin=int(args[5]),
         qmax=int(args[6]), per_channel=True, axis=0, is_input=False, group_size=int(block[1]),
@@ -209,14 +213,14 @@ def bias_params(bias: XNode, weight: QuantParams | None, act: QuantParams | None
     """The int32 quantization of a GEMM's bias: scale = weight scale x input scale, zero point 0."""
     if weight is None or act is None:
         if (weight is None) != (act is None):
-            raise XnnpackUnsupportedError(
-                f"'{bias.name}': the weight and the input of its GEMM must both be quantized, or neither",
-                node=bias.name)
+            raise refuse("bias_quantization", bias, "the weight and the input of the GEMM it biases must both be "
+                         "quantized, or neither", "quantize both (XNNPACKQuantizer does) or neither")
         return None
     if act.is_dynamic:
         return None  # XNNPACK takes a float bias with dynamically quantized inputs
     if act.per_channel or not isinstance(act.scale, float):
-        raise XnnpackUnsupportedError(f"'{bias.name}': the GEMM input must be quantized per tensor", node=bias.name)
+        raise refuse("bias_quantization", bias, "the input of the GEMM it biases is quantized per channel",
+                     "quantize GEMM inputs per tensor")
     if weight.per_channel:
         scale: Any = (np.asarray(weight.scale, dtype=np.float32) * np.float32(act.scale)).astype(np.float32)
         zero_point: Any = np.zeros(np.shape(weight.zero_point), dtype=np.int64)
@@ -276,6 +280,7 @@ def swapped_axis(qp: QuantParams, rank: int) -> QuantParams:
 
 
 def _dequantize(ser: Serializer, n: XNode) -> None:
+    check_scales_zero_points(n, n.args[1], n.args[2], n.args[-1])  # implicit or not, as ExecuTorch's visitor
     src = n.args[0]
     if n.implicit:
         if id(src) in ser.ids:
@@ -291,6 +296,7 @@ def _dequantize(ser: Serializer, n: XNode) -> None:
 
 
 def _quantize(ser: Serializer, n: XNode) -> None:
+    check_scales_zero_points(n, n.args[1], n.args[2], n.args[-1])  # implicit or not, as ExecuTorch's visitor
     src = n.args[0]
     if n.implicit:
         if id(src) in ser.ids:

@@ -8,6 +8,7 @@ from typing import Any, Final
 import numpy as np
 
 from texir.backends.xnnpack import schema as s
+from texir.backends.xnnpack.checks import refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import XGraph, XNode
 from texir.backends.xnnpack.int4 import check_groups, pack_int4
@@ -78,6 +79,10 @@ class Serializer:
         dims = self.g.shape(n) or [1]
         if qp is not None and qp.per_channel_group:
             check_groups(n.name, dims, np.shape(qp.scale), qp.group_size, qp.axis)
+            if not qp.is_qc4w:
+                raise refuse("group_wise_4bit", n, f"a group-wise weight in [{qp.qmin}, {qp.qmax}] (XNNPACK's "
+                             "group-wise weights are 4-bit, in [-8, 7])",
+                             "quantize 8-bit weights per channel (one group per row) or group-wise weights to 4 bits")
         buffer_idx = self.constant(n, qp, nhwc=nhwc, swap=swap, groups=groups, force_fp32=force_fp32)
         if swap:
             dims = [dims[1] * groups, dims[0] // groups, *dims[2:]]

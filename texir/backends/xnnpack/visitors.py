@@ -8,10 +8,12 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from texir.backends.xnnpack import schema as s
+from texir.backends.xnnpack.checks import refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import CHANNELS_LAST, CONTIGUOUS, XNode
 from texir.backends.xnnpack.quant import QDQ_VISITORS, QuantParams, bias_params, from_inputs, from_weights
 from texir.backends.xnnpack.serialize import KEEP_DIMS, NCHW_TO_NHWC, NHWC_TO_NCHW, Serializer
+from texir.ir.analysis import same_dim_order
 
 __all__ = ["VISITORS", "Visitor"]
 
@@ -144,7 +146,13 @@ def _pool(n: XNode, dilation: bool) -> tuple[list[int], list[int], list[int], li
             _pair(_arg(n, 4), [1, 1]) if dilation else [1, 1])
 
 
+def _pool_4d(n: XNode) -> None:
+    if n.args[0].rank != 4:
+        raise refuse("pool_rank", n, f"the input is {n.args[0].rank}-D", "pool a 4-D (N, C, H, W) tensor")
+
+
 def _max_pool(ser: Serializer, n: XNode) -> None:
+    _pool_4d(n)
     ser.io(n, nhwc=True)
     kernel, stride, pad, dil = _pool(n, True)
     bottom, right = pad[0], pad[1]
@@ -166,6 +174,7 @@ def _amax(ser: Serializer, n: XNode) -> None:
     if len(n.args) != 3 or dim not in (2, 3):
         raise XnnpackUnsupportedError(f"'{n.name}': max over dim {dim} (XNNPACK takes dim 2 or 3 with keepdim=True)",
                                       node=n.name, op=n.target)
+    _pool_4d(n)
     ser.io(n, nhwc=True)
     h, w = ser.g.shape(n.args[0])[2:]
     height, width = (h, 1) if dim == 2 else (1, w)
@@ -208,7 +217,9 @@ def _view(ser: Serializer, n: XNode) -> None:
         raise XnnpackUnsupportedError(f"'{n.name}': symbolic reshape sizes are not supported",
                                       node=n.name, op=n.target)
     if n.nhwc:
+        _nhwc_4d(n, len(shape))
         shape = [shape[NCHW_TO_NHWC[i]] for i in range(4)]
+    _one_dynamic_size(n, shape)
     ser.emit(n, s.XNNStaticReshape(num_dims=len(shape), new_shape=tuple(shape), input_id=ser.id(n.args[0]),
                                    output_id=ser.id(n)))
 
@@ -218,6 +229,7 @@ def _permute(ser: Serializer, n: XNode) -> None:
     rank = n.args[0].rank
     perm = [d + rank if d < 0 else d for d in n.args[1]]
     if n.nhwc:
+        _nhwc_4d(n, len(perm))
         contiguous = [NHWC_TO_NCHW[i] for i in perm]
         perm = [contiguous[i] for i in NCHW_TO_NHWC]
     ser.emit(n, s.XNNStaticTranspose(num_dims=len(perm), perm=tuple(perm), input_id=ser.id(n.args[0]),
@@ -259,6 +271,9 @@ def _cat(ser: Serializer, n: XNode) -> None:
 
 
 def _copy(ser: Serializer, n: XNode) -> None:
+    if not same_dim_order(n.tensor, n.args[0].tensor):
+        raise refuse("clone_dim_order", n, "the clone changes its input's dim order (XNNPACK's Copy keeps it)",
+                     "leave the node out of the partition (texir's partitioner does)")
     ser.define(n)
     ser.define(n.args[0])
     ser.emit(n, s.XNNCopy(input_id=ser.id(n.args[0]), output_id=ser.id(n)))
@@ -278,6 +293,7 @@ def _pad(ser: Serializer, n: XNode) -> None:
     pads += [0] * (2 * rank - len(pads))
     pre, post = pads[-2::-2], pads[::-2]
     if n.nhwc:
+        _nhwc_4d(n, len(pre))
         pre, post = [pre[i] for i in NCHW_TO_NHWC], [post[i] for i in NCHW_TO_NHWC]
     ser.emit(n, s.XNNStaticConstantPad(pre_paddings=tuple(pre), post_paddings=tuple(post),
                                        padding_value=float(_arg(n, 2, 0.0)), input_id=ser.id(n.args[0]),
@@ -304,12 +320,29 @@ def _slice(ser: Serializer, n: XNode) -> None:
                                  input_id=ser.id(src), output_id=ser.id(n)))
 
 
+def _nhwc_4d(n: XNode, rank: int) -> None:
+    if rank != 4:
+        raise refuse("nhwc_rank", n, f"a {rank}-D value is tagged channels-last", "report it: the channels-last "
+                     "pass tags only 4-D values")
+
+
+def _one_dynamic_size(n: XNode, shape: list[int]) -> None:
+    if shape.count(0) > 1:
+        raise refuse("reshape_dynamic_dims", n, f"new shape {shape} has {shape.count(0)} dynamic (0 or -1) sizes",
+                     "give every size but one statically")
+
+
 def _squeeze(ser: Serializer, n: XNode) -> None:
     """(un)squeeze of the last dim as a reshape; the one symbolic size (if any) becomes 0."""
+    dim, rank = _arg(n, 1), n.args[0].rank
+    last = rank if n.target == "aten::unsqueeze_copy.default" else rank - 1
+    if dim not in (-1, last):
+        raise refuse("squeeze_last_dim", n, f"dim {dim} of a {rank}-D input is not the last",
+                     "(un)squeeze the last dim, or leave the node out of the partition")
     ser.io(n)
     shape = [d if isinstance(d, int) else 0 for d in n.tensor.shape]
-    if shape.count(0) > 1 and any(not isinstance(d, int) for d in n.tensor.shape):
-        raise XnnpackUnsupportedError(f"'{n.name}': more than one symbolic size", node=n.name, op=n.target)
+    if any(not isinstance(d, int) for d in n.tensor.shape):
+        _one_dynamic_size(n, shape)
     ser.emit(n, s.XNNStaticReshape(num_dims=len(shape), new_shape=tuple(shape), input_id=ser.id(n.args[0]),
                                    output_id=ser.id(n)))
 
@@ -327,6 +360,9 @@ ALIGN_CORNERS: Final = 0x8
 
 def _upsample_bilinear(ser: Serializer, n: XNode) -> None:
     """Channels-last resize to the output's static height and width."""
+    if not all(isinstance(d, int) for d in n.tensor.shape[-2:]):
+        raise refuse("upsample_static", n, f"output size {list(n.tensor.shape)} is symbolic",
+                     "export with a static height and width, or leave the node out of the partition")
     ser.define(n, nhwc=True)
     ser.define(n.args[0], nhwc=True)
     height, width = ser.g.shape(n)[-2:]
