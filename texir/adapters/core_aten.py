@@ -21,7 +21,7 @@ from texir.adapters.decompositions import graph_modules
 from texir.adapters.targets import canonical_target
 from texir.errors import UnsupportedError
 
-__all__ = ["EXCEPTIONS", "NonCoreOperatorError", "check_core_aten", "is_edge_allowed"]
+__all__ = ["EXCEPTIONS", "TRAINING_ONLY", "NonCoreOperatorError", "TrainingModeError", "check_core_aten", "is_edge_allowed"]
 
 EXCEPTIONS: frozenset[str] = frozenset({
     # exir's ATen verifier lets these through although torch does not tag them core
@@ -48,6 +48,27 @@ class NonCoreOperatorError(UnsupportedError):
     refuses."""
 
 
+class TrainingModeError(NonCoreOperatorError):
+    """The program was exported from a module in training mode: it holds an op only training
+    uses (dropout drawing a mask, batch norm updating its running statistics)."""
+
+
+TRAINING_ONLY: dict[str, int] = {
+    "aten::native_dropout.default": 2,
+    "aten::_native_batch_norm_legit_functional.default": 5,
+    "aten::_native_batch_norm_legit.default": 5,
+    "aten::_native_batch_norm_legit.no_stats": 3,
+    "aten::native_batch_norm.default": 5,
+}
+"""Ops of a module exported in training mode, with the position of their `train`/`training`
+argument (True there means training)."""
+
+
+def _in_training(name: str | None, args: tuple[object, ...]) -> bool:
+    position = TRAINING_ONLY.get(name or "")
+    return position is not None and len(args) > position and args[position] is True
+
+
 @functools.cache
 def is_edge_allowed(op: OpOverload) -> bool:
     """`op` passes ExecuTorch's ATen dialect verifier (see the module docstring)."""
@@ -66,12 +87,20 @@ def check_core_aten(ep: torch.export.ExportedProgram, keep: Iterable[str] = ()) 
     for path, gm in graph_modules(ep.graph_module):
         for node in gm.graph.nodes:
             target = node.target
-            if node.op != "call_function" or not isinstance(target, OpOverload) or is_edge_allowed(target):
+            if node.op != "call_function" or not isinstance(target, OpOverload):
                 continue
             name = canonical_target(target)
-            if name in kept:
-                continue
             where = f"{path}/{node.name}" if path else node.name
+            # core or not (native_dropout is core): a training-mode op gives an inference program
+            # random or batch-dependent results
+            if name not in kept and _in_training(name, tuple(node.args)):
+                raise TrainingModeError(
+                    f"node {where!r}: {name} runs in training mode only (dropout, or batch norm updating its "
+                    "statistics): the module was exported in training mode; call model.eval() before "
+                    "torch.export.export (allow_non_core=True lowers it as it is)"
+                )
+            if is_edge_allowed(target) or name in kept:
+                continue
             raise NonCoreOperatorError(
                 f"node {where!r}: {name} is not a core ATen operator after decomposition, and ExecuTorch's "
                 "to_edge refuses it (its runtime has no tested kernel for it); rewrite the model to avoid it, "

@@ -14,12 +14,13 @@ from typing import Any
 import msgspec
 
 from texir.cli.noise import native_stderr_filtered
-from texir.cli.model_spec import check_model_path
+from texir.cli.model_spec import check_model_path, load_model_eager
 from texir.errors import PteError, TexirError, UsageError
 from texir.serialize import bpte
 from texir.serialize.bpte.schema import BUNDLED_FILE_IDENTIFIER
 from texir.serialize.pte import schema as s
 from texir.serialize.pte.codec import loads as loads_pte
+from texir.serialize.pte.dtypes import DTYPE_TO_SCALAR_TYPE
 from texir.serialize.pte.ptd import PTD_FILE_IDENTIFIER, check_external, loads_ptd
 
 __all__ = ["RunError", "needed_backends", "needed_data_keys", "register", "run"]
@@ -153,8 +154,7 @@ def _check_backends(program: s.PteProgram, method: str) -> None:
 def _random_inputs(plan: s.ExecutionPlan, seed: int) -> list[Any]:
     import torch  # torch loads in seconds: only `texir run` pays
 
-    from texir.adapters.tensors import DTYPE_TO_TORCH
-    from texir.serialize.pte.dtypes import DTYPE_TO_SCALAR_TYPE
+    from texir.adapters.tensors import DTYPE_TO_TORCH  # the adapters import torch: as above
 
     to_dtype = {st: DTYPE_TO_TORCH[dt] for dt, st in DTYPE_TO_SCALAR_TYPE.items() if dt in DTYPE_TO_TORCH}
     gen = torch.Generator().manual_seed(seed)
@@ -220,10 +220,8 @@ def _summary(t: Any) -> dict[str, Any]:
 
 
 def _eager_diffs(spec: str, inputs: Sequence[Any], outputs: Sequence[Any]) -> list[float | None]:
-    import torch
-    from torch.utils import _pytree as pytree
-
-    from texir.cli.model_spec import load_model_eager
+    import torch  # torch loads in seconds: only `texir run` pays
+    from torch.utils import _pytree as pytree  # part of torch: as above
 
     _, eager, _, _ = load_model_eager(spec)
     try:
@@ -299,9 +297,9 @@ def run(args: argparse.Namespace) -> int:
     _check_backends(program, args.method)
     inputs = _file_inputs(args.inputs, plan) if args.inputs is not None else _random_inputs(plan, args.seed)
 
-    import torch
+    import torch  # torch loads in seconds: only `texir run` pays
 
-    from texir.executorch.runtime import RuntimeRunError, load_method
+    from texir.executorch.runtime import RuntimeRunError, load_method  # executorch is an optional extra: imported on use
 
     times: list[float] = []
     with native_stderr_filtered(verbose):
