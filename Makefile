@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	# builder lays out ExecuTorch's own .pte/.bpte files differently from 25.12.19: installed
 	# without its pin so the oracle keeps the layout every byte-equality test was made against.
 	$(PY) -m pip install --quiet --no-deps 'tosa-tools==2026.5.0'
+	# PyPI's torchvision wheel cannot load its native ops beside the CPU torch: a .pth arms texir's
+	# import hook at interpreter start, so `import torchvision` works in this .venv (texir._torchvision)
+	$(PY) -m texir._torchvision
 	touch $(STAMP)
 
 demo: $(STAMP)
