@@ -102,21 +102,19 @@ def test_partition_plan_with_dicts_says_build() -> None:
 
 
 class _Trains(torch.nn.Module):
-    def __init__(self, dropout: bool) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self.bn = torch.nn.BatchNorm1d(4)
-        self.drop = torch.nn.Dropout(0.5) if dropout else torch.nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(x if isinstance(self.drop, torch.nn.Dropout) else self.bn(x))
+        return self.bn(x)
 
 
-@pytest.mark.parametrize("dropout", [False, True], ids=["batch_norm", "dropout"])
-def test_a_model_in_training_mode_says_call_eval(dropout: bool) -> None:
-    module, args = _Trains(dropout), (torch.randn(2, 4),)
+def test_a_model_in_training_mode_says_call_eval() -> None:
+    module, args = _Trains(), (torch.randn(2, 4),)
     with pytest.raises(TrainingModeError, match=r"call model\.eval\(\) before torch\.export\.export") as info:
         texir.lower(torch.export.export(module.train(), args), [], cache=None)
     assert isinstance(info.value, NonCoreOperatorError)  # callers catching the older error still do
-    assert "allow_non_core=True" not in str(info.value).split(";")[0]
+    assert "allow_non_core" not in str(info.value)
     lowered = texir.lower(torch.export.export(module.eval(), args), [], cache=None)  # the fix works
     assert lowered.program.graph.nodes

@@ -136,3 +136,15 @@ def test_runtime_noise_is_off_unless_verbose(files: dict[str, Path]) -> None:
     loud = _texir("-v", "run", str(files["xnn"]))
     assert loud.returncode == 0 and "output 0: float32[2, 3]" in loud.stdout
     assert "_C_mxfp8" in loud.stderr or "cpuinfo_utils" in loud.stderr  # what -v shows on this install
+
+
+@pytest.mark.parametrize("model", ["no_such_file.py:build", "no_such_package.models:build", "missing.pt2"])
+def test_a_typo_d_model_is_reported_before_torch_loads(model: str, tmp_path: Path) -> None:
+    code = ("import sys\nfrom texir.cli.main import main\n"
+            f"code = main(['lower', {model!r}])\nprint(code, 'torch' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=300, check=False)
+    assert done.stdout.split() == ["2", "False"], done.stderr
+    assert done.stderr.startswith("texir lower: error: ") and done.stderr.count("\n") == 1
+    assert ("does not exist" in done.stderr) or ("no module named 'no_such_package'" in done.stderr)

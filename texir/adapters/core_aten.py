@@ -49,18 +49,18 @@ class NonCoreOperatorError(UnsupportedError):
 
 
 class TrainingModeError(NonCoreOperatorError):
-    """The program was exported from a module in training mode: it holds an op only training
-    uses (dropout drawing a mask, batch norm updating its running statistics)."""
+    """The program was exported from a module in training mode: it holds a batch norm updating its
+    running statistics, outside core ATen. (Dropout in training mode is `native_dropout`, a core op
+    ExecuTorch's `to_edge` accepts: texir accepts it too.)"""
 
 
 TRAINING_ONLY: dict[str, int] = {
-    "aten::native_dropout.default": 2,
     "aten::_native_batch_norm_legit_functional.default": 5,
     "aten::_native_batch_norm_legit.default": 5,
     "aten::_native_batch_norm_legit.no_stats": 3,
     "aten::native_batch_norm.default": 5,
 }
-"""Ops of a module exported in training mode, with the position of their `train`/`training`
+"""Non-core ops of a module exported in training mode, with the position of their `training`
 argument (True there means training)."""
 
 
@@ -87,20 +87,17 @@ def check_core_aten(ep: torch.export.ExportedProgram, keep: Iterable[str] = ()) 
     for path, gm in graph_modules(ep.graph_module):
         for node in gm.graph.nodes:
             target = node.target
-            if node.op != "call_function" or not isinstance(target, OpOverload):
+            if node.op != "call_function" or not isinstance(target, OpOverload) or is_edge_allowed(target):
                 continue
             name = canonical_target(target)
-            where = f"{path}/{node.name}" if path else node.name
-            # core or not (native_dropout is core): a training-mode op gives an inference program
-            # random or batch-dependent results
-            if name not in kept and _in_training(name, tuple(node.args)):
-                raise TrainingModeError(
-                    f"node {where!r}: {name} runs in training mode only (dropout, or batch norm updating its "
-                    "statistics): the module was exported in training mode; call model.eval() before "
-                    "torch.export.export (allow_non_core=True lowers it as it is)"
-                )
-            if is_edge_allowed(target) or name in kept:
+            if name in kept:
                 continue
+            where = f"{path}/{node.name}" if path else node.name
+            if _in_training(name, tuple(node.args)):
+                raise TrainingModeError(
+                    f"node {where!r}: {name} updates batch norm's running statistics, which only a module in "
+                    "training mode does; call model.eval() before torch.export.export"
+                )
             raise NonCoreOperatorError(
                 f"node {where!r}: {name} is not a core ATen operator after decomposition, and ExecuTorch's "
                 "to_edge refuses it (its runtime has no tested kernel for it); rewrite the model to avoid it, "
