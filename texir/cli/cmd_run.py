@@ -154,33 +154,26 @@ def _check_backends(program: s.PteProgram, method: str) -> None:
 def _random_inputs(plan: s.ExecutionPlan, seed: int) -> list[Any]:
     import torch  # torch loads in seconds: only `texir run` pays
 
-    from texir.adapters.tensors import DTYPE_TO_TORCH  # the adapters import torch: as above
+    from texir.adapters.bundle import random_inputs  # the adapters import torch: only `texir run` pays
+    from texir.adapters.tensors import DTYPE_TO_TORCH  # the adapters import torch: only `texir run` pays
 
     to_dtype = {st: DTYPE_TO_TORCH[dt] for dt, st in DTYPE_TO_SCALAR_TYPE.items() if dt in DTYPE_TO_TORCH}
-    gen = torch.Generator().manual_seed(seed)
-    out: list[Any] = []
+    example: list[Any] = []
     for k, index in enumerate(plan.inputs):
         val = plan.values[index].val
         if isinstance(val, s.Tensor):
             dtype = to_dtype.get(val.scalar_type)
             if dtype is None:
                 raise RunError(f"input {k} is {val.scalar_type.name}, which --random cannot draw; pass --inputs FILE.pt")
-            shape = tuple(val.sizes)
-            if dtype == torch.bool:
-                out.append(torch.randint(0, 2, shape, generator=gen).to(torch.bool))
-            elif dtype.is_floating_point:
-                out.append(torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype))
-            else:
-                out.append(torch.zeros(shape, dtype=dtype))
-        elif isinstance(val, s.Int):
-            out.append(val.int_val)
-        elif isinstance(val, s.Double):
-            out.append(val.double_val)
-        elif isinstance(val, s.Bool):
-            out.append(val.bool_val)
+            # zeros as the example: random_inputs draws floats normal, bools uniform, integers in
+            # the example's range (0: indices stay valid)
+            example.append(torch.zeros(tuple(val.sizes), dtype=dtype))
+        elif isinstance(val, s.Int | s.Double | s.Bool):
+            example.append(val.int_val if isinstance(val, s.Int) else
+                           val.double_val if isinstance(val, s.Double) else val.bool_val)
         else:
             raise RunError(f"input {k} is a {type(val).__name__}, which --random cannot draw; pass --inputs FILE.pt")
-    return out
+    return list(random_inputs(tuple(example), 1, seed=seed)[0])
 
 
 def _file_inputs(path: Path, plan: s.ExecutionPlan) -> list[Any]:
