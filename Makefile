@@ -3,6 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.texir-installed
+PTH := $(VENV)/.texir-torchvision-pth
 
 .PHONY: demo test bench bench-quick fuzz typecheck pytest browser clean
 
@@ -16,10 +17,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-deps 'tosa-tools==2026.5.0'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# PyPI's torchvision wheel cannot load its native ops beside the CPU torch: a .pth in the .venv's
+# site-packages arms texir's import hook at interpreter start, so `import torchvision` works from any
+# Python in this .venv with nothing to call (texir._torchvision). Its own stamp: an existing .venv gets it too.
+$(PTH): $(STAMP) texir/_torchvision.py
+	$(PY) -m texir._torchvision
+	touch $(PTH)
+
+demo: $(PTH)
 	$(VENV)/bin/texir demo
 
-typecheck: $(STAMP)
+typecheck: $(PTH)
 	$(VENV)/bin/mypy
 
 # The HTML picture is tested in Debian's headless chromium; this installs it when missing (as root).
@@ -30,7 +38,7 @@ browser:
 # reference per model) are built once per file; PYTEST_WORKERS=0 runs in one process. The 25 slowest
 # tests are listed at the end (where the CI budget goes).
 PYTEST_WORKERS ?= 2
-pytest: $(STAMP) browser
+pytest: $(PTH) browser
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 test: typecheck pytest
@@ -40,16 +48,16 @@ test: typecheck pytest
 # texir against ExecuTorch's to_edge on every op of torch's OpInfo database (make test runs 16) and on
 # every real-world model of tests/realworld_models.py (make test runs 2); the XNNPACK bridge on every real
 # model (make test: 10 of 18, the native backend on all).
-fuzz: $(STAMP)
+fuzz: $(PTH)
 	TEXIR_FUZZ_EXAMPLES=2600 $(PY) -m pytest -q -p no:randomly tests/test_pte_fuzz.py tests/test_xnnpack_reader_fuzz.py
 	TEXIR_OPINFO_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_opinfo_differential.py
 	TEXIR_REALWORLD_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_realworld_differential.py
 	TEXIR_BRIDGE_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_executorch_backends_real.py tests/test_executorch_backends_real_hf.py
 
-bench: $(STAMP)
+bench: $(PTH)
 	$(PY) benchmarks/run_all.py
 
-bench-quick: $(STAMP)
+bench-quick: $(PTH)
 	$(PY) benchmarks/run_all.py --quick
 
 clean:

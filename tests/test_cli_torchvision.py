@@ -57,3 +57,30 @@ def _installed(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+def _fresh(code: str, *, pth_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    root = str(Path(__file__).resolve().parents[1])
+    prelude = f"import site; site.addsitedir({str(pth_dir)!r})\n" if pth_dir is not None else ""
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=root), timeout=300, check=False)
+
+
+def test_torchvision_imports_after_import_texir_without_a_call() -> None:
+    if not _installed("torchvision"):  # the [test] extra installs it; a plain install need not
+        pytest.skip("torchvision is not installed")
+    done = _fresh("import sys, texir\nassert 'torch' not in sys.modules  # arming the hook loads no torch\n"
+                  "import torchvision.models as m\nprint(type(m.resnet18(weights=None)).__name__)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ResNet"
+
+
+def test_the_venv_pth_makes_torchvision_import_first_thing(tmp_path: Path) -> None:
+    if not _installed("torchvision"):
+        pytest.skip("torchvision is not installed")
+    from texir._torchvision import write_pth
+
+    write_pth(tmp_path)  # what `make` writes into the .venv's site-packages
+    done = _fresh("import torchvision\nprint(torchvision.__name__)", pth_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "torchvision" and "torchvision::nms" not in done.stderr

@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "texir": 0,  # the package itself: texir/__init__.py, errors.py, _io.py
     "texir.errors": 0,
     "texir._io": 0,
+    "texir._torchvision": 6,  # imports torch inside the hook only, when torchvision (which loads torch) imports
     "texir.ir": 1,
     "texir.serialize": 2,
     "texir.lowering": 3,  # a texir Program partitioned and delegated (lower_decomposed); no torch
@@ -45,8 +46,9 @@ LAYERS: dict[str, int] = {
     "texir.cli": 9,
     "texir.testing": 9,
 }
-LAZY_EXPORTS = {("texir", "texir.orchestrate")}
-"""(module, import) allowed to run up: `texir.lower` is `texir.orchestrate.lower`, imported on first use."""
+LAZY_EXPORTS = {("texir", "texir.orchestrate"), ("texir", "texir._torchvision")}
+"""(module, import) allowed to run up: `texir.lower` is `texir.orchestrate.lower`, imported on first use;
+`import texir` arms texir._torchvision's import hook, which loads torch only when torchvision imports."""
 NAMES = {0: "base", 1: "ir", 2: "serialize", 3: "lowering/edge", 4: "emit", 5: "backends", 6: "adapters",
          7: "executorch", 8: "orchestrate", 9: "viz/cli/testing"}
 

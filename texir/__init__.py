@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from texir._torchvision import install_import_hook
 from texir.errors import TexirError
 
 if TYPE_CHECKING:
     from texir.orchestrate import lower as lower
+
+install_import_hook()  # torchvision beside the CPU torch wheel imports (see texir._torchvision): no torch loaded here
 
 __version__ = "0.1.0"
 __all__ = ["TexirError", "__version__", "lower"]

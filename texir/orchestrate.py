@@ -7,6 +7,7 @@ A texir Program already in core ATen lowers without torch through `texir.lowerin
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Union, overload
 
@@ -18,10 +19,13 @@ from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import from_exported_program
 from texir.adapters.local_decompose import functional_program
 from texir.adapters.tensors import digest_memo
+from texir.backends import xnnpack
+from texir.backends.xnnpack.partitioner import XnnpackNativePartitioner
 from texir.errors import TexirError
 from texir.executorch.edge_program import conversion_memo, exported_program_of, forget_exported, remember_exported
 from texir.ir import CallFunction, Program
 from texir.lowering.api import _describe
+from texir.lowering.backend import registered_backends
 from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
 from texir.lowering.delegate import NodeOrder, PreprocessOptions
 from texir.lowering.errors import PartitionerError
@@ -118,8 +122,19 @@ def _lower_one(
     clock = PhaseClock()
     # Convert once: each weight is hashed once (digest_memo), and the partitioners' decomposition
     # hooks share one ExportedProgram of the program they are shown (conversion_memo).
-    with digest_memo(), conversion_memo():
+    with digest_memo(), conversion_memo(), _native_backends(partitioners):
         return _lower_one_memo(method, source, partitioners, options, order, allow_non_core, clock)
+
+
+def _native_backends(partitioners: Sequence[Partitioner]) -> contextlib.AbstractContextManager[object]:
+    """texir's native XNNPACK backend registered for this lowering when its partitioner is among
+    `partitioners` and no backend is registered under `XnnpackBackend` (so `lower(ep,
+    [xnnpack.partitioner()])` needs no `with xnnpack.registered():`); a backend registered there,
+    by such a block or ExecuTorch's bridge, stays, and the registry is left as it was."""
+    uses_native = any(isinstance(p, XnnpackNativePartitioner) for p in partitioners)
+    if uses_native and xnnpack.BACKEND_ID not in registered_backends():
+        return xnnpack.registered()
+    return contextlib.nullcontext()
 
 
 def _lower_one_memo(

@@ -21,7 +21,7 @@ from texir.adapters.decompositions import graph_modules
 from texir.adapters.targets import canonical_target
 from texir.errors import UnsupportedError
 
-__all__ = ["EXCEPTIONS", "NonCoreOperatorError", "check_core_aten", "is_edge_allowed"]
+__all__ = ["EXCEPTIONS", "TRAINING_ONLY", "NonCoreOperatorError", "TrainingModeError", "check_core_aten", "is_edge_allowed"]
 
 EXCEPTIONS: frozenset[str] = frozenset({
     # exir's ATen verifier lets these through although torch does not tag them core
@@ -48,6 +48,27 @@ class NonCoreOperatorError(UnsupportedError):
     refuses."""
 
 
+class TrainingModeError(NonCoreOperatorError):
+    """The program was exported from a module in training mode: it holds a batch norm updating its
+    running statistics, outside core ATen. (Dropout in training mode is `native_dropout`, a core op
+    ExecuTorch's `to_edge` accepts: texir accepts it too.)"""
+
+
+TRAINING_ONLY: dict[str, int] = {
+    "aten::_native_batch_norm_legit_functional.default": 5,
+    "aten::_native_batch_norm_legit.default": 5,
+    "aten::_native_batch_norm_legit.no_stats": 3,
+    "aten::native_batch_norm.default": 5,
+}
+"""Non-core ops of a module exported in training mode, with the position of their `training`
+argument (True there means training)."""
+
+
+def _in_training(name: str | None, args: tuple[object, ...]) -> bool:
+    position = TRAINING_ONLY.get(name or "")
+    return position is not None and len(args) > position and args[position] is True
+
+
 @functools.cache
 def is_edge_allowed(op: OpOverload) -> bool:
     """`op` passes ExecuTorch's ATen dialect verifier (see the module docstring)."""
@@ -72,6 +93,11 @@ def check_core_aten(ep: torch.export.ExportedProgram, keep: Iterable[str] = ()) 
             if name in kept:
                 continue
             where = f"{path}/{node.name}" if path else node.name
+            if _in_training(name, tuple(node.args)):
+                raise TrainingModeError(
+                    f"node {where!r}: {name} updates batch norm's running statistics, which only a module in "
+                    "training mode does; call model.eval() before torch.export.export"
+                )
             raise NonCoreOperatorError(
                 f"node {where!r}: {name} is not a core ATen operator after decomposition, and ExecuTorch's "
                 "to_edge refuses it (its runtime has no tested kernel for it); rewrite the model to avoid it, "

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import glob
-import importlib.util
-import os
-import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -18,6 +14,8 @@ from torch.export import exported_program as ep_mod
 from torch.fx.experimental import proxy_tensor
 from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.utils import _pytree as pytree
+
+from texir._torchvision import make_torchvision_importable
 
 __all__ = ["lazy_graph_module_codegen", "make_torchvision_importable", "name_structseq_types", "run_decompositions"]
 
@@ -71,40 +69,3 @@ def run_decompositions(ep: ExportedProgram, table: Mapping[Any, Callable[..., An
     if isinstance(stale, dict):
         stale.clear()
     return out
-
-
-_TORCHVISION_KEEP: list[Any] = []
-"""What keeps torchvision's operator schemas registered (a loaded library path or a Library)."""
-
-
-def make_torchvision_importable() -> None:
-    # torchvision's import registers fake kernels for its operators torchvision::nms and ::qnms,
-    # which its native library (_C.so) defines. A torchvision wheel built against another torch
-    # (PyPI's 0.28.0 next to the 2.13.0 CPU torch links CUDA libraries) cannot load that library,
-    # torchvision carries on without its ops, and then the import dies with "operator
-    # torchvision::nms does not exist" (transformers imports torchvision when present, so that
-    # fails too). Load the library when it loads; otherwise declare the two schemas the import
-    # needs. torchvision's detection ops (nms, roi_align) then raise torchvision's own "Couldn't
-    # load custom C++ ops" when called; its models (mobilenet, resnet, vit, ...) do not call them.
-    # Idempotent; does nothing when torchvision is absent, already imported or importable.
-    if _TORCHVISION_KEEP or "torchvision" in sys.modules:
-        return
-    try:
-        spec = importlib.util.find_spec("torchvision")
-    except (ImportError, ValueError):
-        return
-    if spec is None or spec.origin is None or hasattr(torch.ops.torchvision, "nms"):
-        return
-    ops: Any = torch.ops  # torch's registry functions are untyped
-    library: Any = torch.library
-    for path in sorted(glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so"))):
-        try:
-            ops.load_library(path)
-        except (OSError, RuntimeError):
-            continue
-        _TORCHVISION_KEEP.append(path)
-        return
-    lib = library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _TORCHVISION_KEEP.append(lib)

@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "texir.cli.cmd_show",
     "texir.cli.cmd_lower",
     "texir.cli.cmd_bundle",
+    "texir.cli.cmd_run",
     "texir.cli.cmd_inspect",
     "texir.cli.cmd_diff",
     "texir.cli.cmd_demo",
@@ -35,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Typed, immutable ExecuTorch delegation: export, partition, delegate, write .pte.",
         epilog="example: texir show texir.models:conv_relu_tan",
     )
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show third-party log output (torch's, torchao's, ExecuTorch's runtime's)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         module = importlib.import_module(name)
@@ -82,7 +85,8 @@ def main(argv: Sequence[str] | None = None, *, process_exit: bool = False) -> in
         parser.print_help()
         return 2
     try:
-        with interrupts.guarded(process_exit=process_exit), _quiet_third_parties():
+        quiet = contextlib.nullcontext() if getattr(args, "verbose", False) else _quiet_third_parties()
+        with interrupts.guarded(process_exit=process_exit), quiet:
             code = func(args)
             if interrupts.interrupted():  # a SIGINT swallowed where nothing checked it since
                 raise KeyboardInterrupt

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SNAPSHOT_SUFFIXES",
     "ExportRecipe",
+    "check_model_path",
     "is_snapshot_path",
     "load_input",
     "load_model",
@@ -262,6 +263,7 @@ def _load_model(spec: str) -> tuple[ExportedProgram, ExportRecipe | None]:
     if not isinstance(spec, str) or not spec.strip():
         raise ModelSpecError("MODEL is empty; give FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE or FILE.pt2")
     spec = spec.strip()
+    check_model_path(spec)
     # the adapters import torch, which loads in ~2 s: only commands given a MODEL pay
     from texir.adapters.torch_patches import make_torchvision_importable
 
@@ -300,6 +302,34 @@ def _load_model(spec: str) -> tuple[ExportedProgram, ExportRecipe | None]:
         return value, None
     recipe = _recipe(value, spec)
     return _export(recipe, spec), recipe
+
+
+def check_model_path(spec: str) -> None:
+    """Refuse a MODEL whose file or top-level package does not exist, before torch is imported
+    (a typo is reported at once, not after the seconds torch takes to load). Raises `ModelSpecError`."""
+    spec = spec.strip()
+    if spec.endswith(".pt2") or is_snapshot_path(spec):
+        if not Path(spec).is_file():
+            raise ModelSpecError(f"MODEL file {spec!r} does not exist")
+        return
+    source, _ = split_spec(spec)
+    if source.endswith(".py") or os.sep in source or "/" in source:
+        if not Path(source).is_file():
+            raise ModelSpecError(f"MODEL file {source!r} does not exist (in {spec!r})")
+        return
+    top = source.split(".")[0]
+    if top in sys.modules:
+        return
+    with _on_sys_path(os.getcwd()):
+        try:
+            found = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            found = None
+    if found is None:
+        raise ModelSpecError(
+            f"no module named {top!r} (from MODEL {source!r}); give a FILE.py:CALLABLE path or "
+            "an importable PACKAGE.MODULE"
+        )
 
 
 def is_snapshot_path(spec: str) -> bool:

@@ -3,7 +3,7 @@ variants, constants, delegates). Sits above lowering: it can emit a lowered modu
 
 from __future__ import annotations
 
-from texir.emit.common import DEFAULT_EXTERNAL_TAG, EmitError, EmitOptions
+from texir.emit.common import DEFAULT_EXTERNAL_TAG, EmitArgumentError, EmitError, EmitOptions
 from texir.emit.debug import DelegateDebug, Emitted, MethodDebug
 from texir.emit.program import emit, emit_with_debug, lowered_module_buffer
 from texir.emit.memory_plan import (
@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_EXTERNAL_TAG",
     "DelegateDebug",
     "Emitted",
+    "EmitArgumentError",
     "EmitError",
     "EmitOptions",
     "Interval",

@@ -44,6 +44,10 @@ class EmitError(PteError):
     """An IR Program cannot be emitted as a `.pte` program."""
 
 
+class EmitArgumentError(EmitError, TypeError):
+    """`emit` was given something other than a Program or a mapping of method name -> Program."""
+
+
 class EmitOptions(BaseModel):
     """Emitter options (validated)."""
 

@@ -31,6 +31,7 @@ from texir.serialize.pte.schema import Program as PteRoot
 if TYPE_CHECKING:
     from texir.ir.types import LoweredBackendModule
 from texir.emit.common import (
+    EmitArgumentError,
     EmitError,
     EmitOptions,
     ProgramState,
@@ -67,6 +68,16 @@ def emit_with_debug(
     maps (`Emitted.debug`), as ExecuTorch's `ExecutorchProgramManager` reports them.
     """
     options = options or EmitOptions()
+    if not isinstance(program, Program | Mapping):
+        inner = getattr(program, "program", None)
+        if isinstance(inner, Program | Mapping):  # texir.lower's result (Lowered) holds the program
+            raise EmitArgumentError(
+                f"emit() takes the lowered Program, not the {type(program).__name__} result around it; "
+                "write emit(lowered.program)"
+            )
+        raise EmitArgumentError(
+            f"emit() takes a texir.ir.Program or a mapping of method name -> Program, not {type(program).__name__}"
+        )
     methods = {"forward": program} if isinstance(program, Program) else dict(program)
     if not methods:
         raise EmitError("no methods to emit; pass a Program or a non-empty mapping of name -> Program")

@@ -10,7 +10,7 @@ from typing import overload
 from texir.errors import TexirError
 from texir.ir import CompileSpec, LoweredBackendModule, Program
 from texir.lowering.delegate import SharedModules, apply_plan
-from texir.lowering.errors import PartitionerError
+from texir.lowering.errors import PartitionerArgumentError, PartitionerError
 from texir.lowering.plan import Partitioner, PartitionPlan
 from texir.lowering.preprocess import PreprocessRequest, run_preprocess
 
@@ -61,6 +61,11 @@ def to_backend(
         raise PartitionerError(
             f"to_backend(program, {second!r}) is given a {type(second).__name__} where a partitioner goes; compile "
             "the whole program with to_backend(backend_id, program, compile_specs)"
+        )
+    if isinstance(second, list | tuple):
+        raise PartitionerArgumentError(
+            f"to_backend(program, partitioner) takes one partitioner, not a {type(second).__name__}; "
+            "lower(program, [p1, p2]) runs several in turn"
         )
     shared: SharedModules = {}
     if isinstance(first, Program):

@@ -97,6 +97,13 @@ def registered_backends() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
 
 
+_HINTS: dict[str, str] = {
+    "XnnpackBackend": "; for texir's native XNNPACK backend: with texir.backends.xnnpack.registered(): ... "
+    "(texir.lower registers it itself for texir's XNNPACK partitioner)",
+}
+"""Backend ids whose usual registration step an UnknownBackendError names."""
+
+
 def get_backend(backend_id: str, *, tag: str | None = None) -> Backend:
     backend = _REGISTRY.get(backend_id)
     if backend is None:
@@ -105,7 +112,7 @@ def get_backend(backend_id: str, *, tag: str | None = None) -> Backend:
         raise UnknownBackendError(
             f"backend '{backend_id}'{where} is not registered (known: {known}); "
             "call texir.lowering.register_backend first (texir's demo and reference backends "
-            "register when texir.backends is imported)"
+            f"register when texir.backends is imported){_HINTS.get(backend_id, '')}"
         )
     return backend
 

@@ -67,3 +67,11 @@ class PartitionerError(LoweringError):
 
 class KeptOpNotDelegatedError(LoweringError):
     """An op a partitioner asked to keep whole (`ops_to_not_decompose`) was left undelegated."""
+
+
+class PartitionerArgumentError(PartitionerError, TypeError):
+    """`lower` was given one partitioner where a sequence goes (or `to_backend` a sequence where one goes)."""
+
+
+class PlanArgumentError(PlanError, TypeError):
+    """A PartitionPlan was built with a mapping where its fields take sorted pairs."""

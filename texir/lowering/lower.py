@@ -9,19 +9,21 @@ program built with `texir.ir.builder`, or one `from_exported_program(ep, decompo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal, TypeVar, Union, overload
 
 from texir.edge import to_partitionable
 from texir.ir import CallFunction, Program
 from texir.lowering.api import _describe, call_partitioner
 from texir.lowering.delegate import NodeOrder, PreprocessOptions, apply_plan, check_node_order
-from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerError
+from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerArgumentError, PartitionerError
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache, default_cache
 from texir.lowering.report import Lowered, PartitionSummary, PhaseClock, TurnedDown, build_report
 
-__all__ = ["CacheChoice", "lower_decomposed", "lower_edge", "one_sequence", "per_method", "preprocess_options"]
+__all__ = [
+    "CacheChoice", "lower_decomposed", "lower_edge", "one_sequence", "partitioner_tuple", "per_method", "preprocess_options"
+]
 
 _KEPT_WHOLE_ANYWAY = ("quantized_decomposed::", "torchao::")
 """Quantize/dequantize primitives stay whole in any case: leaving them undelegated is fine."""
@@ -48,14 +50,28 @@ def per_method(
         unknown = sorted(set(partitioners) - set(program))
         if unknown:
             raise PartitionerError(f"partitioners given for methods {unknown} that are not among {sorted(program)}")
-        return {name: one(name, p, tuple(partitioners.get(name, ()))) for name, p in program.items()}
-    return {name: one(name, p, tuple(partitioners)) for name, p in program.items()}
+        return {name: one(name, p, partitioner_tuple(partitioners.get(name, ()))) for name, p in program.items()}
+    return {name: one(name, p, partitioner_tuple(partitioners)) for name, p in program.items()}
+
+
+def partitioner_tuple(partitioners: Sequence[Partitioner]) -> tuple[Partitioner, ...]:
+    """`partitioners` as a tuple; one partitioner given where a sequence goes is a
+    `PartitionerArgumentError` saying to write `[partitioner]`."""
+    if callable(partitioners) or not isinstance(partitioners, Iterable) or isinstance(partitioners, str):
+        raise PartitionerArgumentError(
+            f"lower() takes a list of partitioners, not {_a_value(partitioners)}; write lower(program, [partitioner])"
+        )
+    return tuple(partitioners)
+
+
+def _a_value(value: object) -> str:
+    return f"one partitioner ({type(value).__name__})" if callable(value) else f"a {type(value).__name__}"
 
 
 def one_sequence(partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]]) -> tuple[Partitioner, ...]:
     if isinstance(partitioners, Mapping):
         raise PartitionerError("a mapping of partitioners needs a mapping of methods; pass a sequence for one program")
-    return tuple(partitioners)
+    return partitioner_tuple(partitioners)
 
 
 @overload

@@ -38,6 +38,7 @@ from texir.lowering.errors import (
     DelegateClaimedError,
     MissingDelegationSpecError,
     MutationOutsidePartitionError,
+    PlanArgumentError,
     PlanError,
     SharedConstantError,
     SplitMultiOutputError,
@@ -84,6 +85,15 @@ class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
     ``duplicate`` (ExecuTorch's default) gives every partition using it its own copy (an untagged
     user keeps the parent's), ``pass_in`` keeps it in the parent and passes it to every delegate
     using it, ``error`` refuses the plan, naming every such user."""
+
+    def __post_init__(self) -> None:
+        # msgspec checks field types only on decode: a dict given here would fail far away, on unpacking
+        for field in ("tags", "specs"):
+            if isinstance(getattr(self, field), Mapping):
+                raise PlanArgumentError(
+                    f"PartitionPlan({field}=...) takes a tuple of pairs, not a dict; build a plan from dicts "
+                    "with PartitionPlan.build(tags={node: tag}, specs={tag: DelegationSpec(...)})"
+                )
 
     @classmethod
     def build(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from texir.serialize.pte.codec import (
+    PteArgumentError,
     PteDecodeError,
     PteEncodeError,
     PteOptions,
@@ -32,6 +33,7 @@ __all__ = [
     "PtdDecodeError",
     "PtdMismatchError",
     "PteDecodeError",
+    "PteArgumentError",
     "PteEncodeError",
     "PteOptions",
     "check_external",

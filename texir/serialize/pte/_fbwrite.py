@@ -22,6 +22,10 @@ class PteEncodeError(PteError):
     """A schema value cannot be written (out-of-range integer, bad index kind, ...)."""
 
 
+class PteArgumentError(PteEncodeError, TypeError):
+    """`dumps`/`dump` was given something other than a PteProgram (e.g. an IR Program not yet emitted)."""
+
+
 _SIZE = {"b": 1, "B": 1, "?": 1, "i": 4, "I": 4, "O": 4, "q": 8, "Q": 8, "d": 8}
 
 # A field of a table being written: (slot, struct code, value); code "O" is an offset (uoffset_t)

@@ -22,13 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from texir._io import atomic_write
 from texir.errors import PteError
 from texir.ir.blob import Blob
+from texir.ir.types import Program
 from texir.serialize.pte import schema as s
 from texir.serialize.pte.check import check_indices
 from texir.serialize.pte._fbread import PteDecodeError, decode_program
-from texir.serialize.pte._fbwrite import PteEncodeError, encode_program
+from texir.serialize.pte._fbwrite import PteArgumentError, PteEncodeError, encode_program
 
 __all__ = [
     "PteOptions",
+    "PteArgumentError",
     "PteDecodeError",
     "PteEncodeError",
     "dumps",
@@ -269,8 +271,20 @@ def iter_chunks(pte: s.PteProgram, options: PteOptions | None = None) -> Iterato
     yield from chunks
 
 
+def _check_argument(pte: object, function: str) -> None:
+    if isinstance(pte, s.PteProgram):
+        return
+    if isinstance(pte, Program):
+        raise PteArgumentError(
+            f"pte.{function}() writes an emitted .pte program, not a texir.ir.Program; emit it first: "
+            f"pte.{function}(texir.emit.emit(program){', path' if function == 'dump' else ''})"
+        )
+    raise PteArgumentError(f"pte.{function}() takes a PteProgram (what texir.emit.emit returns), not {type(pte).__name__}")
+
+
 def dumps(pte: s.PteProgram, options: PteOptions | None = None) -> bytes:
     """The `.pte` bytes of `pte` (in logical form) laid out per `options` (ExecuTorch defaults)."""
+    _check_argument(pte, "dumps")
     head, chunks, _ = _layout(pte, options or _DEFAULT_OPTIONS)
     if not chunks:
         return head
@@ -283,6 +297,7 @@ def dump(pte: s.PteProgram, path: str | os.PathLike[str], options: PteOptions | 
     The bytes go to a temporary file in the same directory, which replaces `path` only once fully
     written; on any failure it is removed and `path` is left untouched.
     """
+    _check_argument(pte, "dump")
     check_indices(pte, PteEncodeError)
     head, chunks, _ = _layout(pte, options or _DEFAULT_OPTIONS)
     atomic_write(path, itertools.chain((memoryview(head),), chunks), error=PteError)
