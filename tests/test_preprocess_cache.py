@@ -64,6 +64,19 @@ def _xnnpack() -> list[Partitioner]:
     return [executorch_partitioner(XnnpackPartitioner())]
 
 
+@functools.lru_cache(maxsize=None)
+def _native() -> list[Partitioner]:
+    """texir's own XNNPACK: safe to run in threads (ExecuTorch's preprocess is not)."""
+    from texir.backends.xnnpack.partitioner import partitioner
+
+    return [partitioner()]
+
+
+@functools.lru_cache(maxsize=None)
+def _native_cold() -> bytes:
+    return _pte(lower(_model(), _native(), cache=None).program)
+
+
 def _pte(program: Program) -> bytes:
     return dumps(emit(program))
 
@@ -222,7 +235,7 @@ def test_a_failing_backend_is_the_serial_error_on_any_executor() -> None:
 
 def test_any_executor_gives_the_serial_bytes() -> None:
     with ThreadPoolExecutor(2) as pool:
-        assert _pte(lower(_model(), _xnnpack(), cache=None, executor=pool).program) == _cold()
+        assert _pte(lower(_model(), _native(), cache=None, executor=pool).program) == _native_cold()
 
 
 def test_a_worker_dying_is_a_typed_error_naming_the_partition_and_the_pool_recovers() -> None:
@@ -255,8 +268,9 @@ def test_jobs_and_executor_are_checked() -> None:
 @pytest.fixture(scope="module")
 def dask_executor() -> Iterator[Executor]:
     """A Dask LocalCluster of two single-threaded workers in this process (processes=False: process
-    workers would each import torch and ExecuTorch again, tens of seconds on a loaded CI machine;
-    the tasks still travel pickled, as to a remote cluster)."""
+    workers would each import torch again, tens of seconds on a loaded CI machine; the tasks still
+    travel pickled, as to a remote cluster). Threads in one process: only thread-safe backends
+    (texir's own; not ExecuTorch's) may run on it."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
@@ -265,7 +279,7 @@ def dask_executor() -> Iterator[Executor]:
 
 
 def test_a_dask_cluster_gives_the_serial_bytes_and_errors(dask_executor: Executor) -> None:
-    assert _pte(lower(_model(), _xnnpack(), cache=None, executor=dask_executor).program) == _cold()
+    assert _pte(lower(_model(), _native(), cache=None, executor=dask_executor).program) == _native_cold()
     register_backend("texir-failing-x", _Failing(), replace=True)
     assert _error(executor=dask_executor) == _error()
 

@@ -92,8 +92,9 @@ def lower(
     `jobs` worker processes (spawned; a calling script keeps its top level under
     `if __name__ == "__main__":`), or on `executor`, any `concurrent.futures.Executor` (e.g.
     Dask's `distributed.Client(...).get_executor()` or Ray's, to compile partitions on a cluster;
-    the backends must be importable on its workers), with the same results and errors as
-    `jobs=1`. The cache also keeps the last few
+    the backends must be importable on its workers; an executor of threads in this process runs
+    backends concurrently, which ExecuTorch's are not safe for), with the same results and errors
+    as `jobs=1`. The cache also keeps the last few
     decompositions: re-lowering a program whose weights alone changed skips torch's decomposition
     retrace (`texir.lowering.decompose_memo`).
 
