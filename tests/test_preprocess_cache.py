@@ -5,7 +5,6 @@ changing one layer only that partition compiles again."""
 from __future__ import annotations
 
 import functools
-import multiprocessing
 import os
 import pickle
 import threading
@@ -64,17 +63,18 @@ def _xnnpack() -> list[Partitioner]:
     return [executorch_partitioner(XnnpackPartitioner())]
 
 
-@functools.lru_cache(maxsize=None)
-def _native() -> list[Partitioner]:
-    """texir's own XNNPACK: safe to run in threads (ExecuTorch's preprocess is not)."""
-    from texir.backends.xnnpack.partitioner import partitioner
+def _native(**how: object) -> bytes:
+    """The .pte of `_model()` lowered by texir's own XNNPACK partitioner and backend (safe to run in
+    threads: ExecuTorch's preprocess is not) with `how` (cache=None and the executor)."""
+    from texir.backends.xnnpack import partitioner, registered
 
-    return [partitioner()]
+    with registered():  # texir's backend behind XnnpackBackend, for this call only
+        return _pte(lower(_model(), [partitioner()], cache=None, **how).program)  # type: ignore[arg-type]
 
 
 @functools.lru_cache(maxsize=None)
 def _native_cold() -> bytes:
-    return _pte(lower(_model(), _native(), cache=None).program)
+    return _native()
 
 
 def _pte(program: Program) -> bytes:
@@ -194,13 +194,11 @@ def test_weights_stored_as_they_are_share_the_programs_payload(how: str, tmp_pat
 # Executors: the process pool behind jobs=N, any concurrent.futures.Executor, a Dask cluster
 
 
-class _Dying:
-    """A backend whose worker process dies mid-compile (it compiles in the caller's process)."""
+class _KillsItsWorker(_Failing):
+    """A backend whose worker process dies as it loads the task (before importing anything)."""
 
-    def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult:
-        if multiprocessing.parent_process() is not None:
-            os._exit(3)
-        return PreprocessResult(processed_bytes=b"here")
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        return (os._exit, (3,))
 
 
 def _cannot_load() -> object:
@@ -235,15 +233,15 @@ def test_a_failing_backend_is_the_serial_error_on_any_executor() -> None:
 
 def test_any_executor_gives_the_serial_bytes() -> None:
     with ThreadPoolExecutor(2) as pool:
-        assert _pte(lower(_model(), _native(), cache=None, executor=pool).program) == _native_cold()
+        assert _native(executor=pool) == _native_cold()
 
 
 def test_a_worker_dying_is_a_typed_error_naming_the_partition_and_the_pool_recovers() -> None:
-    register_backend("texir-dying", _Dying(), replace=True)
+    register_backend("texir-dying", _KillsItsWorker(), replace=True)
     with pytest.raises(BackendPreprocessError, match=r"^the preprocess worker failed while compiling partition '[^']+' "
                        r"of backend 'texir-dying' \(BrokenProcessPool: .*run with jobs=1"):
         lower(_model(), _on("texir-dying"), cache=None, jobs=2)
-    assert _pte(lower(_model(), _xnnpack(), cache=None, jobs=2).program) == _cold()  # a fresh pool
+    assert _native(jobs=2) == _native_cold()  # a fresh pool
 
 
 def test_a_backend_a_worker_cannot_load_is_a_typed_error_naming_the_partition() -> None:
@@ -279,7 +277,7 @@ def dask_executor() -> Iterator[Executor]:
 
 
 def test_a_dask_cluster_gives_the_serial_bytes_and_errors(dask_executor: Executor) -> None:
-    assert _pte(lower(_model(), _native(), cache=None, executor=dask_executor).program) == _native_cold()
+    assert _native(executor=dask_executor) == _native_cold()
     register_backend("texir-failing-x", _Failing(), replace=True)
     assert _error(executor=dask_executor) == _error()
 
