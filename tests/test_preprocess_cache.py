@@ -265,13 +265,12 @@ def test_jobs_and_executor_are_checked() -> None:
 
 @pytest.fixture(scope="module")
 def dask_executor() -> Iterator[Executor]:
-    """A Dask LocalCluster of two single-threaded workers in this process (processes=False: process
-    workers would each import torch again, tens of seconds on a loaded CI machine; the tasks still
-    travel pickled, as to a remote cluster). Threads in one process: only thread-safe backends
-    (texir's own; not ExecuTorch's) may run on it."""
+    """A Dask LocalCluster of two single-threaded worker processes: the tasks travel pickled, as to
+    a remote cluster, and each worker imports only what its tasks' backends need (texir's own
+    XNNPACK needs no torch: the cluster is up and compiling in seconds)."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         with Client(cluster) as client:
             yield client.get_executor()
 
