@@ -171,3 +171,45 @@ def test_contiguous_symbolic_strides_keep_their_spelling() -> None:
                     "  %out : f32[2, s0, 5]{strides=(5*Max(1, s0), 5, 1)} = aten::relu.default(%c)\n",
                     shapes="  %x : f32[2, s0, 5] = placeholder\n")
     assert _refreshed(text, ("c",))["out"] == ("5*Max(1, s0)", 5, 1)
+
+
+PROBE_BACKEND = """
+import multiprocessing, sys
+from texir.lowering import PreprocessResult
+
+class Probe:
+    '''Says where it ran and which torch/executorch modules that process had loaded.'''
+
+    def preprocess(self, program, compile_specs, /):
+        where = "worker" if multiprocessing.parent_process() is not None else "caller"
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "executorch"))
+        return PreprocessResult(processed_bytes=f"{where}:{loaded}".encode())
+"""
+
+JOBS_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from probe_backend import Probe
+from texir.ir import parse_program
+from texir.lowering import OpSupportPartitioner, lower_decomposed, register_backend
+register_backend("texir-probe", Probe())
+done = lower_decomposed(parse_program(sys.stdin.read()), [OpSupportPartitioner("texir-probe", {"aten::sin.default"})],
+                        cache=None, jobs=2)
+for named in done.program.lowered_modules:
+    sys.stdout.write(named.module.processed_bytes.decode() + "\\n")
+"""
+
+# sin, relu, sin: two partitions for the probe, so jobs=2 sends them to the process pool.
+SIN_RELU_SIN = SIN_RELU.replace("    %relu: user_output", "    %sin2: user_output").replace(
+    "  return (%relu,)", "  %sin2 : f32[2, 3] = aten::sin.default(%relu)\n  return (%sin2,)")
+
+
+def test_pool_workers_import_no_torch_for_a_backend_without_it(tmp_path: Path) -> None:
+    (tmp_path / "probe_backend.py").write_text(PROBE_BACKEND)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run(
+        [sys.executable, "-c", JOBS_SCRIPT, str(tmp_path)], input=SIN_RELU_SIN, capture_output=True, text=True,
+        env=env, cwd=ROOT, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["worker:[]", "worker:[]"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Union, overload
 
 import msgspec
@@ -46,6 +47,7 @@ def lower(
     *,
     cache: CacheChoice = "default",
     jobs: int = 1,
+    executor: Executor | None = None,
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
 ) -> Lowered: ...
@@ -58,6 +60,7 @@ def lower(
     *,
     cache: CacheChoice = "default",
     jobs: int = 1,
+    executor: Executor | None = None,
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
 ) -> dict[str, Lowered]: ...
@@ -69,6 +72,7 @@ def lower(
     *,
     cache: CacheChoice = "default",
     jobs: int = 1,
+    executor: Executor | None = None,
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
 ) -> Lowered | dict[str, Lowered]:
@@ -89,7 +93,12 @@ def lower(
 
     Backends' results come from `cache` when it has them ("default": `default_cache()`, in memory
     and under `$TEXIR_CACHE_DIR`; None: no cache); the partitions left to compile run in up to
-    `jobs` worker processes, with the same results as `jobs=1`. The cache also keeps the last few
+    `jobs` worker processes (spawned; a calling script keeps its top level under
+    `if __name__ == "__main__":`), or on `executor`, any `concurrent.futures.Executor` (e.g.
+    Dask's `distributed.Client(...).get_executor()` or Ray's, to compile partitions on a cluster;
+    the backends must be importable on its workers; an executor of threads in this process runs
+    backends concurrently, which ExecuTorch's are not safe for), with the same results and errors
+    as `jobs=1`. The cache also keeps the last few
     decompositions: re-lowering a program whose weights alone changed skips torch's decomposition
     retrace (`texir.lowering.decompose_memo`).
 
@@ -101,7 +110,7 @@ def lower(
     `allow_non_core=True` emits it anyway (`texir.adapters.core_aten`: the risk that it fails or
     aborts at run time). Pure: the input is not modified. A texir Program already in core ATen
     lowers without torch through `texir.lowering.lower_decomposed`."""
-    options = preprocess_options(cache, jobs, order)
+    options = preprocess_options(cache, jobs, order, executor)
 
     def one(method: str, source: Source, parts: tuple[Partitioner, ...]) -> Lowered:
         return _lower_one(method, source, parts, options, order, allow_non_core)

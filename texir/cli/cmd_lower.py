@@ -49,8 +49,8 @@ ExecuTorch's blobs without executorch; ops it does not take stay undelegated).
 --partitioner executorch:NAME, NAME (vulkan, example) or MODULE:NAME without --backend: an ExecuTorch
 partitioner (class built with no arguments, or instance), run like ExecuTorch's
 to_edge_transform_and_lower (needs the executorch extra). Backends' results are cached in memory
-and under $TEXIR_CACHE_DIR (--no-cache to compile everything); --jobs N compiles partitions in N
-worker processes.
+and under $TEXIR_CACHE_DIR, a directory or an fsspec URL such as s3://bucket/texir (--no-cache to
+compile everything); --jobs N compiles partitions in N worker processes.
 Each row is one delegate, in the order the program calls it: lowered module, backend, tag, node
 count, inputs, outputs, parameters/buffers/constants it consumed, blob size, named data, whether the
 preprocess cache had it, seconds. The nodes left undelegated follow, by op and reason (turned_down: a

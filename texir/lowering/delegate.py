@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Literal
 
@@ -103,10 +104,12 @@ SharedModules = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBacken
 
 @dataclass(frozen=True)
 class PreprocessOptions:
-    """How backends run: through `cache` (None: none) in up to `jobs` worker processes."""
+    """How backends run: through `cache` (None: none), on `executor` when given (any
+    `concurrent.futures.Executor`), else in up to `jobs` worker processes."""
 
     cache: PreprocessCache | None = None
     jobs: int = 1
+    executor: Executor | None = None
 # --------------------------------------------------------------------------------------------------
 # The pass
 
@@ -265,7 +268,8 @@ def _compile(
         requests = list(pending.values())
         start = time.perf_counter()
         results = run_preprocess_timed(requests, cache=None if options is None else options.cache,
-                                       jobs=1 if options is None else options.jobs)
+                                       jobs=1 if options is None else options.jobs,
+                                       executor=None if options is None else options.executor)
         wall = time.perf_counter() - start
         hit_seconds = sum(r.seconds for r in results if r.cache_hit)
         cache.update((key, r.module) for key, r in zip(pending, results))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Literal, TypeVar, Union, overload
 
 from texir.edge import to_partitionable
@@ -18,7 +19,7 @@ from texir.lowering.api import _describe, call_partitioner
 from texir.lowering.delegate import NodeOrder, PreprocessOptions, apply_plan, check_node_order
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerArgumentError, PartitionerError
 from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
-from texir.lowering.preprocess import PreprocessCache, default_cache
+from texir.lowering.preprocess import PreprocessCache, check_workers, default_cache
 from texir.lowering.report import Lowered, PartitionSummary, PhaseClock, TurnedDown, build_report
 
 __all__ = [
@@ -33,10 +34,13 @@ CacheChoice = Union[PreprocessCache, Literal["default"], None]
 S = TypeVar("S")
 
 
-def preprocess_options(cache: CacheChoice, jobs: int, order: NodeOrder) -> PreprocessOptions:
-    """The backends' cache and worker count, after checking `order`."""
+def preprocess_options(
+    cache: CacheChoice, jobs: int, order: NodeOrder, executor: Executor | None = None
+) -> PreprocessOptions:
+    """The backends' cache and workers, after checking `order`, `jobs` and `executor`."""
     check_node_order(order)
-    return PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs)
+    check_workers(jobs, executor)
+    return PreprocessOptions(cache=default_cache() if cache == "default" else cache, jobs=jobs, executor=executor)
 
 
 def per_method(
@@ -81,6 +85,7 @@ def lower_decomposed(
     *,
     cache: CacheChoice = "default",
     jobs: int = 1,
+    executor: Executor | None = None,
     order: NodeOrder = "executorch",
 ) -> Lowered: ...
 
@@ -92,6 +97,7 @@ def lower_decomposed(
     *,
     cache: CacheChoice = "default",
     jobs: int = 1,
+    executor: Executor | None = None,
     order: NodeOrder = "executorch",
 ) -> dict[str, Lowered]: ...
 
@@ -102,6 +108,7 @@ def lower_decomposed(
     *,
     cache: CacheChoice = "default",
     jobs: int = 1,
+    executor: Executor | None = None,
     order: NodeOrder = "executorch",
 ) -> Lowered | dict[str, Lowered]:
     """Lower a texir Program already in core ATen (or a mapping method name -> one) with
@@ -111,8 +118,8 @@ def lower_decomposed(
 
     Nothing is decomposed here, so the partitioners' decomposition hooks
     (`ops_to_not_decompose`, `transform_for_pre_decomposition`, `nodes_to_decompose`) are not
-    asked; `texir.lower` asks them. `cache`, `jobs` and `order` are as there."""
-    options = preprocess_options(cache, jobs, order)
+    asked; `texir.lower` asks them. `cache`, `jobs`, `executor` and `order` are as there."""
+    options = preprocess_options(cache, jobs, order, executor)
 
     def one(method: str, source: Program, parts: tuple[Partitioner, ...]) -> Lowered:
         clock = PhaseClock()

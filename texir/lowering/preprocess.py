@@ -1,5 +1,7 @@
-"""Running backends' `preprocess`: a content-addressed cache (in memory, optionally on disk) and
-independent partitions compiled in parallel worker processes, with the same results as a serial run.
+"""Running backends' `preprocess`: a content-addressed cache (in memory, optionally in a directory
+or at an fsspec URL that machines share) and independent partitions compiled on a
+`concurrent.futures` executor (a process pool for `jobs` > 1, or any executor the caller gives:
+Dask's, Ray's), with the same results as a serial run.
 
 A cache key hashes the backend id, the backend's `cache_version` (its code: for ExecuTorch backends
 the executorch version and class), the compile specs and the sub-program's snapshot (its nodes,
@@ -9,17 +11,15 @@ the backend object at hand), never on disk: their code could change between proc
 
 from __future__ import annotations
 
-import atexit
 import hashlib
+import multiprocessing
 import os
 import pickle
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ import msgspec
 
 from texir.ir import CompileSpec, DebugHandleEntry, LoweredBackendModule, Program
 from texir.lowering.backend import Backend, PreprocessResult, check_result, get_backend, named_data_entry
+from texir.lowering.cache_store import Store, open_store
 from texir.lowering.errors import BackendPreprocessError
 from texir.serialize import snapshot
 
@@ -55,7 +56,7 @@ class PreprocessRequest:
 @dataclass(frozen=True)
 class Compiled:
     """One request's lowered module, whether it came from the cache, and the seconds its backend
-    took (a cache lookup's for a hit; a worker's round trip with `jobs` > 1)."""
+    took (a cache lookup's for a hit; the worker's own with `jobs` > 1 or an executor)."""
 
     module: LoweredBackendModule
     cache_hit: bool
@@ -94,8 +95,12 @@ def _decode(data: bytes) -> PreprocessResult:
 
 class PreprocessCache:
     """Preprocess results by content. In memory (least recently used first out past
-    `memory_bytes`) and, with `directory`, on disk as one file per key (written atomically; an
-    unreadable file counts as a miss). `hits` and `misses` count lookups.
+    `memory_bytes`) and, with `directory`, durably as one file per key: `directory` is a local
+    path (`~` and `$VARS` expanded) or an fsspec URL (`memory://...`, `s3://bucket/texir`, ...)
+    that several machines may share. Entries are written atomically (a reader never sees part of
+    one; writers racing on a key are safe) and an unreadable one counts as a miss. `hits` and
+    `misses` count lookups. `directory` is the local directory (None for a URL elsewhere),
+    `location` what was given.
 
     It also keeps, in memory, the last `decompositions_kept` decomposed programs `lower` made, as
     templates without weights (`texir.lowering.decompose_memo`): re-lowering a model whose weights
@@ -108,7 +113,11 @@ class PreprocessCache:
         memory_bytes: int = 256 << 20,
         decompositions_kept: int = 8,
     ) -> None:
-        self.directory = None if directory is None else Path(directory)
+        self.location = None if directory is None else os.fspath(directory)
+        self._store: Store | None = None
+        self.directory: Path | None = None
+        if directory is not None:
+            self._store, self.directory = open_store(directory)
         self.memory_bytes = memory_bytes
         self._memory: OrderedDict[str, bytes] = OrderedDict()
         self._size = 0
@@ -149,11 +158,8 @@ class PreprocessCache:
         data = self._memory.get(key)
         if data is not None:
             self._memory.move_to_end(key)
-        elif durable and self.directory is not None:
-            try:
-                data = (self.directory / key[:2] / key).read_bytes()
-            except OSError:
-                data = None
+        elif durable and self._store is not None:
+            data = self._store.read(key)
         if data is not None:
             try:
                 result = _decode(data)
@@ -169,16 +175,8 @@ class PreprocessCache:
     def store(self, key: str, durable: bool, result: PreprocessResult) -> None:
         data = _encode(result)
         self._remember(key, data)
-        if durable and self.directory is not None:
-            folder = self.directory / key[:2]
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{key}.")
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, folder / key)
-            except OSError:
-                pass  # a cache that cannot be written is only slower
+        if durable and self._store is not None:
+            self._store.write(key, data)
 
     def _remember(self, key: str, data: bytes) -> None:
         if len(data) > self.memory_bytes:
@@ -197,7 +195,8 @@ _DEFAULT: dict[str | None, PreprocessCache] = {}
 
 
 def default_cache() -> PreprocessCache:
-    """The process-wide cache: in memory, and on disk under `$TEXIR_CACHE_DIR` when it is set."""
+    """The process-wide cache: in memory, and under `$TEXIR_CACHE_DIR` (a directory or an fsspec
+    URL) when it is set."""
     directory = os.environ.get(CACHE_DIR_ENV) or None
     cache = _DEFAULT.get(directory)
     if cache is None:
@@ -211,6 +210,10 @@ def default_cache() -> PreprocessCache:
 
 def _where(request: PreprocessRequest) -> str:
     return f" for partition '{request.tag}'" if request.tag is not None else ""
+
+
+def _what(request: PreprocessRequest) -> str:
+    return f"partition '{request.tag}'" if request.tag is not None else "an untagged partition"
 
 
 def _preprocess(backend: Backend, request: PreprocessRequest) -> PreprocessResult:
@@ -237,112 +240,117 @@ def share_state_payloads(result: PreprocessResult, program: Program) -> Preproce
     return msgspec.structs.replace(result, named_data=tuple(shared))
 
 
-def run_task(task: tuple[Backend, str, bytes, tuple[CompileSpec, ...], str | None]) -> tuple[bool, bytes | str]:
-    """In a worker process: (True, encoded result) or (False, the typed error's message)."""
-    backend, backend_id, program_bytes, specs, tag = task
-    request = PreprocessRequest(backend_id, snapshot.loads(program_bytes), specs, tag)
+_NOT_LOADED = "the worker could not load the task: "
+
+
+def run_task(task: bytes) -> tuple[bool, bytes | str]:
+    """On an executor's worker: the pickled (backend, backend id, program snapshot, compile specs,
+    tag) compiled. (True, the encoded result) or (False, the error's message: the serial run's for
+    a failing backend). Errors come back as values, so every executor hands them over alike."""
+    try:
+        backend, backend_id, program_bytes, specs, tag = pickle.loads(task)
+        request = PreprocessRequest(backend_id, snapshot.loads(program_bytes), specs, tag)
+    except Exception as exc:  # e.g. the backend's class cannot be imported on this worker
+        return False, f"{_NOT_LOADED}{type(exc).__name__}: {exc}"
     try:
         return True, _encode(_preprocess(backend, request))
     except BackendPreprocessError as exc:
         return False, str(exc)
 
 
-class _Worker:
-    """One `python -m texir.lowering._worker` process, kept for the life of this one."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "texir.lowering._worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-
-    def call(self, task: bytes, what: str) -> tuple[bool, bytes | str]:
-        stdin, stdout = self.proc.stdin, self.proc.stdout
-        assert stdin is not None and stdout is not None  # both are pipes
-        try:
-            stdin.write(len(task).to_bytes(8, "little") + task)
-            stdin.flush()
-            header = stdout.read(8)
-            body = stdout.read(int.from_bytes(header, "little")) if len(header) == 8 else b""
-            answer = pickle.loads(body)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            code = self.proc.poll()
-            raise BackendPreprocessError(
-                f"the preprocess worker process died (exit code {code}) while compiling {what}; run with "
-                "jobs=1 to see the backend's own error"
-            ) from None
-        ok, payload = answer
-        return bool(ok), payload
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait(timeout=30)
+def _timed_task(task: bytes) -> tuple[bool, bytes | str, float]:
+    start = time.perf_counter()
+    ok, payload = run_task(task)
+    return ok, payload, time.perf_counter() - start
 
 
-_WORKERS: list[_Worker] = []
+_POOL: list[tuple[int, ProcessPoolExecutor]] = []
+_POOL_LOCK = threading.Lock()
 
 
-def _close_workers() -> None:
-    for worker in _WORKERS:
-        try:
-            worker.close()
-        except Exception:  # at exit: a worker that will not stop is killed
-            worker.proc.kill()
+def _pool(jobs: int) -> ProcessPoolExecutor:
+    """The process-wide pool of `jobs` workers, kept between calls (its workers have imported the
+    backends already). Workers are spawned, not forked: a fresh interpreter imports only this
+    module and what unpickling a task's backend needs (torch only for backends that use it); as
+    with any spawned `multiprocessing` worker, a calling script's top level must sit under
+    `if __name__ == "__main__":`."""
+    with _POOL_LOCK:
+        if _POOL and _POOL[0][0] == jobs:
+            return _POOL[0][1]
+        while _POOL:
+            _POOL.pop()[1].shutdown(wait=False, cancel_futures=True)
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        _POOL.append((jobs, pool))
+        return pool
 
 
-atexit.register(_close_workers)
-
-
-def _in_workers(tasks: list[tuple[bytes, str]], jobs: int) -> list[tuple[bool, bytes | str, float]]:
-    """Run pickled tasks on up to `jobs` workers (started on first use); answers (with each task's
-    seconds) in task order."""
-    while len(_WORKERS) < min(jobs, len(tasks)):
-        _WORKERS.append(_Worker())
-    answers: list[tuple[bool, bytes | str, float] | None] = [None] * len(tasks)
-    errors: list[BaseException] = []
-    queue = list(range(len(tasks)))
-    lock = threading.Lock()
-
-    def drive(worker: _Worker) -> None:
-        while True:
-            with lock:
-                if not queue or errors:
-                    return
-                i = queue.pop(0)
-            try:
-                start = time.perf_counter()
-                ok, payload = worker.call(*tasks[i])
-                answers[i] = (ok, payload, time.perf_counter() - start)
-            except BaseException as exc:  # handed to the caller's thread below
-                with lock:
-                    errors.append(exc)
+def _forget_pool(pool: Executor) -> None:
+    with _POOL_LOCK:
+        for i, (_, kept) in enumerate(_POOL):
+            if kept is pool:
+                del _POOL[i]
+                pool.shutdown(wait=False, cancel_futures=True)
                 return
 
-    threads = [threading.Thread(target=drive, args=(w,)) for w in _WORKERS[: min(jobs, len(tasks))]]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return [a for a in answers if a is not None]
+
+def _collect(
+    executor: Executor, futures: list[Future[tuple[bool, bytes | str, float]]], what: list[str], own: bool
+) -> list[tuple[bool, bytes | str, float]]:
+    """The answers of `futures` (with each task's seconds) in order. A worker or the executor
+    failing is a `BackendPreprocessError` naming the task (`own`: texir's pool, dropped once broken)."""
+    answers = []
+    for future, name in zip(futures, what):
+        try:
+            answers.append(future.result())
+        except Exception as exc:  # a worker died, the cluster went away, ...
+            if own:
+                _forget_pool(executor)
+            raise BackendPreprocessError(
+                f"the preprocess worker failed while compiling {name} ({type(exc).__name__}: {exc}); "
+                "run with jobs=1 and no executor to see the backend's own error"
+            ) from exc
+    return answers
 
 
 def run_preprocess(
-    requests: Sequence[PreprocessRequest], *, cache: PreprocessCache | None = None, jobs: int = 1
+    requests: Sequence[PreprocessRequest],
+    *,
+    cache: PreprocessCache | None = None,
+    jobs: int = 1,
+    executor: Executor | None = None,
 ) -> list[LoweredBackendModule]:
     """Every request through its backend, in order: from `cache` where it has the result, else
-    compiled (in up to `jobs` worker processes when more than one partition needs compiling and
-    the backend can be sent to one; the results are the same as a serial run's)."""
-    return [c.module for c in run_preprocess_timed(requests, cache=cache, jobs=jobs)]
+    compiled: on `executor` (any `concurrent.futures.Executor`: Dask's `Client.get_executor()`,
+    Ray's, a pool of the caller's) when one is given, else in a pool of `jobs` spawned worker
+    processes when `jobs` > 1 and more than one partition needs compiling. A backend that cannot be
+    pickled compiles here. The results are the same as a serial run's, and so are the errors."""
+    return [c.module for c in run_preprocess_timed(requests, cache=cache, jobs=jobs, executor=executor)]
+
+
+def check_workers(jobs: object, executor: object) -> None:
+    """A typed error unless `jobs` is a count of workers and `executor` None or an Executor."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise BackendPreprocessError(f"jobs must be at least 1, got {jobs!r}")
+    if executor is not None and not isinstance(executor, Executor):
+        raise BackendPreprocessError(
+            f"executor={type(executor).__name__} is not a concurrent.futures.Executor; give one "
+            "(e.g. ProcessPoolExecutor, distributed.Client().get_executor()) or None"
+        )
+    if executor is not None and jobs != 1:
+        raise BackendPreprocessError(
+            f"jobs={jobs} and an executor were both given; the executor decides how many workers run: drop jobs"
+        )
 
 
 def run_preprocess_timed(
-    requests: Sequence[PreprocessRequest], *, cache: PreprocessCache | None = None, jobs: int = 1
+    requests: Sequence[PreprocessRequest],
+    *,
+    cache: PreprocessCache | None = None,
+    jobs: int = 1,
+    executor: Executor | None = None,
 ) -> list[Compiled]:
     """`run_preprocess`, also saying for each request whether the cache had it and how long it took."""
-    if jobs < 1:
-        raise BackendPreprocessError(f"jobs must be at least 1, got {jobs}")
+    check_workers(jobs, executor)
     backends = [get_backend(r.backend_id, tag=r.tag) for r in requests]
     results: list[PreprocessResult | None] = [None] * len(requests)
     keys: list[tuple[str, bool] | None] = [None] * len(requests)
@@ -357,7 +365,7 @@ def run_preprocess_timed(
         if results[i] is None:
             todo.append(i)
     parallel: list[tuple[int, tuple[bytes, str]]] = []
-    if jobs > 1 and len(todo) > 1:
+    if executor is not None or (jobs > 1 and len(todo) > 1):
         for i in todo:
             r = requests[i]
             data = snapshot.dumps(r.program, format="msgpack", include_data=True, include_stack_traces=True)
@@ -366,20 +374,31 @@ def run_preprocess_timed(
                                     protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # a backend defined in a function cannot travel: it runs here
                 continue
-            parallel.append((i, (task, f"partition '{r.tag}' ({r.backend_id})")))
+            parallel.append((i, (task, f"{_what(r)} of backend '{r.backend_id}'")))
     sent = {i for i, _ in parallel}
-    for i in todo:
-        if i not in sent:
-            start = time.perf_counter()
-            results[i] = share_state_payloads(_preprocess(backends[i], requests[i]), requests[i].program)
-            seconds[i] = time.perf_counter() - start
-    if parallel:
-        for (i, _), (ok, payload, took) in zip(parallel, _in_workers([t for _, t in parallel], jobs)):
-            seconds[i] = took
-            if not ok:
-                raise BackendPreprocessError(str(payload))
-            assert isinstance(payload, bytes)
-            results[i] = share_state_payloads(_decode(payload), requests[i].program)
+    pool = (executor if executor is not None else _pool(jobs)) if parallel else None
+    futures: list[Future[tuple[bool, bytes | str, float]]] = []
+    try:
+        if pool is not None:  # sent first: the backends that cannot travel compile here meanwhile
+            futures = [pool.submit(_timed_task, task) for _, (task, _) in parallel]
+        for i in todo:
+            if i not in sent:
+                start = time.perf_counter()
+                results[i] = share_state_payloads(_preprocess(backends[i], requests[i]), requests[i].program)
+                seconds[i] = time.perf_counter() - start
+        answers = [] if pool is None else _collect(pool, futures, [w for _, (_, w) in parallel], executor is None)
+    finally:
+        for future in futures:
+            future.cancel()  # after an error: what has not started need not run
+    for (i, (_, what)), (ok, payload, took) in zip(parallel, answers):
+        seconds[i] = took
+        if not ok:
+            message = str(payload)
+            if message.startswith(_NOT_LOADED):
+                message = f"{what}: {message}; make the backend importable on the workers, or compile without them"
+            raise BackendPreprocessError(message)
+        assert isinstance(payload, bytes)  # ok: the encoded result
+        results[i] = share_state_payloads(_decode(payload), requests[i].program)
     for i, found in enumerate(results):
         if found is not None and i not in todo:  # from the cache: its copies can go too
             results[i] = share_state_payloads(found, requests[i].program)
