@@ -33,7 +33,7 @@ def signature_inputs(ep: ExportedProgram) -> tuple[tuple[gs.InputSpec, torch.fx.
     specs = ep.graph_signature.input_specs
     if len(placeholders) != len(specs):
         raise SignatureMismatchError(
-            f"the graph has {len(placeholders)} placeholders ({_names(placeholders)}) but its graph signature "
+            f"the graph has {len(placeholders)} placeholders ({_names(placeholders)}) but its graph signature has "
             f"{len(specs)} input specs ({_names(s.arg for s in specs)}); export the model again with "
             "torch.export.export, or keep the placeholders and input_specs of an edited graph in step"
         )

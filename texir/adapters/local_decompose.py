@@ -28,6 +28,7 @@ against ExecuTorch's `to_edge` over torch's operator database."""
 
 from __future__ import annotations
 
+import keyword
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -394,7 +395,9 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     for p, name in renames:
         if name in taken:
             raise _Retrace(f"input {name!r} is named like a node the decomposition creates")
-        p.name = p.target = name  # export's naming: inputs keep the user's names, builtins included
+        p.name = name  # export's naming: inputs keep the user's names, builtins included
+        if name.isidentifier() and not keyword.iskeyword(name):
+            p.target = name  # (forward()'s parameter: a keyword or `x.1` keeps FX's legal one)
     rec.graph.eliminate_dead_code()
     output_specs = []
     for out, value in signature_outputs(ep):
