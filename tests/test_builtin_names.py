@@ -111,6 +111,20 @@ def _pte(ep: torch.export.ExportedProgram, how: str) -> bytes:
     return dumps(emit(texir.lower(ep, [executorch_partitioner(XnnpackPartitioner())]).program))
 
 
+def _renamed(program: Program, names: dict[str, str]) -> Program:
+    """`program` with its values renamed through `names`, checked."""
+    renamed = msgspec.structs.replace(
+        program,
+        graph=msgspec.structs.replace(program.graph, nodes=tuple(rename_node(n, names) for n in program.graph.nodes)),
+        signature=GraphSignature(
+            inputs=tuple(rename_input_spec(s, names) for s in program.signature.inputs),
+            outputs=tuple(rename_output_spec(s, names) for s in program.signature.outputs),
+        ),
+    )
+    verify(renamed)
+    return renamed
+
+
 @pytest.fixture(scope="module")
 def named() -> tuple[torch.export.ExportedProgram, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """The zoo's builtin_named export, its args and its eager outputs."""
@@ -124,16 +138,7 @@ def named() -> tuple[torch.export.ExportedProgram, tuple[torch.Tensor, ...], tup
 def keyword_export(named: Any) -> torch.export.ExportedProgram:
     """builtin_named with its inputs renamed to Python keywords, back as an ExportedProgram."""
     ep, _, _ = named
-    program = from_exported_program(ep)
-    renamed = msgspec.structs.replace(
-        program,
-        graph=msgspec.structs.replace(program.graph, nodes=tuple(rename_node(n, KEYWORDS) for n in program.graph.nodes)),
-        signature=GraphSignature(
-            inputs=tuple(rename_input_spec(s, KEYWORDS) for s in program.signature.inputs),
-            outputs=tuple(rename_output_spec(s, KEYWORDS) for s in program.signature.outputs),
-        ),
-    )
-    verify(renamed)
+    renamed = _renamed(from_exported_program(ep), KEYWORDS)
     back = to_exported_program(renamed)
     assert from_exported_program(back) == renamed  # the round trip keeps keyword names
     return back
@@ -180,17 +185,7 @@ def test_keyword_named_inputs_lower_and_run(named: Any, keyword_export: torch.ex
 
 def test_an_input_named_self_is_a_typed_error(named: Any) -> None:
     ep, _, _ = named
-    program = from_exported_program(ep)
-    names = {"input": "self"}
-    renamed = msgspec.structs.replace(
-        program,
-        graph=msgspec.structs.replace(program.graph, nodes=tuple(rename_node(n, names) for n in program.graph.nodes)),
-        signature=GraphSignature(
-            inputs=tuple(rename_input_spec(s, names) for s in program.signature.inputs),
-            outputs=tuple(rename_output_spec(s, names) for s in program.signature.outputs),
-        ),
-    )
-    verify(renamed)
+    renamed = _renamed(from_exported_program(ep), {"input": "self"})
     with pytest.raises(ConversionError, match="placeholder node 'self'.*rename the value"):
         to_exported_program(renamed)
 

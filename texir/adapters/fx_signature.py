@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch.fx
@@ -31,12 +32,7 @@ def signature_inputs(ep: ExportedProgram) -> tuple[tuple[gs.InputSpec, torch.fx.
     or keyword, `input` -> `input_1`, and leaves the signature as it was)."""
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     specs = ep.graph_signature.input_specs
-    if len(placeholders) != len(specs):
-        raise SignatureMismatchError(
-            f"the graph has {len(placeholders)} placeholders ({_names(placeholders)}) but its graph signature has "
-            f"{len(specs)} input specs ({_names(s.arg for s in specs)}); export the model again with "
-            "torch.export.export, or keep the placeholders and input_specs of an edited graph in step"
-        )
+    _check_count(f"has {len(placeholders)} placeholders ({_names(placeholders)})", len(placeholders), specs, "input")
     return tuple(zip(specs, placeholders))
 
 
@@ -47,12 +43,7 @@ def signature_outputs(ep: ExportedProgram) -> tuple[tuple[gs.OutputSpec, Any], .
     (results,) = output.args
     items = tuple(results) if isinstance(results, (tuple, list)) else (results,)
     specs = ep.graph_signature.output_specs
-    if len(items) != len(specs):
-        raise SignatureMismatchError(
-            f"the graph returns {len(items)} values but its graph signature has {len(specs)} output specs "
-            f"({_names(s.arg for s in specs)}); export the model again with torch.export.export, or keep "
-            "the output node and output_specs of an edited graph in step"
-        )
+    _check_count(f"returns {len(items)} values", len(items), specs, "output")
     return tuple(zip(specs, items))
 
 
@@ -76,6 +67,15 @@ def placeholder_renames(ep: ExportedProgram) -> dict[torch.fx.Node, str]:
                     "torch.export.export"
                 )
     return renames
+
+
+def _check_count(graph_has: str, count: int, specs: Sequence[Any], side: str) -> None:
+    if count != len(specs):
+        raise SignatureMismatchError(
+            f"the graph {graph_has} but its graph signature has {len(specs)} {side} specs "
+            f"({_names(s.arg for s in specs)}); export the model again with torch.export.export, or keep "
+            f"the graph and the signature's {side}_specs of an edited program in step"
+        )
 
 
 def _names(items: Any) -> str:
