@@ -103,14 +103,12 @@ def _mobilenet_v3_blocks() -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 def _lraspp() -> tuple[nn.Module, tuple[Any, ...]]:
-    """torchvision's LR-ASPP segmentation head (its input is named `input`, like the builtin) on a
-    narrow dilated MobileNetV3-Small: the structure of lraspp_mobilenet_v3_large at a fraction of
-    the size."""
+    """torchvision's LR-ASPP built as a user builds it (`lraspp_mobilenet_v3_large`, random weights):
+    its `forward(self, input)` names the input like the builtin (issue 38)."""
     ensure_torchvision_ops()
-    from torchvision.models import mobilenet_v3_small
-    from torchvision.models.segmentation.lraspp import _lraspp_mobilenetv3
+    from torchvision.models.segmentation import lraspp_mobilenet_v3_large
 
-    return _seeded(lambda: _lraspp_mobilenetv3(mobilenet_v3_small(width_mult=0.5, dilated=True), 4)), _image(32)
+    return _seeded(lambda: lraspp_mobilenet_v3_large(weights=None, weights_backbone=None)), _image(64)
 
 
 class _AttentionBlock(nn.Module):
@@ -189,7 +187,7 @@ REAL_MODELS: tuple[RealModel, ...] = (
     RealModel("mnasnet0_5", _tv("mnasnet0_5"), "torchvision"),
     RealModel("vit_tiny", _vit, "torchvision"),
     RealModel("convnext_tiny_config", _convnext, "torchvision"),
-    RealModel("lraspp_mobilenet_v3", _lraspp, "torchvision"),
+    RealModel("lraspp_mobilenet_v3_large", _lraspp, "torchvision"),
     RealModel("gpt2", _hf("GPT2Config", "GPT2LMHeadModel", "logits", call={"use_cache": False},
                           n_layer=2, n_embd=32, n_head=2, n_positions=32, **_TINY), "transformers"),
     RealModel("llama", _hf("LlamaConfig", "LlamaForCausalLM", "logits", call={"use_cache": False},

@@ -21,16 +21,27 @@ def mobilenet_v2():
     torch.manual_seed(0)
     model = tvm.mobilenet_v2(weights=None, num_classes=10, width_mult=0.25).eval()
     return model, (torch.rand(1, 3, 32, 32),)
+
+
+def lraspp():
+    torch.manual_seed(0)
+    model = tvm.segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None).eval()
+    return model, (torch.rand(1, 3, 64, 64),)
 """
 
 
-def test_lower_a_torchvision_model_in_a_fresh_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("model", [
+    ["models.py:mobilenet_v2"],
+    # LR-ASPP names its input `input`, like the builtin (issue 38), lowered as a user lowers it
+    ["models.py:lraspp", "--partitioner", "xnnpack"],
+], ids=["mobilenet_v2", "lraspp_xnnpack"])
+def test_lower_a_torchvision_model_in_a_fresh_process(tmp_path: Path, model: list[str]) -> None:
     if not _installed("torchvision"):  # the [test] extra installs it; a plain install need not
         pytest.skip("torchvision is not installed")
     (tmp_path / "models.py").write_text(MODELS, encoding="utf-8")
     env = dict(os.environ, TEXIR_PROGRESS="0")
     done = subprocess.run(
-        [sys.executable, "-m", "texir.cli.main", "lower", "models.py:mobilenet_v2", "-o", "mb.pte", "--json"],
+        [sys.executable, "-m", "texir.cli.main", "lower", *model, "-o", "mb.pte", "--json"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
     )
     assert done.returncode == 0, done.stderr

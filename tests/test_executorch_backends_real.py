@@ -1,7 +1,8 @@
 """tests/test_executorch_backends.py's comparison (texir through ExecuTorch's XNNPACK, and texir's
 native XNNPACK, against ExecuTorch 1.5.1's own .pte) on ten torchvision architectures (random weights
-from small configs, LR-ASPP among them). The bridge's comparison leaves out the models of
-`BRIDGE_UNCHECKED_REAL` unless TEXIR_BRIDGE_ALL=1 (each says why); the native one takes every model.
+from small configs; LR-ASPP as a user builds it, `lraspp_mobilenet_v3_large`, its input named `input`).
+The bridge's comparison leaves out the models of `BRIDGE_UNCHECKED_REAL` unless TEXIR_BRIDGE_ALL=1
+(each says why); the native one takes every model, each side on its own deep copy of the export.
 tests/test_executorch_backends_real_hf.py has the transformers models, so both xdist workers share
 the real models."""
 

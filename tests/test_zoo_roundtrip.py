@@ -64,11 +64,15 @@ def _program(programs: dict[tuple[str, bool], Program], name: str, decompose: bo
 
 
 def _fx_nodes(gm: torch.fx.GraphModule, prefix: str = "") -> Iterator[tuple[str, str, str]]:
-    """(name, op, target) of every node, recursing into get_attr'd subgraphs (cond branches)."""
+    """(name, op, target) of every node, recursing into get_attr'd subgraphs (cond branches). A
+    placeholder's target is only forward()'s parameter name: for an input named like a builtin
+    (builtin_named's `input`) texir keeps FX's unshadowing `input_1` where export writes `input`."""
     for node in gm.graph.nodes:
         target = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
         if node.op == "call_function":
             target = str(node.target)
+        if node.op == "placeholder":
+            target = ""
         yield prefix + node.name, node.op, target
         if node.op == "get_attr":
             sub = getattr(gm, node.target)

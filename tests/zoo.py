@@ -441,6 +441,20 @@ class DynamicSeq(nn.Module):
         return h.view(b, t, d) + torch.bmm(att, y), h.sum(0)
 
 
+class BuiltinNamed(nn.Module):
+    """Inputs named like Python builtins (torchvision's LR-ASPP has `forward(self, input)`), one of
+    them also returned as it is. torch.export keeps the names; FX renames such a placeholder when it
+    rebuilds the graph (`copy.deepcopy(ep)`: `input` -> `input_1`, the signature still `input`).
+    torch.export refuses the other names FX cannot keep (`self`, keywords: tests/test_builtin_names.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, input: torch.Tensor, list: torch.Tensor, type: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: A002
+        return self.fc(torch.relu(input) * type) + list, input
+
+
 class CondSimple(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         def true_fn(t: torch.Tensor) -> torch.Tensor:
@@ -541,6 +555,8 @@ ZOO: tuple[ZooModel, ...] = (
     _m("resnet_tiny", ResNetTiny, lambda: (_randn(1, 3, 8, 8),), tags={"residual", "batchnorm"}),
     _m("residual_mlp", ResidualMLP, lambda: (_randn(2, 6),), tags={"residual"}),
     _m("where_mask", WhereMask, lambda: (_randn(3, 4),)),
+    _m("builtin_named", BuiltinNamed, lambda: (_randn(2, 4), _randn(2, 4, seed=3), _randn(2, 4, seed=4)),
+       tags={"params", "builtin_names", "multi_output"}),
     _m("dtypes", DTypes, lambda: (_randn(3, 4), _randint(5, 3)), tags={"dtypes"}),
     _m("factories", Factories, lambda: (_randn(3, 4),), tags={"dtypes"}),
     _m("pad_slice", PadSlice, lambda: (_randn(3, 5, 6),), tags={"int_lists"}),

@@ -33,6 +33,8 @@ from texir.ir import types as ir
 
 __all__ = ["to_exported_program"]
 
+_MODULE_SELF = "self"
+"""The one name FX cannot give a node: its generated forward() binds it to the module."""
 
 
 def _no_prov(index: int) -> None:
@@ -132,6 +134,15 @@ class _ToFx(FakeValues):
         create = fx_graph.create_node
         for i, node in enumerate(graph.nodes):
             kind = type(node)
+            if node.name == _MODULE_SELF:
+                # FX's generated forward() binds `self` to the module (a first placeholder of that
+                # name is taken for it), so no FX node can carry the name; torch.export never
+                # gives a value this name (it refuses `forward(this, self)`).
+                raise ConversionError(
+                    f"{kind.__name__.lower()} node {node.name!r} in {path or 'the program graph'}: an FX graph "
+                    "cannot hold a value named 'self' (its generated forward() binds self to the module); "
+                    "rename the value, and the signature entries that name it"
+                )
             if kind is ir.CallFunction:
                 assert isinstance(node, ir.CallFunction)
                 fx_node = create(

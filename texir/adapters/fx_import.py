@@ -20,7 +20,13 @@ from texir.adapters import delegate_op
 from texir.adapters.core_aten import check_core_aten
 from texir.adapters.decompositions import edge_decomposition_table
 from texir.adapters.fx_provenance import CustomMetaError, FxProvenance, getattr_path
-from texir.adapters.fx_signature import argument_spec, input_spec, output_spec
+from texir.adapters.fx_signature import (
+    argument_spec,
+    input_spec,
+    output_spec,
+    placeholder_renames,
+    signature_outputs,
+)
 from texir.adapters.local_decompose import decompose_locally
 from texir.adapters.op_schemas import recorded_op_schemas
 from texir.adapters.specs import NEG_INF_MIN, dump_spec
@@ -51,12 +57,16 @@ __all__ = ["CustomMetaError", "from_exported_program"]
 class _FromFx:
     """One conversion: holds its provenance (debug-handle numbering) and the caches of a single call."""
 
-    def __init__(self, ep: ExportedProgram) -> None:
+    def __init__(self, ep: ExportedProgram, renames: dict[torch.fx.Node, str]) -> None:
         self.ep = ep
         self.provenance = FxProvenance()
         self.sym_cache: dict[Any, str] = {}
+        self.renames = renames
+        """Placeholders named otherwise than their input spec (`placeholder_renames`): the IR takes
+        the spec's name."""
         self.arg_dispatch: dict[type, Callable[[Any, torch.fx.Node], ir.Argument]] = {
-            torch.fx.Node: lambda v, n: ir.Ref(name=v.name),
+            torch.fx.Node: (lambda v, n: ir.Ref(name=renames.get(v, v.name))) if renames
+            else (lambda v, n: ir.Ref(name=v.name)),
             int: lambda v, n: ir.IntArg(value=v),
             float: lambda v, n: ir.FloatArg(value=float_from_python(v)),
             bool: lambda v, n: ir.BoolArg(value=v),
@@ -165,7 +175,7 @@ class _FromFx:
             elif op == "placeholder":
                 val = node.meta.get("val", _MISSING)
                 add(
-                    ir.Placeholder(name=node.name),
+                    ir.Placeholder(name=self.renames.get(node, node.name)),
                     None if val is _MISSING else meta_of(val, node),
                     prov_of(node),
                 )
@@ -306,7 +316,9 @@ def from_exported_program(
 
 
 def _convert_from(ep: ExportedProgram) -> ir.Program:
-    conv = _FromFx(ep)
+    # The signature's names are matched to the graph by position, as torch matches them.
+    renames = placeholder_renames(ep)
+    conv = _FromFx(ep, renames)
     gm = ep.graph_module
     conv.provenance.number_debug_handles(gm)
     lowered: list[ir.NamedLoweredModule] = []
@@ -314,7 +326,10 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
     sig = ep.graph_signature
     signature = ir.GraphSignature(
         inputs=tuple(input_spec(s) for s in sig.input_specs),
-        outputs=tuple(output_spec(s) for s in sig.output_specs),
+        outputs=tuple(
+            output_spec(s, renames.get(value, value.name) if isinstance(value, torch.fx.Node) else None)
+            for s, value in signature_outputs(ep)
+        ),
     )
     # Buffers are the state a running program writes to (in place, or through ep.module()'s
     # write-back), so their payload is copied; parameters and constants are aliased zero-copy.

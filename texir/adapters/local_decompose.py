@@ -28,6 +28,7 @@ against ExecuTorch's `to_edge` over torch's operator database."""
 
 from __future__ import annotations
 
+import keyword
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -48,6 +49,7 @@ from texir.adapters.decompositions import (
     has_subclass_state,
     must_decompose_functionally,
 )
+from texir.adapters.fx_signature import signature_inputs, signature_outputs
 from texir.adapters.targets import canonical_target
 from texir.adapters.torch_patches import run_decompositions
 
@@ -353,15 +355,15 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     # Inputs take their final names after the calls are named, as export renames the retrace's
     # placeholders at the end.
     # The retrace lifts tensor constants right after the parameters, before the buffers.
-    input_specs = sorted(sig.input_specs, key=lambda spec: _INPUT_ORDER[spec.kind.name])
-    by_input = {n.name: n for n in placeholders}
-    weights = {s.arg.name for s in sig.input_specs if s.kind.name in ("PARAMETER", "BUFFER")}
+    # Each spec's placeholder is found by position (the names differ in a graph FX rebuilt), and
+    # takes the spec's name, as the retrace gives it.
+    inputs = sorted(signature_inputs(ep), key=lambda pair: _INPUT_ORDER[pair[0].kind.name])
+    input_specs = [spec for spec, _ in inputs]
     renames: list[tuple[torch.fx.Node, str]] = []
-    for i, spec in enumerate(input_specs):
-        node = by_input[spec.arg.name]
+    for i, (spec, node) in enumerate(inputs):
         p = rec.graph.placeholder(f"arg{i}_1")
         p.meta = {k: node.meta[k] for k in ("val", "tensor_meta") if k in node.meta}
-        if node.name in weights and node.users:
+        if spec.kind.name in ("PARAMETER", "BUFFER") and node.users:
             # The retrace notes on a weight the torch function of its last reader.
             last = list(node.users)[-1].meta.get("torch_fn")
             if last is not None:
@@ -373,7 +375,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
             rec.inputs[p] = val
         rec.bind(val, p)
         env[node] = p
-        renames.append((p, node.name))
+        renames.append((p, spec.arg.name))
     try:
         for node in graph.nodes:
             if node.op == "call_function":
@@ -393,16 +395,16 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     for p, name in renames:
         if name in taken:
             raise _Retrace(f"input {name!r} is named like a node the decomposition creates")
-        p.name = p.target = name  # export's naming: inputs keep the user's names, builtins included
+        p.name = name  # export's naming: inputs keep the user's names, builtins included
+        if name.isidentifier() and not keyword.iskeyword(name):
+            p.target = name  # (forward()'s parameter: a keyword or `x.1` keeps FX's legal one)
     rec.graph.eliminate_dead_code()
-    by_name = {n.name: n for n in graph.nodes}
     output_specs = []
-    for spec in sig.output_specs:
-        arg = spec.arg
+    for out, value in signature_outputs(ep):
+        arg = out.arg
         if isinstance(arg, TensorArgument):
-            mapped = env[by_name[arg.name]]
-            arg = TensorArgument(name=mapped.name)
-        output_specs.append(OutputSpec(kind=spec.kind, arg=arg, target=spec.target))
+            arg = TensorArgument(name=env[value].name)
+        output_specs.append(OutputSpec(kind=out.kind, arg=arg, target=out.target))
     return ExportedProgram(
         root=torch.fx.GraphModule(ep.graph_module, rec.graph),
         graph=rec.graph,

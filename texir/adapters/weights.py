@@ -23,6 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.export import ExportedProgram
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from texir.adapters.fx_signature import SignatureMismatchError, placeholder_renames
 from texir.errors import ConversionError
 
 __all__ = ["Weights", "attach_weights", "weightless"]
@@ -89,6 +90,15 @@ def attach_weights(ep: ExportedProgram, weights: Weights) -> ExportedProgram:
     nothing is copied. `ep` itself is not modified (the new program shares its graph). A fake tensor
     `weights` does not know, or a real parameter whose shape, strides or dtype changed since the
     export, is a ConversionError naming the state-dict entry."""
+    renamed = placeholder_renames(ep)
+    if renamed:
+        # torch's ExportedProgram (built below, sharing `ep`'s graph) refuses such a graph by name
+        node, name = next(iter(renamed.items()))
+        raise SignatureMismatchError(
+            f"placeholder {node.name!r} is the graph signature's input {name!r}: FX renamed it (a "
+            "copy.deepcopy of an ExportedProgram renames placeholders named like Python builtins or "
+            "keywords); attach the weights to the program torch.export returned"
+        )
     state: dict[str, torch.Tensor] = {}
     for name, tensor in ep.state_dict.items():
         real = weights.real(tensor)
