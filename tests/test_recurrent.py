@@ -17,7 +17,6 @@ import torch
 
 from tests.opinfo_diff import _without_asserts, multiset
 from tests.recurrent_models import RECURRENT, recurrent_args, recurrent_export
-from tests.test_pte_conformance import _kernel_ops
 from tests.xnnpack_conformance import _check_same, _close, _eager, _executorch
 from tests.xnnpack_oracle import run_pte
 from texir.adapters.decompositions import edge_decomposition_table
@@ -31,10 +30,10 @@ NAMES = list(RECURRENT)
 
 @pytest.mark.parametrize("name", NAMES)
 def test_without_a_partitioner_as_to_edge_decomposes_and_runs(name: str) -> None:
-    """The same operators as ExecuTorch's `to_edge` (no oneDNN op), the same kernel calls as its
-    .pte, the same outputs as its .pte to the bit, and eager's and its XNNPACK .pte's to rounding."""
+    """The same operators as ExecuTorch's `to_edge` (no oneDNN op); the .pte runs as eager and as
+    ExecuTorch's XNNPACK .pte do, to rounding. (The zoo's lstm, gru and rnn_relu also compare kernel
+    calls with `to_edge(...).to_executorch()`: tests/test_pte_conformance.py.)"""
     from executorch.exir import to_edge
-    from executorch.exir._serialize._program import deserialize_pte_binary
 
     ep, args = recurrent_export(name), recurrent_args(name)
     program = lower(ep, [], cache=None).program
@@ -42,13 +41,9 @@ def test_without_a_partitioner_as_to_edge_decomposes_and_runs(name: str) -> None
     assert not [op for op in ops if "mkldnn" in op], ops
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        edge = to_edge(copy.deepcopy(ep))
-        assert ops == multiset(_without_asserts(edge.exported_program().graph_module))
-        theirs = bytes(edge.to_executorch().buffer)
-    ours = dumps(emit(program))
-    assert _kernel_ops(deserialize_pte_binary(ours).program) == _kernel_ops(deserialize_pte_binary(theirs).program)
-    got = run_pte(ours, args)
-    _close(got, run_pte(theirs, args), f"{name}: texir vs ExecuTorch's to_edge .pte", rtol=0, atol=0)
+        theirs = to_edge(copy.deepcopy(ep)).exported_program().graph_module
+    assert ops == multiset(_without_asserts(theirs))
+    got = run_pte(dumps(emit(program)), args)
     _close(got, _eager(name, ep, args, 1), f"{name}: texir vs eager")
     xnnpack = _executorch(name).pte
     assert xnnpack is not None, _executorch(name).error
