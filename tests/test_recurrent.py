@@ -74,3 +74,30 @@ def test_local_decomposition_does_not_depend_on_the_process_onednn_setting(onedn
             retraced = ep.run_decompositions(edge_decomposition_table(keep))
             assert str(local.graph) == str(retraced.graph)
             assert torch.backends.mkldnn.is_available() is False or torch._C._get_mkldnn_enabled() is onednn
+
+
+_FRESH_PROCESS = r"""
+import torch
+from tests.recurrent_models import recurrent_export
+from texir.adapters.decompositions import edge_decomposition_table
+from texir.adapters.local_decompose import decompose_locally
+
+ep = recurrent_export("gru_l2_bf")
+assert decompose_locally(ep, ("aten::linear.default",)) is not None
+retraced = ep.run_decompositions(edge_decomposition_table())
+print(sum(n.target is torch.ops.aten.linear.default for n in retraced.graph.nodes))
+"""
+
+
+def test_keeping_linear_leaves_the_edge_table_decomposing_it() -> None:
+    """In a fresh process, a first decomposition keeping linear inside gru's cells must not leave
+    the process-wide edge table keeping linear afterwards (it is built from the ops' kernels of the
+    moment it is first asked for)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", _FRESH_PROCESS], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "0", done.stdout

@@ -351,6 +351,9 @@ def _as_the_retrace_decomposes(keep: Iterable[str]) -> Iterator[None]:
         if not shielded:
             yield
             return
+        # The edge table is built once per process, from each composite op's kernel at that time:
+        # built under the shield, it would keep `shielded` whole for good (torch's retrace too).
+        edge_decomposition_table()
         with _override_composite_implicit_decomp(shielded):
             yield
 
