@@ -1,7 +1,7 @@
 """The real-world differential's models (tests/test_realworld_differential.py): the XNNPACK oracle's
-REAL_MODELS (tests/real_models.py) and more torchvision, transformers and timm architectures, all
-built from small configs with seeded random weights (nothing is downloaded). Each builder returns an
-eval-mode module and example positional args."""
+REAL_MODELS (tests/real_models.py), more torchvision, transformers and timm architectures and a few
+recurrent models, all built from small configs with seeded random weights (nothing is downloaded).
+Each builder returns an eval-mode module and example positional args."""
 
 from __future__ import annotations
 
@@ -66,6 +66,59 @@ def _timm(name: str, size: int = 64, **kw: Any) -> Builder:
         import timm
 
         return _seeded(lambda: timm.create_model(name, pretrained=False, **kw)), _image(size)
+
+    return build
+
+
+class _KeywordSpotter(nn.Module):
+    """Keyword spotting as phones run it: a 1-D convolution over audio features, a two-layer LSTM,
+    a classifier on the last step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(10, 16, 3, padding=1)
+        self.lstm = nn.LSTM(16, 16, num_layers=2, batch_first=True)
+        self.head = nn.Linear(16, 6)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv(features)).transpose(1, 2)
+        out, _ = self.lstm(x)
+        return self.head(out[:, -1])
+
+
+class _SpeechEnhancer(nn.Module):
+    """A per-frame mask from a bidirectional GRU over spectrogram frames (noise suppression)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(12, 8, bidirectional=True)
+        self.mask = nn.Linear(16, 12)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(frames)
+        return frames * torch.sigmoid(self.mask(out))
+
+
+class _Tagger(nn.Module):
+    """A sequence tagger: embeddings, an Elman RNN with its initial state, per-token logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+        self.rnn = nn.RNN(8, 8, num_layers=2, batch_first=True)
+        self.out = nn.Linear(8, 5)
+
+    def forward(self, tokens: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.embed(tokens), h0)
+        return self.out(out)
+
+
+def _recurrent(make: Callable[[], nn.Module], *shapes: tuple[int, ...], tokens: int = 0) -> Builder:
+    def build() -> tuple[nn.Module, tuple[Any, ...]]:
+        g = torch.Generator().manual_seed(3)
+        args = [torch.randint(0, tokens, shapes[0], generator=g)] if tokens else []
+        args += [torch.randn(*shape, generator=g) for shape in shapes[len(args):]]
+        return _seeded(make), tuple(args)
 
     return build
 
@@ -138,6 +191,11 @@ EXTRA_MODELS: tuple[RealModel, ...] = (
     RealModel("timm_test_nfnet", _timm("test_nfnet"), "timm"),
     RealModel("timm_test_mambaout", _timm("test_mambaout"), "timm"),
     RealModel("timm_test_coatnet", _timm("test_coatnet", size=160), "timm"),
+    # recurrent (speech and text models on phones; the variants of torch.nn's modules themselves are
+    # tests/recurrent_models.py's)
+    RealModel("kws_lstm", _recurrent(_KeywordSpotter, (1, 10, 6)), "recurrent"),
+    RealModel("speech_gru", _recurrent(_SpeechEnhancer, (4, 1, 12)), "recurrent"),
+    RealModel("rnn_tagger", _recurrent(_Tagger, (1, 5), (2, 1, 8), tokens=50), "recurrent"),
 )
 
 REALWORLD_MODELS: tuple[RealModel, ...] = (*REAL_MODELS, *EXTRA_MODELS)

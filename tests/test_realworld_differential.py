@@ -1,11 +1,12 @@
 """texir against ExecuTorch 1.5.1's `to_edge` over real-world models (tests/realworld_models.py:
-torchvision, transformers and timm architectures from small configs with random weights).
+torchvision, transformers and timm architectures and recurrent models from small configs with random
+weights).
 
 For each: torch's export takes it; texir's decomposed edge program (`lower(ep, [])`) has the same
 operator multiset as ExecuTorch's `to_edge(ep).exported_program()`, or the model is in
 KNOWN_DIFFERENCES with the reason; texir converts what ExecuTorch converts; no .pte texir writes
 aborts the runtime; where ExecuTorch's .pte runs and agrees with eager, texir's does too. The
-comparison is tests/opinfo_diff.py's. `make test` runs the SAMPLE (two of the quickest models);
+comparison is tests/opinfo_diff.py's. `make test` runs the SAMPLE (three of the quickest models);
 `make fuzz` (TEXIR_REALWORLD_ALL=1) runs them all."""
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import torch
 from tests.opinfo_diff import Outcome, compare_exported, run_outcomes
 from tests.realworld_models import REALWORLD_MODELS
 
-SAMPLE = ("squeezenet1_1", "timm_test_resnet")
-"""Two quick models (a few seconds each: torchvision, timm) for `make test`; the transformers
-family is compared in full under `make fuzz`."""
+SAMPLE = ("squeezenet1_1", "timm_test_resnet", "kws_lstm")
+"""Three quick models (a few seconds each: torchvision, timm, an LSTM) for `make test`; the
+transformers family is compared in full under `make fuzz`."""
 
 TOLERANCE = 1e-3
 """Absolute and relative, against eager: deep float32 networks accumulate more rounding than one op."""

@@ -1,5 +1,6 @@
-"""The XNNPACK conformance oracle the tests/test_executorch_backends*.py files share: each model of
-the zoo, the real-model set and the quantized set lowered once per process by ExecuTorch 1.5.1
+"""The XNNPACK conformance oracle the tests/test_executorch_backends*.py files (and
+tests/test_recurrent.py) share: each model of the zoo, the real-model set, the quantized set and the
+recurrent variants (tests/recurrent_models.py) lowered once per process by ExecuTorch 1.5.1
 (`to_edge_transform_and_lower(ep, [XnnpackPartitioner()]).to_executorch()`), by texir through
 ExecuTorch's partitioner and backend (not for NATIVE_ONLY's models), and by texir's native XNNPACK,
 and the checks that compare them.
@@ -21,6 +22,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from tests.real_models import QUANTIZED, QUANTIZED_NATIVE, REAL_MODELS, real_export
+from tests.recurrent_models import RECURRENT, recurrent_args, recurrent_export
 from tests.xnnpack_oracle import Lowered, executorch_xnnpack, native_xnnpack, pte_view, run_pte, texir_xnnpack
 from tests.zoo import STATEFUL_CALLS, ZOO, cached_export, example_argsets, fresh_module, zoo_model
 
@@ -97,6 +99,8 @@ QUANT_NATIVE_NAMES = [*QUANT_NAMES, *NATIVE_ONLY]
 
 
 def _export(name: str) -> torch.export.ExportedProgram:
+    if name in RECURRENT:
+        return recurrent_export(name)
     return cached_export(name, decompose=False) if name in ZOO_NAMES else real_export(name)[0]
 
 
@@ -124,6 +128,8 @@ def _argsets(name: str) -> tuple[list[tuple[Any, ...]], int]:
     if name in ZOO_NAMES:
         model = zoo_model(name)
         return example_argsets(model), STATEFUL_CALLS if model.stateful else 1
+    if name in RECURRENT:
+        return [recurrent_args(name)], 1
     return [real_export(name)[1]], 1
 
 

@@ -505,6 +505,19 @@ class CondMultiOutput(nn.Module):
         return a * b
 
 
+class Recurrent(nn.Module):
+    """A torch.nn recurrent module called with its sequence and, when given, initial state. (The
+    modules' own input is named `input`, a name torch renames on the way back to FX: the zoo keeps
+    plain names; tests/test_recurrent.py exports the modules themselves.)"""
+
+    def __init__(self, rnn: nn.Module) -> None:
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x: torch.Tensor, state: Any = None) -> Any:
+        return self.rnn(x, state)
+
+
 # ------------------------------------------------------------------------------------------------
 # The zoo
 
@@ -576,6 +589,13 @@ ZOO: tuple[ZooModel, ...] = (
        alt_args=lambda: (-_randn(2, 4).abs(), _randn(2, 4, seed=3)), tags={"cond", "params", "buffers"}),
     _m("cond_multi_output", CondMultiOutput, lambda: (torch.tensor(True), _randn(3, 4)),
        alt_args=lambda: (torch.tensor(False), _randn(3, 4)), tags={"cond", "cond_multi_output"}),
+    # torch.nn's recurrent modules as users export them (more variants: tests/recurrent_models.py)
+    _m("lstm", lambda: Recurrent(nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True)),
+       lambda: (_randn(2, 3, 3), (_randn(4, 2, 4, seed=3), _randn(4, 2, 4, seed=4))),
+       tags={"recurrent", "nested_io", "multi_output_op"}),
+    _m("gru", lambda: Recurrent(nn.GRU(3, 4)), lambda: (_randn(3, 2, 3),), tags={"recurrent", "multi_output_op"}),
+    _m("rnn_relu", lambda: Recurrent(nn.RNN(3, 4, num_layers=2, nonlinearity="relu")),
+       lambda: (_randn(3, 2, 3), _randn(2, 2, 4, seed=3)), tags={"recurrent"}),
 )
 
 

@@ -28,17 +28,20 @@ against ExecuTorch's `to_edge` over torch's operator database."""
 
 from __future__ import annotations
 
+import contextlib
 import keyword
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
-from torch._export.utils import _is_preservable_cia_op
+from torch._export.utils import _is_preservable_cia_op, _special_op_to_preserve_cia
 from torch._guards import detect_fake_mode
 from torch._ops import OpOverload
 from torch.export import ExportedProgram
+from torch.export._trace import _ignore_backend_decomps
+from torch.export.exported_program import _override_composite_implicit_decomp
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 from torch.fx.traceback import NodeSource, NodeSourceAction
 from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_decomposed
@@ -50,7 +53,7 @@ from texir.adapters.decompositions import (
     must_decompose_functionally,
 )
 from texir.adapters.fx_signature import signature_inputs, signature_outputs
-from texir.adapters.targets import canonical_target
+from texir.adapters.targets import canonical_target, resolve_target
 from texir.adapters.torch_patches import run_decompositions
 
 __all__ = ["decompose_locally", "functional_program"]
@@ -325,11 +328,36 @@ def decompose_locally(
     decomposes it instead (what ExecuTorch shows partitioners' `ops_to_not_decompose`): only the
     composite ops torch will not preserve, in-place ops made functional."""
     try:
-        return _rewrite(ep, set(keep), functional_only=functional_only)
+        with _as_the_retrace_decomposes(() if functional_only else keep):
+            return _rewrite(ep, set(keep), functional_only=functional_only)
     except _Retrace as exc:
         if why is not None:
             why.append(str(exc))
         return None
+
+
+@contextlib.contextmanager
+def _as_the_retrace_decomposes(keep: Iterable[str]) -> Iterator[None]:
+    """What torch's retrace sets around its trace that changes which ops a decomposition calls:
+    oneDNN, NNPACK and cuDNN off (lstm's decomposition asks whether oneDNN is on, not what the CPU
+    can do, and then calls `mkldnn_rnn_layer`, which ExecuTorch's runtime has no kernel for, where
+    the retrace unrolls the cells), and the composite ops in `keep` kept from their C++ composite
+    kernel wherever they are called (each cell of lstm's decomposition calls `F.linear`): they
+    reach the recorder, which records them whole, as the retrace's tracer does."""
+    shielded: dict[Any, Callable[..., Any]] = {}
+    for name in keep:
+        op = resolve_target(name)
+        if isinstance(op, OpOverload) and _preservable_composite(op):
+            shielded[op] = _special_op_to_preserve_cia
+    with _ignore_backend_decomps():
+        if not shielded:
+            yield
+            return
+        # The edge table is built once per process, from each composite op's kernel at that time:
+        # built under the shield, it would keep `shielded` whole for good (torch's retrace too).
+        edge_decomposition_table()
+        with _override_composite_implicit_decomp(shielded):
+            yield
 
 
 def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = False) -> ExportedProgram:

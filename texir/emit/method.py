@@ -236,9 +236,9 @@ class MethodEmitter(DelegateCalls):
                 return
             raise EmitError(
                 f"{where}: operator {target} has no out variant, so the ExecuTorch runtime has no kernel "
-                "for it; decompose it to core ATen (from_exported_program(ep, decompose=True); on the "
-                "command line --decompose) or "
-                "delegate it to a backend"
+                "for it. Delegate it to a backend that takes it; or, if the program was converted without "
+                "decomposing (from_exported_program(ep) with decompose=False), decompose it to core ATen "
+                "first (texir.lower and `texir lower` always do)"
             )
         casts = self.promote_operands(node, target, functional, bound, where=where)
         self.emit_out_call(node, out, bound, where=where, forced_order=forced, emitted=casts)

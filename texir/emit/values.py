@@ -272,10 +272,10 @@ class ValueTable:
             if self.options.check_operators and operator_name(*key) not in runtime_operators():
                 raise MissingKernelError(
                     f"{self.where}: operator {operator_name(*key)} is not registered in the {RUNTIME} runtime, "
-                    "so the .pte would fail to load (OperatorMissing); decompose it "
-                    "(from_exported_program(ep, decompose=True); on the command line --decompose, which `texir lower` "
-                    "always does) or delegate it "
-                    "to a backend; EmitOptions(check_operators=False) writes it anyway"
+                    "so the .pte would fail to load (OperatorMissing). Delegate it to a backend that takes it; "
+                    "or, if the program was converted without decomposing (from_exported_program(ep) with "
+                    "decompose=False), decompose it to core ATen first (texir.lower and `texir lower` always "
+                    "do). EmitOptions(check_operators=False) writes it anyway"
                 )
             index = len(self.operators)
             self.operators.append(Operator(name=key[0], overload=key[1]))

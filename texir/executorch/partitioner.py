@@ -159,13 +159,16 @@ class ExecutorchPartitioner:
     def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
         """The ops the partitioner asks to keep whole, as canonical names. With a node filter, an op
         is kept when the filter accepts one of its nodes (`nodes_to_decompose` then names the nodes
-        it turns down)."""
+        it turns down) or `program` holds none: a decomposition may make them (lstm's, gru's and
+        rnn's cells call linear), and ExecuTorch keeps them through it, filtering the nodes it
+        made afterwards."""
         asked = self._asked(program)
         if asked is None:
             return ()
         ep, wanted, node_filter = asked
         if node_filter is not None:
-            wanted = {op for _, op, ok in self._filtered(ep, wanted, node_filter) if ok}
+            verdicts = self._filtered(ep, wanted, node_filter)
+            wanted = {op for _, op, ok in verdicts if ok} | (wanted - {op for _, op, _ in verdicts})
         return tuple(sorted(name for op in wanted if (name := canonical_target(op)) is not None))
 
     def nodes_to_decompose(self, program: Program) -> tuple[str, ...]:

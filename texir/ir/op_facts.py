@@ -129,7 +129,8 @@ class OpTable:
                 return schema
         raise OpSchemaError(
             f"operator {target!r} is not known to torch; check the op name and overload "
-            "(core ATen programs come from from_exported_program(ep, decompose=True), or --decompose; "
+            "(core ATen programs come from texir.adapters.from_exported_program(ep, decompose=True), or "
+            "`texir show/snapshot/diff --decompose`; "
             "a custom op's schema is recorded in Program.op_schemas when the program is imported)"
         )
 

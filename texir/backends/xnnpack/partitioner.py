@@ -105,15 +105,15 @@ class XnnpackNativePartitioner:
         return found
 
     def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
+        """The KEPT_OPS the partitioner takes a node of, and those `program` holds no node of: a
+        decomposition may make them (lstm's, gru's and rnn's cells call linear), and ExecuTorch
+        keeps them through it, judging the nodes it made afterwards (`nodes_to_decompose`)."""
         metas = value_metas(program.graph)
         constants = _constants(program)
         quant = self._quant(program, constants)
-        kept = {
-            node.target for node in program.graph.nodes
-            if isinstance(node, CallFunction) and node.target in KEPT_OPS
-            and _verdict(node, metas, constants, quant) is None
-        }
-        return tuple(sorted(kept))
+        calls = [n for n in program.graph.nodes if isinstance(n, CallFunction) and n.target in KEPT_OPS]
+        kept = {n.target for n in calls if _verdict(n, metas, constants, quant) is None}
+        return tuple(sorted(kept | (set(KEPT_OPS) - {n.target for n in calls})))
 
     def nodes_to_decompose(self, program: Program) -> tuple[str, ...]:
         metas = value_metas(program.graph)
