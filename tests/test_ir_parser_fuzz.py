@@ -10,6 +10,7 @@ import ast
 import functools
 import os
 import tracemalloc
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,24 +39,45 @@ def _parse(text: str) -> Program:
 
 # -- the reproducers ----------------------------------------------------------------------------
 
-REPRODUCERS: dict[str, tuple[int, str]] = {
-    # file: (line, what the error says was expected); issue #38 item 8 first, then what this file's
-    # fuzz test found next to them (each a raw exception or a wrongly typed IR on c05e825)
-    "nested_brackets.txt": (11, f"at most {MAX_NESTING} nested brackets"),  # RecursionError
-    "nul_in_string.txt": (11, "a printable character or an escape"),  # SyntaxError from ast.literal_eval
-    "escape_named_unicode.txt": (11, "a string escape"),  # '\N': SyntaxError from ast.literal_eval
-    "nn_module_stack_string.txt": (14, "a list of (key, path, type) string triples"),  # ValueError: unpack
-    "nn_module_stack_int.txt": (14, "a list of (key, path, type) string triples"),  # TypeError: not iterable
-    "source_fn_stack_string.txt": (14, "a list of (name, target) string pairs"),
-    "source_fn_stack_int.txt": (14, "a list of (name, target) string pairs"),
-    "long_dim.txt": (9, f"an integer of at most {MAX_INT_DIGITS} digits"),  # ValueError: 4300 digits, in dim
-    "long_number.txt": (11, f"an integer of at most {MAX_INT_DIGITS} digits"),  # the same, in number
-    "named_data_scale_key_as_sha256.txt": (22, "a hex digest"),  # native XNNPACK's scale key as sha256
-    "layout_unknown.txt": (9, "a layout"),  # ValueError from the Layout enum
-    "scalar_list.txt": (11, "a bool, int, float, string or None"),  # TypeError: unhashable list
-    "compile_spec_odd_hex.txt": (15, "an even number of hex digits"),  # ValueError from bytes.fromhex
-    "location_custom_int.txt": (14, "a quoted string"),  # parsed as an int where the IR holds JSON text
-    "debug_handles_strings.txt": (16, "a list of debug handles"),  # parsed as strings
+@dataclass(frozen=True)
+class Reproducer:
+    line: int
+    expected: str
+    """What the error says was expected."""
+    fault: str
+    repair: str
+    """The text that makes the file wrong, and what mends it (then it parses: the error is the fault's)."""
+
+
+REPRODUCERS: dict[str, Reproducer] = {
+    # issue #38 item 8 first, then what this file's fuzz test found next to them (each a raw exception
+    # or a wrongly typed IR on c05e825)
+    "nested_brackets.txt": Reproducer(  # RecursionError
+        11, f"at most {MAX_NESTING} nested brackets", "[" * 500 + "]" * 500, "[" * MAX_NESTING + "]" * MAX_NESTING),
+    "nul_in_string.txt": Reproducer(  # SyntaxError from ast.literal_eval
+        11, "a printable character or an escape", "\x00", "\\x00"),
+    "escape_named_unicode.txt": Reproducer(11, "a string escape", "\\N", "\\\\N"),  # the same
+    "nn_module_stack_string.txt": Reproducer(  # ValueError: not enough values to unpack
+        14, "a list of (key, path, type) string triples", "='L'", "=[('L', '', 'M')]"),
+    "nn_module_stack_int.txt": Reproducer(  # TypeError: 'int' object is not iterable
+        14, "a list of (key, path, type) string triples", "nn_module_stack=0", "nn_module_stack=[]"),
+    "source_fn_stack_string.txt": Reproducer(14, "a list of (name, target) string pairs", "='L'", "=[('add', 'L')]"),
+    "source_fn_stack_int.txt": Reproducer(
+        14, "a list of (name, target) string pairs", "source_fn_stack=0", "source_fn_stack=[]"),
+    "long_dim.txt": Reproducer(  # ValueError: Exceeds the limit (4300 digits), in dim
+        9, f"an integer of at most {MAX_INT_DIGITS} digits", "3" * 5000, "3" * MAX_INT_DIGITS),
+    "long_number.txt": Reproducer(  # the same, in number
+        11, f"an integer of at most {MAX_INT_DIGITS} digits", "7" * 5000, "7" * MAX_INT_DIGITS),
+    "named_data_scale_key_as_sha256.txt": Reproducer(  # native XNNPACK's scale key in the digest field
+        22, "a hex digest", "sha256=scale_", "sha256="),
+    "layout_unknown.txt": Reproducer(9, "a layout", "spiral", "sparse_coo"),  # ValueError from the enum
+    "scalar_list.txt": Reproducer(  # TypeError: unhashable type: 'list'
+        11, "a bool, int, float, string or None", "[1, 2]", "-2.5"),
+    "compile_spec_odd_hex.txt": Reproducer(  # ValueError from bytes.fromhex
+        15, "an even number of hex digits", "level=1", "level=01"),
+    "location_custom_int.txt": Reproducer(  # parsed as an int where the IR holds JSON text
+        14, "a quoted string", "custom=0", "custom='0'"),
+    "debug_handles_strings.txt": Reproducer(16, "a list of debug handles", "['2']", "[2]"),  # parsed as strings
 }
 
 
@@ -65,42 +87,18 @@ def test_every_reproducer_is_listed() -> None:
 
 @pytest.mark.parametrize("name", sorted(REPRODUCERS))
 def test_reproducer_is_a_parse_error_at_its_line(name: str) -> None:
-    line, expected = REPRODUCERS[name]
+    case = REPRODUCERS[name]
     text = (DATA / name).read_bytes().decode("utf-8")
     with pytest.raises(ParseError) as info:
         _parse(text)
     error = info.value
-    assert error.line == line and expected in error.expected, str(error)
-    assert str(error).startswith(f"line {line}, column {error.column}: expected {error.expected}")
-    assert 1 <= error.column <= len(text.splitlines()[line - 1]) + 1
-
-
-def test_the_reproducers_parse_once_repaired() -> None:
-    """Each reproducer is a valid text with one fault: mended, it parses (so the error above is the
-    fault's, not an unrelated one)."""
-    repairs = {
-        "nested_brackets.txt": ("[" * 500 + "]" * 500, "[" * MAX_NESTING + "]" * MAX_NESTING),
-        "nul_in_string.txt": ("\x00", "\\x00"),
-        "escape_named_unicode.txt": ("\\N", "\\\\N"),
-        "nn_module_stack_string.txt": ("='L'", "=[('L', '', 'M')]"),
-        "nn_module_stack_int.txt": ("nn_module_stack=0", "nn_module_stack=[]"),
-        "source_fn_stack_string.txt": ("='L'", "=[('add', 'L')]"),
-        "source_fn_stack_int.txt": ("source_fn_stack=0", "source_fn_stack=[]"),
-        "long_dim.txt": ("3" * 5000, "3" * MAX_INT_DIGITS),
-        "long_number.txt": ("7" * 5000, "7" * MAX_INT_DIGITS),
-        "named_data_scale_key_as_sha256.txt": ("sha256=scale_", "sha256="),
-        "layout_unknown.txt": ("spiral", "sparse_coo"),
-        "scalar_list.txt": ("[1, 2]", "-2.5"),
-        "compile_spec_odd_hex.txt": ("level=1", "level=01"),
-        "location_custom_int.txt": ("custom=0", "custom='0'"),
-        "debug_handles_strings.txt": ("['2']", "[2]"),
-    }
-    assert set(repairs) == set(REPRODUCERS)
-    for name, (bad, good) in repairs.items():
-        text = (DATA / name).read_bytes().decode("utf-8")
-        assert bad in text, name
-        program = _parse(text.replace(bad, good))
-        assert _parse(format_program(program)) == program, name
+    assert error.line == case.line and case.expected in error.expected, str(error)
+    assert str(error).startswith(f"line {case.line}, column {error.column}: expected {error.expected}")
+    assert 1 <= error.column <= len(text.splitlines()[case.line - 1]) + 1
+    # mended, the file parses (so the error is the fault's) and prints back to itself
+    assert case.fault in text
+    program = _parse(text.replace(case.fault, case.repair))
+    assert _parse(format_program(program)) == program
 
 
 def test_a_float_beyond_range_parses_as_the_irs_inf() -> None:
