@@ -43,9 +43,10 @@ MAX_NESTING: Final = 64
 MAX_RANK: Final = 64
 """Tensors of more dimensions are refused: implied strides grow with the square of the rank (ExecuTorch
 allows 16)."""
-MAX_INT_DIGITS: Final = 20
-"""The IR's integers are 64-bit (its msgpack snapshots hold no wider): 2**64 - 1 has 20 digits.
-Longer ones are refused before `int()` (whose cost grows with the square of the digits)."""
+MAX_INT_DIGITS: Final = 640
+"""Longer integers are refused before `int()`, whose cost grows with the square of the digits: 640 is
+the least limit Python lets an interpreter set on int/str conversion (sys.int_info), so what parses
+does not depend on the setting."""
 
 
 class Cursor:
