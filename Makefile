@@ -45,11 +45,13 @@ test: typecheck pytest
 
 # The .pte decoder, inspect, show and show --html on 10,400 mutated files (make test runs 600); the
 # XNNPACK blob reader on 3,464 mutated native-XNNPACK delegates, allocation measured (make test runs 200);
+# the IR text parser on 20,000 mutated texts (make test runs 600, the same ones every run);
 # texir against ExecuTorch's to_edge on every op of torch's OpInfo database (make test runs 16) and on
 # every real-world model of tests/realworld_models.py (make test runs 2); the XNNPACK bridge on every real
 # model (make test: 10 of 18, the native backend on all).
 fuzz: $(PTH)
 	TEXIR_FUZZ_EXAMPLES=2600 $(PY) -m pytest -q -p no:randomly tests/test_pte_fuzz.py tests/test_xnnpack_reader_fuzz.py
+	TEXIR_FUZZ_EXAMPLES=5000 $(PY) -m pytest -q -p no:randomly tests/test_ir_parser_fuzz.py
 	TEXIR_OPINFO_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_opinfo_differential.py
 	TEXIR_REALWORLD_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_realworld_differential.py
 	TEXIR_BRIDGE_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_executorch_backends_real.py tests/test_executorch_backends_real_hf.py

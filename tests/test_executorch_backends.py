@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.xnnpack_conformance import EXECUTORCH_FAILS, ZOO_NAMES, _check_same, _close, _lowered
+from tests.text_round_trip import assert_text_round_trip
+from tests.xnnpack_conformance import EXECUTORCH_FAILS, ZOO_NAMES, _check_same, _close, _lowered, _native
 from tests.xnnpack_oracle import pte_view, run_pte
 from tests.zoo import cached_export, example_argsets, zoo_model
 
@@ -32,6 +33,12 @@ def test_native_xnnpack_matches_executorch_xnnpack(name: str) -> None:
     # texir's own partitioner and backend (issue #29): the same partitions, byte-equal blobs, the same
     # named data and kernels, outputs equal to ExecuTorch's own .pte's
     _check_same(name, native=True)
+    # and its IR text parses back to it (issue #38: named-data digests)
+    lowered = _native(name)
+    if lowered.program is None:
+        assert name in EXECUTORCH_FAILS, f"{name}: texir's native lowering failed: {lowered.error!r}"
+    else:
+        assert_text_round_trip(lowered.program, name)
 
 
 def _xnnpack_variants() -> dict[str, Any]:

@@ -8,6 +8,7 @@ import builtins
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 from torch import nn
@@ -343,6 +344,22 @@ def test_duplicate_named_data_key_in_one_result_is_refused() -> None:
     register_backend("texir-named-twice", Twice(), replace=True)
     with pytest.raises(BackendPreprocessError, match=r"named data key 'k' twice for partition 'tag0'"):
         _two_relu_partitions("texir-named-twice")
+
+
+def test_named_data_whose_sha256_is_not_a_digest_is_refused() -> None:
+    """The IR names every payload by its SHA-256 (the text form prints and parses it as one); a
+    backend that puts its key there (texir's native XNNPACK did, for `scale_<sha256>`) is stopped at
+    the backend boundary, naming the entry."""
+
+    class KeyAsDigest:
+        def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult:
+            entry = named_data_entry("scale_" + "ab" * 32, b"1234")
+            return PreprocessResult(processed_bytes=b"x", named_data=(msgspec.structs.replace(entry, sha256=entry.key),))
+
+    register_backend("texir-named-key-as-digest", KeyAsDigest(), replace=True)
+    with pytest.raises(BackendPreprocessError, match=r"named data 'scale_abab.*' for partition 'tag0' with "
+                       r"sha256='scale_abab.*', not a SHA-256 in lowercase hex; set it to the payload's digest"):
+        _two_relu_partitions("texir-named-key-as-digest")
 
 
 def test_backend_note_on_an_untagged_node_is_refused() -> None:

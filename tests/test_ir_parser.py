@@ -7,6 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.ir_strategies import programs
+from tests.text_round_trip import assert_text_round_trip
+from tests.zoo import ZOO
 from texir.errors import ParseError, TexirError
 from texir.ir import Program, canonicalize, format_program
 from texir.ir.parser import parse_program, payloads_of
@@ -45,6 +47,17 @@ def test_parse_inverts_format_on_every_zoo_model(zoo_programs: dict[str, Program
         bare = parse_program(text)
         assert [e.value.sha256 for e in bare.state] == [e.value.sha256 for e in canonical.state], name
         assert all(e.value.data is None for e in bare.state) and bare.graph == canonical.graph, name
+
+
+@pytest.mark.parametrize("name", [m.name for m in ZOO])
+def test_parse_inverts_format_on_every_zoo_model_lowered_without_partitioner(name: str) -> None:
+    """The edge program `lower(ep, [])` gives (the natively delegated ones: tests/test_executorch_backends.py;
+    the quantized ones: tests/test_xnnpack_native_quant.py, tests/test_xnnpack_native_8da4w.py)."""
+    from tests.zoo import cached_export
+    from texir.orchestrate import lower
+
+    # (norms keeps var_mean, outside core ATen: texir refuses it unless told, as ExecuTorch's verifier does)
+    assert_text_round_trip(lower(cached_export(name, decompose=False), [], allow_non_core=True).program, name)
 
 
 def test_delegate_blobs_come_from_payloads() -> None:

@@ -93,6 +93,16 @@ def test_native_8da4w_lowering_equals_executorchs(scheme: str) -> None:
     assert pte(mine) == pte(theirs)
 
 
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_lowered_8da4w_programs_parse_back_from_their_text(scheme: str) -> None:
+    """Natively lowered (bfloat16 scales as `scale_<sha256>` named data) and without a partitioner."""
+    from tests.text_round_trip import assert_text_round_trip
+    from texir.orchestrate import lower
+
+    assert_text_round_trip(native_lowered(scheme), f"{scheme} (native XNNPACK)")
+    assert_text_round_trip(lower(quantized(scheme)[0], [], cache=None).program, f"{scheme} (no partitioner)")
+
+
 def test_4bit_weights_and_bf16_scales_in_the_blob() -> None:
     """Each filter is qbint4 with its logical [out, in] dims, stored as the IR's int8 values plus 8,
     two per byte (even column low); its scales are bfloat16 named data `scale_<sha256>`, one per

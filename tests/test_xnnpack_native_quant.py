@@ -305,6 +305,17 @@ def test_native_int8_lowering_equals_executorchs(name: str) -> None:
     assert pte(mine) == pte(theirs)
 
 
+@pytest.mark.parametrize("name", [*MODELS, *DYNAMIC_MODELS])
+def test_lowered_int8_programs_parse_back_from_their_text(name: str) -> None:
+    """The native lowering (per-channel scales are named data keyed `scale_<sha256>`, whose sha256
+    field is the payload's digest: issue #38) and the edge program without a partitioner."""
+    from tests.text_round_trip import assert_text_round_trip
+    from texir.orchestrate import lower
+
+    assert_text_round_trip(native_lowered(name), f"{name} (native XNNPACK)")
+    assert_text_round_trip(lower(quantized(name)[0], []).program, f"{name} (no partitioner)")
+
+
 def test_a_refused_op_keeps_its_q_dq_explicit() -> None:
     """The mean without keepdim stays out, so the quantize after it starts the second partition
     as an explicit Convert fed by an external fp32 input (not an implicit q)."""

@@ -37,6 +37,8 @@ class Lowered:
     debug_maps: tuple[Any, Any, Any] | None = None
     """ExecuTorch's debug_handle_map, delegate_map and instruction -> number of outputs (texir's from
     `emit_with_debug`), for tests/test_executorch_backends.py's debug-map comparison."""
+    program: Program | None = None
+    """texir's lowered program (native XNNPACK), kept where `lower` gave one even if `emit` failed."""
 
 
 def pte_view(data: bytes) -> PteView:
@@ -116,13 +118,14 @@ def native_xnnpack(ep: torch.export.ExportedProgram, **options: Any) -> Lowered:
     from texir.backends.xnnpack.partitioner import partitioner
     from texir.orchestrate import lower
 
+    program = None
     try:
         with registered():
             program = lower(ep, [partitioner(**options)]).program
         pte = dumps(emit(program))
     except Exception as exc:
-        return Lowered(pte=None, error=exc)
-    return Lowered(pte=pte, partitions=texir_partitions(program))
+        return Lowered(pte=None, error=exc, program=program)
+    return Lowered(pte=pte, partitions=texir_partitions(program), program=program)
 
 
 def texir_partitions(program: Program) -> list[Counter[str]]:

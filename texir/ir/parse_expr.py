@@ -3,10 +3,10 @@ arguments, value metadata and Python literals, failing with a `ParseError` at it
 
 from __future__ import annotations
 
-import ast
+import math
 import re
 from collections.abc import Callable
-from typing import Literal, NoReturn, TypeVar
+from typing import Final, Literal, NoReturn, TypeVar
 
 from texir.errors import ParseError
 from texir.ir.printer import SHORT_DTYPES, contiguous_strides
@@ -16,7 +16,7 @@ from texir.ir.types import (
     SymBoolMeta, SymExprArg, SymFloatMeta, SymIntMeta, TensorMeta, TokenMeta, TupleArg, TupleMeta, ValueMeta,
 )
 
-__all__ = ["Cursor", "HEX", "INT", "NAME", "WORD"]
+__all__ = ["Cursor", "HEX", "INT", "MAX_INT_DIGITS", "MAX_NESTING", "MAX_RANK", "NAME", "WORD"]
 
 T = TypeVar("T")
 
@@ -30,9 +30,23 @@ _TORCH_ENUMS: dict[str, Argument] = {
     **{m.value: LayoutArg(value=m) for m in Layout},
     **{m.value: MemoryFormatArg(value=m) for m in MemoryFormat},
 }
+_LAYOUTS = tuple(m.value for m in Layout)
 _NONE = NoneArg()
 _CLOSE = {"(": ")", "[": "]", "{": "}", "<": ">"}
+_PLAIN = {q: re.compile(rf"[^{q}\\]*") for q in "'\""}
+"""A run of a quoted string up to its closing quote or a backslash."""
+_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[\\'\"nrt])")
+_ESCAPED = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
 
+MAX_NESTING: Final = 64
+"""Brackets nested deeper than this on one line are refused (the printer nests a handful)."""
+MAX_RANK: Final = 64
+"""Tensors of more dimensions are refused: implied strides grow with the square of the rank (ExecuTorch
+allows 16)."""
+MAX_INT_DIGITS: Final = 640
+"""Longer integers are refused before `int()`, whose cost grows with the square of the digits: 640 is
+the least limit Python lets an interpreter set on int/str conversion (sys.int_info), so what parses
+does not depend on the setting."""
 
 
 class Cursor:
@@ -40,6 +54,8 @@ class Cursor:
 
     def __init__(self, text: str, line: int, column: int) -> None:
         self.text, self.pos, self.line, self.column = text, 0, line, column
+        self.depth = 0
+        """Brackets open around the cursor (`items`), at most `MAX_NESTING`."""
 
     def fail(self, expected: str) -> NoReturn:
         rest = self.text[self.pos:self.pos + 20] or "end of line"
@@ -87,21 +103,40 @@ class Cursor:
 
     # -- Python literals (strings, ints, None, bools, lists and tuples of them) ---------------
     def string(self) -> str:
-        value = self.literal()
-        if not isinstance(value, str):
+        """A quoted string as `repr` spells it: printable characters, the other quote, and the
+        escapes repr writes (\\\\, \\', \\", \\n, \\r, \\t, \\xNN, \\uNNNN, \\UNNNNNNNN)."""
+        if not (self.at("'") or self.at('"')):
             self.fail("a quoted string")
-        return value
+        quote = self.text[self.pos]
+        self.pos += 1
+        parts: list[str] = []
+        while True:
+            run = _PLAIN[quote].match(self.text, self.pos).group()  # type: ignore[union-attr]  # matches the empty run
+            if not run.isprintable():
+                self.pos += next(i for i, ch in enumerate(run) if not ch.isprintable())
+                self.fail("a printable character or an escape (\\xNN) in a quoted string")
+            if run:
+                parts.append(run)
+                self.pos += len(run)
+            if self.pos >= len(self.text):
+                self.fail(f"closing {quote}")
+            if self.eat(quote):
+                return "".join(parts)
+            escape = _ESCAPE.match(self.text, self.pos)
+            if escape is None:
+                self.fail("a string escape (\\\\, \\', \\\", \\n, \\r, \\t, \\xNN, \\uNNNN or \\UNNNNNNNN)")
+            code = escape.group()[1:]
+            if code in _ESCAPED:
+                parts.append(_ESCAPED[code])
+            else:
+                if int(code[1:], 16) > 0x10FFFF:
+                    self.fail("a code point up to \\U0010ffff")
+                parts.append(chr(int(code[1:], 16)))
+            self.pos = escape.end()
 
     def literal(self) -> object:
         if self.at("'") or self.at('"'):
-            quote, start = self.text[self.pos], self.pos
-            self.pos += 1
-            while self.pos < len(self.text) and self.text[self.pos] != quote:
-                self.pos += 2 if self.text[self.pos] == "\\" else 1
-            if self.pos >= len(self.text):
-                self.fail(f"closing {quote}")
-            self.pos += 1
-            return ast.literal_eval(self.text[start:self.pos])
+            return self.string()
         for word, value in (("None", None), ("True", True), ("False", False)):
             if self.eat(word):
                 return value
@@ -111,14 +146,38 @@ class Cursor:
             return items if close == "]" else tuple(items)
         return self.number()
 
+    def literal_of(self, expected: str, fits: Callable[[object], bool]) -> object:
+        """A literal for which `fits` holds (else an error at its first character)."""
+        start = self.pos
+        value = self.literal()
+        if not fits(value):
+            self.pos = start
+            self.fail(expected)
+        return value
+
     def number(self) -> int | float | str:
+        start = self.pos
         text = self.match(_NUMBER, "a number")
         if text in ("inf", "-inf", "nan"):
             return text
-        return int(text) if INT.fullmatch(text) else float(text)
+        if INT.fullmatch(text):
+            return self.to_int(text, start)
+        value = float(text)
+        # Beyond float range the literal is infinite, which the IR spells as a string (FloatValue).
+        return value if math.isfinite(value) else "inf" if value > 0 else "-inf"
+
+    def to_int(self, text: str, start: int) -> int:
+        """`text` (digits read from `start`) as an int, refused beyond `MAX_INT_DIGITS` digits."""
+        if len(text.lstrip("-")) > MAX_INT_DIGITS:
+            self.pos = start
+            self.fail(f"an integer of at most {MAX_INT_DIGITS} digits")
+        return int(text)
 
     def items(self, close: str, item: Callable[[], T]) -> list[T]:
         """A bracketed, comma-separated sequence (the cursor is at its opening bracket)."""
+        if self.depth >= MAX_NESTING:
+            self.fail(f"at most {MAX_NESTING} nested brackets")
+        self.depth += 1
         self.pos += 1
         out: list[T] = []
         while not self.eat(close):
@@ -126,10 +185,21 @@ class Cursor:
             if not self.eat(", ") and not self.eat(","):
                 self.expect(close)
                 break
+        self.depth -= 1
         return out
 
     def integer(self) -> int:
-        return int(self.match(INT, "an integer"))
+        start = self.pos
+        return self.to_int(self.match(INT, "an integer"), start)
+
+    def count(self, what: str) -> int:
+        """A non-negative integer (a size, an alignment)."""
+        start = self.pos
+        value = self.integer()
+        if value < 0:
+            self.pos = start
+            self.fail(what)
+        return value
 
     # -- IR pieces ------------------------------------------------------------------------------
     def arg(self) -> Argument:
@@ -168,15 +238,18 @@ class Cursor:
         return IntArg(value=number) if isinstance(number, int) else FloatArg(value=number)  # type: ignore[arg-type]  # a float or "inf", "-inf", "nan"
 
     def dim(self, stop: str) -> Dim:
+        start = self.pos
         text = self.balanced(stop)
         if not text:
             self.fail("a dimension")
-        return int(text) if INT.fullmatch(text) else text
+        return self.to_int(text, start) if INT.fullmatch(text) else text
 
     def dims(self, close: str) -> tuple[Dim, ...]:
         self.pos += 1
         out: list[Dim] = []
         while not self.eat(close):
+            if len(out) == MAX_RANK:
+                self.fail(f"at most {MAX_RANK} dimensions")
             out.append(self.dim(", ") if self._more(close) else self.dim(close))
             if not self.eat(", "):
                 self.expect(close)
@@ -212,13 +285,14 @@ class Cursor:
         if word in ("SymInt", "SymFloat", "SymBool", "scalar"):
             self.expect("(")
             if word == "scalar":
-                value = self.literal()
+                value = self.literal_of("a bool, int, float, string or None", _is_scalar)
                 self.expect(")")
-                return ScalarMeta(value=value)  # type: ignore[arg-type]  # a literal
+                return ScalarMeta(value=value)  # type: ignore[arg-type]  # checked by _is_scalar
+            start = self.pos
             expr = self.balanced(")")
             self.pos += 1
             if word == "SymInt":
-                return SymIntMeta(expr=int(expr) if INT.fullmatch(expr) else expr)
+                return SymIntMeta(expr=self.to_int(expr, start) if INT.fullmatch(expr) else expr)
             return SymFloatMeta(expr=expr) if word == "SymFloat" else SymBoolMeta(expr=expr)
         if word in ("obj", "graph", "delegate"):
             self.expect("<")
@@ -249,7 +323,11 @@ class Cursor:
                     fields["storage_offset"] = self.dim(", " if self._more("}") else "}")
                 elif key in ("layout", "device"):
                     self.expect("=")
+                    start = self.pos
                     value = self.balanced(", " if self._more("}") else "}")
+                    if key == "layout" and value not in _LAYOUTS:
+                        self.pos = start
+                        self.fail("a layout (" + ", ".join(_LAYOUTS) + ")")
                     fields[key] = Layout(value) if key == "layout" else value
                 else:
                     self.pos -= len(key)
@@ -262,3 +340,7 @@ class Cursor:
 
     def keyed(self, key: str) -> None:
         self.expect(f"{key}=")
+
+
+def _is_scalar(value: object) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))

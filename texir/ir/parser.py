@@ -14,8 +14,10 @@ output node is named "output" (as `canonicalize` names it).
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Final
 
 from texir.errors import ParseError
 from texir.ir.blob import Blob
@@ -39,6 +41,8 @@ Payloads = Mapping[str, bytes | Blob]
 _TARGET = re.compile(r"[^\s(]+")
 _KEYWORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
 _BACKEND = re.compile(r"\S+")
+MAX_GRAPH_NESTING: Final = 32
+"""Subgraphs and lowered modules nested deeper than this are refused (a program nests a few)."""
 
 
 def payloads_of(program: Program) -> dict[str, Blob]:
@@ -81,6 +85,8 @@ class _Parser:
         self.missing_blob = missing_blob
         self.node_lines = node_lines
         self.metas: dict[str, ValueMeta | None] = {}
+        self.depth = 0
+        """Graphs (subgraphs, lowered modules' programs) open around the parser."""
 
     def finish(self) -> None:
         if self.pos != len(self.lines):
@@ -159,7 +165,8 @@ class _Parser:
             if not line.text.endswith(":"):
                 line.cursor().fail("'lowered_module NAME:'")
             name = line.text[len("lowered_module "):-1]
-            lowered.append(NamedLoweredModule(name=name, module=self.lowered(indent + 4, f"{path}{name}:")))
+            with self.nested(line, f"lowered_module {name}"):
+                lowered.append(NamedLoweredModule(name=name, module=self.lowered(indent + 4, f"{path}{name}:")))
         return Program(
             graph=graph, signature=GraphSignature(inputs=inputs, outputs=outputs), state=state,
             range_constraints=range_constraints, module_call_graph=calls, lowered_modules=tuple(lowered),
@@ -167,6 +174,18 @@ class _Parser:
         )
 
     # -- graph --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def nested(self, line: _Line, what: str) -> Iterator[None]:
+        """One more level of nesting for the `with` block, refused past `MAX_GRAPH_NESTING`."""
+        if self.depth >= MAX_GRAPH_NESTING:
+            raise ParseError(f"{what} nested deeper than {MAX_GRAPH_NESTING} levels", line=line.lineno,
+                             column=line.indent + 1, expected=f"at most {MAX_GRAPH_NESTING} nested graphs")
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+
     def graph(self, indent: int, path: str) -> Graph:
         entries: list[tuple[Node, ValueMeta | None, int | None]] = []
         while (line := self.peek(indent)) is not None and line.text.startswith(("%", "return (")):
@@ -197,7 +216,8 @@ class _Parser:
                 line.cursor().fail("'subgraph NAME():'")
             name = line.text[len("subgraph "):-3]
             sub_path = path + name if not path or path.endswith(":") else f"{path}/{name}"
-            subgraphs.append(Subgraph(name=name, graph=self.graph(indent + 2, sub_path)))
+            with self.nested(line, f"subgraph {name}"):
+                subgraphs.append(Subgraph(name=name, graph=self.graph(indent + 2, sub_path)))
         return builder.build(subgraphs)
 
     def node(self, line: _Line) -> tuple[Node, ValueMeta | None, int | None]:
@@ -261,14 +281,16 @@ class _Parser:
             while c.eat(" "):
                 key = c.match(WORD, "nn_module_stack, source_fn_stack, torch_fn_type or custom")
                 c.expect("=")
-                value = c.literal()
                 if key == "nn_module_stack":
-                    fields[key] = tuple(ModuleFrame(key=k, path=p, type=t) for k, p, t in value)  # type: ignore[attr-defined]  # a list of triples
+                    frames = c.literal_of("a list of (key, path, type) string triples", _string_tuples(3))
+                    fields[key] = tuple(ModuleFrame(key=k, path=p, type=t) for k, p, t in frames)  # type: ignore[attr-defined]  # checked: a list of triples
                 elif key == "source_fn_stack":
-                    fields[key] = tuple(SourceFn(name=n, target=t) for n, t in value)  # type: ignore[attr-defined]  # a list of pairs
+                    fns = c.literal_of("a list of (name, target) string pairs", _string_tuples(2))
+                    fields[key] = tuple(SourceFn(name=n, target=t) for n, t in fns)  # type: ignore[attr-defined]  # checked: a list of pairs
                 elif key in ("torch_fn_type", "custom"):
-                    fields[key] = value
+                    fields[key] = c.string()
                 else:
+                    c.pos -= len(key) + 1
                     c.fail("nn_module_stack, source_fn_stack, torch_fn_type or custom")
             c.end()
             locations.append(Location(**fields))  # type: ignore[arg-type]  # parsed above
@@ -288,6 +310,7 @@ class _Parser:
             elif key in ("ancestor", "fn"):
                 prov[key] = c.string()
             else:
+                c.pos -= len(key) + 1
                 c.fail("dh, ancestor, fn or loc")
         c.end()
         provs[name] = prov
@@ -304,7 +327,7 @@ class _Parser:
         sha = c.match(HEX, "a hex digest")
         nbytes = tensor_nbytes(meta)
         if c.eat(" nbytes="):
-            nbytes = c.integer()
+            nbytes = c.count("a byte count")
         if nbytes is None:
             c.fail("' nbytes=' (the shape is symbolic)")
         absent = c.eat(" (no data)")
@@ -319,7 +342,7 @@ class _Parser:
         c.expect("backend=")
         backend = c.match(_BACKEND, "a backend id")
         c.expect(" processed=")
-        nbytes = c.integer()
+        nbytes = c.count("a byte count")
         c.expect("B sha256=")
         sha = c.match(HEX, "a hex digest")
         c.end()
@@ -332,28 +355,30 @@ class _Parser:
             if c.eat("compile_spec "):
                 key = c.balanced("=")
                 c.pos += 1
+                start = c.pos
                 value = c.match(HEX, "hex bytes") if c.pos < len(c.text) else ""
                 c.end()
+                if len(value) % 2:
+                    c.pos = start
+                    c.fail("an even number of hex digits")
                 specs.append(CompileSpec(key=key, value=bytes.fromhex(value)))
             elif c.eat("debug (empty)"):
                 c.end()
                 debug_map = ()
             elif c.eat("debug "):
-                ident = c.literal()
+                ident = c.literal_of("a backend identifier (an int or a quoted string)", _is_identifier)
                 c.expect(" -> ")
-                handles = c.literal()
+                handles = c.literal_of("a list of debug handles", _is_int_list)
                 c.end()
-                if not isinstance(ident, (int, str)) or not isinstance(handles, list):
-                    c.fail("debug IDENTIFIER -> [handles]")
-                debug.append(DebugHandleEntry(identifier=ident, debug_handles=tuple(handles)))
+                debug.append(DebugHandleEntry(identifier=ident, debug_handles=tuple(handles)))  # type: ignore[arg-type]  # checked above
             elif c.eat("named_data "):
                 key = c.string()
                 c.expect(": ")
-                size = c.integer()
+                size = c.count("a byte count")
                 c.expect("B sha256=")
                 digest = c.match(HEX, "a hex digest")
                 c.expect(" alignment=")
-                alignment = c.integer()
+                alignment = c.count("an alignment")
                 absent = c.eat(" (no data)")
                 c.end()
                 data = None if absent else self.blob(line, digest, size, f"named data {key!r}", required=False)
@@ -369,6 +394,21 @@ class _Parser:
             compile_specs=tuple(specs), original_program=original, debug_handle_map=debug_map,
             named_data=tuple(named),
         )
+
+
+def _string_tuples(arity: int) -> Callable[[object], bool]:
+    def fits(value: object) -> bool:
+        return isinstance(value, list) and all(
+            isinstance(t, tuple) and len(t) == arity and all(isinstance(x, str) for x in t) for t in value)
+    return fits
+
+
+def _is_identifier(value: object) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _is_int_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
 
 
 def _provenance(fields: dict[str, object], locations: list[Location]) -> Provenance:

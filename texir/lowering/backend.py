@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -21,6 +22,8 @@ __all__ = [
     "register_backend",
     "registered_backends",
 ]
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class PreprocessResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,7 +121,8 @@ def get_backend(backend_id: str, *, tag: str | None = None) -> Backend:
 
 
 def check_result(backend_id: str, result: object, tag: str | None = None) -> PreprocessResult:
-    """`result` if it is a well-formed PreprocessResult (named data keys unique), else a typed error."""
+    """`result` if it is a well-formed PreprocessResult (named data keys unique, each entry's
+    `sha256` its payload's digest in hex, the IR's content address), else a typed error."""
     where = f" for partition '{tag}'" if tag is not None else ""
     if not isinstance(result, PreprocessResult):
         raise BackendPreprocessError(
@@ -130,6 +134,12 @@ def check_result(backend_id: str, result: object, tag: str | None = None) -> Pre
         if entry.key in seen:
             raise BackendPreprocessError(
                 f"backend '{backend_id}' returned named data key {entry.key!r} twice{where}; keys must be unique"
+            )
+        if _SHA256.fullmatch(entry.sha256) is None:
+            raise BackendPreprocessError(
+                f"backend '{backend_id}' returned named data {entry.key!r}{where} with sha256={entry.sha256[:80]!r}, "
+                "not a SHA-256 in lowercase hex; set it to the payload's digest (texir.lowering.named_data_entry "
+                "computes it), whatever the key"
             )
         seen.add(entry.key)
     return result

@@ -62,7 +62,7 @@ class XnnpackNativeBackend:
     """texir's XNNPACK backend: the same blob and named data as ExecuTorch's, without torch."""
 
     backend_id: Final = BACKEND_ID
-    cache_version: Final = "texir-xnnpack-native 1 (executorch 1.5.1 format)"
+    cache_version: Final = "texir-xnnpack-native 2 (executorch 1.5.1 format)"
     """Part of the preprocess cache key: bump it whenever the bytes this backend writes change."""
 
     def __repr__(self) -> str:
@@ -71,10 +71,11 @@ class XnnpackNativeBackend:
     def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult:
         graph, ser = build_graph(program, compile_specs)
         blob = encode_blob(graph)
-        # Keys are the payloads' sha256 (the IR's own for unchanged weights): nothing is hashed twice.
+        # Each entry's sha256 is its payload's (the IR's own for unchanged weights, nothing hashed
+        # twice); the key is that digest too, but `scale_<sha256>` for per-channel scales.
         named = tuple(
-            NamedDataEntry(key=key, sha256=key, nbytes=data.nbytes, alignment=NAMED_DATA_ALIGNMENT, data=data)
-            for key, data in ser.named.items()
+            NamedDataEntry(key=key, sha256=sha, nbytes=data.nbytes, alignment=NAMED_DATA_ALIGNMENT, data=data)
+            for key, (data, sha) in ser.named.items()
         )
         return PreprocessResult(processed_bytes=blob, debug_handle_map=None, named_data=named)
 

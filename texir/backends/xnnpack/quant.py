@@ -256,20 +256,24 @@ def schema_params(ser: Serializer, qp: QuantParams, axis: int) -> s.XNNQuantPara
     if qp.is_dynamic:
         return s.PerTokenDynamicQuant(num_nonbatch_dims=qp.num_nonbatch_dims)
     if qp.per_channel_group:
-        data = bf16_bytes(np.asarray(qp.scale), qp.q_input.name)
-        ser.constants.append((Blob(data), "scale_" + hashlib.sha256(data).hexdigest()))
+        index = _scale_constant(ser, bf16_bytes(np.asarray(qp.scale), qp.q_input.name))
         return s.PerChannelGroupQuant(scale=(), channel_dim=axis, group_size=qp.group_size,
-                                      scale_buffer_idx=len(ser.constants), num_scales=int(np.size(qp.scale)))
+                                      scale_buffer_idx=index, num_scales=int(np.size(qp.scale)))
     if not qp.per_channel:
         return s.PerTensorQuant(scale=float(qp.scale), zero_point=int(qp.zero_point))
     scale = np.asarray(qp.scale)
     if scale.dtype != np.float32:
         raise XnnpackUnsupportedError(f"'{qp.q_input.name}': per-channel scales must be float32, got {scale.dtype}",
                                       node=qp.q_input.name)
-    data = np.ascontiguousarray(scale).tobytes()
-    ser.constants.append((Blob(data), "scale_" + hashlib.sha256(data).hexdigest()))
-    return s.PerChannelQuant(scale=(), channel_dim=axis, scale_buffer_idx=len(ser.constants),
-                             num_scales=int(scale.size))
+    index = _scale_constant(ser, np.ascontiguousarray(scale).tobytes())
+    return s.PerChannelQuant(scale=(), channel_dim=axis, scale_buffer_idx=index, num_scales=int(scale.size))
+
+
+def _scale_constant(ser: Serializer, data: bytes) -> int:
+    """Per-channel scales as their own named data: keyed `scale_<sha256>` as ExecuTorch keys them;
+    the entry's sha256 is the payload's digest, as for every named-data entry."""
+    digest = hashlib.sha256(data).hexdigest()
+    return ser.add_constant(Blob(data, digest=digest), digest, "scale_")
 
 
 def swapped_axis(qp: QuantParams, rank: int) -> QuantParams:

@@ -41,9 +41,11 @@ class Serializer:
         self.xnodes: list[s.XNode] = []
         self.input_ids: list[int] = []
         self.output_ids: list[int] = []
-        self.constants: list[tuple[Blob, str | None]] = []
-        """Payload and key of `constant_data` entries 1, 2, ... (None: hash the payload)."""
-        self.named: dict[str, Blob] = {}
+        self.constants: list[tuple[Blob, str | None, str]] = []
+        """Payload, its sha256 (None: hash the payload) and key prefix of `constant_data` entries
+        1, 2, ...: the entry's named-data key is the prefix and the sha256."""
+        self.named: dict[str, tuple[Blob, str]] = {}
+        """Named data by key: the payload and its sha256 (the IR's content address, whatever the key)."""
         inputs = [n for n in g.nodes if n.user_input]
         outputs = g.outputs()
         self.externals: dict[int, tuple[int, int]] = {id(n): (i, 1) for i, n in enumerate(inputs)}
@@ -148,10 +150,10 @@ class Serializer:
         keep_dtype = quantized or (const.dtype in (DType.float16, DType.bfloat16) and not force_fp32)
         packed = qp is not None and qp.per_channel_group and qp.is_qc4w
         unchanged = const.array is None and not swap and not (nhwc and _moves(const.shape)) and not packed
-        key: str | None = None
+        sha: str | None = None
         if unchanged and (const.dtype == DType.float32 or keep_dtype) and (qp is None or quantized):
             assert const.blob is not None
-            blob, key = const.blob, const.sha256 or None
+            blob, sha = const.blob, const.sha256 or None
         else:
             arr = const.numpy()
             if qp is not None and not quantized:
@@ -171,7 +173,12 @@ class Serializer:
             if arr.nbytes == 0:
                 raise XnnpackUnsupportedError(f"constant '{n.name}' has no bytes", node=n.name)
             blob = Blob(arr.data.cast("B"))
-        self.constants.append((blob, key))
+        return self.add_constant(blob, sha)
+
+    def add_constant(self, blob: Blob, sha256: str | None, prefix: str = "") -> int:
+        """The `constant_data` index of a new entry holding `blob` (its sha256, when known, spares
+        hashing it), stored as named data keyed `prefix + sha256`."""
+        self.constants.append((blob, sha256, prefix))
         return len(self.constants)
 
     def emit(self, n: XNode, node: Any, *, min_max: tuple[float, float] | None = None) -> None:
@@ -187,12 +194,13 @@ class Serializer:
 
     def graph(self) -> s.XNNGraph:
         """The XNNGraph; hashes the new payloads (in parallel) and fills `named` in entry order."""
-        digest_all([blob for blob, key in self.constants if key is None])
+        digest_all([blob for blob, sha, _ in self.constants if sha is None])
         constant_data = [s.ConstantDataOffset()]
-        for blob, key in self.constants:
-            key = key or blob.digest()
+        for blob, sha, prefix in self.constants:
+            sha = sha or blob.digest()
+            key = prefix + sha
             constant_data.append(s.ConstantDataOffset(offset=UINT64_MAX, size=blob.nbytes, named_key=key))
-            self.named.setdefault(key, blob)
+            self.named.setdefault(key, (blob, sha))
         return s.XNNGraph(
             version="0", xnodes=tuple(self.xnodes), xvalues=tuple(self.values), num_externs=self.num_externs,
             input_ids=tuple(self.input_ids), output_ids=tuple(self.output_ids),
