@@ -78,6 +78,7 @@ from texir.lowering.plan import (
 __all__ = [
     "LoweringReport",
     "NodeOrder",
+    "Numbering",
     "PartitionSummary",
     "PreprocessOptions",
     "SharedModules",
@@ -90,6 +91,16 @@ NodeOrder = Literal["program", "executorch"]
 order, each delegate call at its partition's place. "executorch": the order ExecuTorch's
 to_backend leaves (it re-sorts the graph after fusing each partition; see `texir.lowering.fx_order`),
 so XNNPACK blobs and debug maps come out byte-equal to ExecuTorch's; one graph sort per partition."""
+
+
+Numbering = Literal["per_tag", "fused"]
+"""In which order partitions get their lowered module, delegate call name and debug handle (the
+getitems are always named in the plan's tag order, as ExecuTorch fuses in it). "per_tag": the
+plan's tag order, as ExecuTorch's ``to_backend(exported_program, partitioner)`` fuses and lowers one
+tag at a time. "fused": the order of ExecuTorch's multi-method ``to_backend`` (behind
+``EdgeProgramManager.to_backend`` and ``to_edge_transform_and_lower``), which fuses every tag first
+and then lowers backend by backend (first appearance in the tag order), each backend's partitions
+in the order of their calls in the top graph, then those of nested graphs."""
 
 
 def check_node_order(order: object) -> None:
@@ -118,19 +129,22 @@ def apply_plan(
     preprocess: PreprocessOptions | None = None,
     order: NodeOrder = "program",
     shared: SharedModules | None = None,
+    numbering: Numbering = "per_tag",
 ) -> LoweringReport:
     """Validate `plan` on `program`, compile every partition, and return the lowered program with
     a summary of each partition in lowering order. `shared`: lowered modules by (backend, compile
     specs, sub-program), filled as partitions compile, so that the methods of one `to_backend`
     call share identical delegates. The engine behind `texir.lower` and `to_backend`, not a public
-    entry point (texir.lowering does not export it)."""
+    entry point (texir.lowering does not export it). `numbering`: see `Numbering`."""
     check_node_order(order)
+    if numbering not in ("per_tag", "fused"):
+        raise PartitionerError(f"numbering={numbering!r} is not a numbering; use 'per_tag' or 'fused'")
     # The pass allocates many small objects that all stay alive; the cyclic collector would only
     # rescan the (large, acyclic) IR again and again, so it is paused for the duration.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _lower(program, plan, shared, preprocess, order)
+        return _lower(program, plan, shared, preprocess, order, numbering)
     finally:
         if enabled:
             gc.enable()
@@ -138,7 +152,7 @@ def apply_plan(
 
 def _lower(
     program: Program, plan: PartitionPlan, shared: SharedModules | None, preprocess: PreprocessOptions | None,
-    order: NodeOrder,
+    order: NodeOrder, numbering: Numbering = "per_tag",
 ) -> LoweringReport:
     # Pass boundary: a malformed input gets the verifier's message (naming the node), not a failure
     # deep inside the pass. Linear in the program's size.
@@ -153,7 +167,7 @@ def _lower(
     if order == "executorch":
         for work in works:
             _order_like_executorch(work, {} if work.path else top_consumable)
-    _build_and_name(program, works, top_consumable)
+    _build_and_name(program, works, top_consumable, numbering)
     lowered, stats, (cached, compiled) = _compile(program, works, {} if shared is None else shared, preprocess)
     result = _assemble_program(program, works, top_consumable, lowered)
     # As exir's to_edge does before partitioning: parameters no node reads leave the program.
@@ -203,9 +217,11 @@ def _collect_partitions(program: Program, checked: CheckedPlan) -> list[_GraphWo
     return works
 
 
-def _build_and_name(program: Program, works: list[_GraphWork], top_consumable: Mapping[str, _Consumable]) -> None:
-    """Phase 2: sub-programs, names and debug handles, in ExecuTorch's order (top-level
-    partitions, then nested graphs)."""
+def _build_and_name(
+    program: Program, works: list[_GraphWork], top_consumable: Mapping[str, _Consumable], numbering: Numbering,
+) -> None:
+    """Phase 2: sub-programs and getitem names in each graph's tag order, then lowered-module
+    names, delegate-call names and debug handles in ExecuTorch's lowering order (`Numbering`)."""
     state_by_target = {e.target: e for e in program.state}
     all_names: set[str] = {m.name for m in program.lowered_modules}
     for _, graph in walk_keyed_graphs(program.graph):
@@ -215,32 +231,61 @@ def _build_and_name(program: Program, works: list[_GraphWork], top_consumable: M
     top_handle_base = max(
         (h or 0 for n, h in zip(program.graph.nodes, program.graph.debug_handles()) if n.name not in top_tags), default=0
     )
-    running_handle = 0
+    allocators: list[NameAllocator] = []
+    result_max: dict[int, int] = {}
+    later_max: dict[int, int] = {}
     for work in works:
         names = NameAllocator({n.name for n in work.graph.nodes})
+        allocators.append(names)
         prov_of = {name: prov for name, (_, _, prov) in work.entry_of.items()}
-        is_top = not work.path
-        if is_top:
-            suffix = [0] * (len(work.parts) + 1)
-            for i in range(len(work.parts) - 1, -1, -1):
-                members = work.parts[i].members
-                suffix[i] = max(suffix[i + 1], max((_handle(prov_of[n.name]) for n in members), default=0))
-        for i, part in enumerate(work.parts):
-            build_sub_program(program, work, part, top_consumable if is_top else {}, state_by_target)
-            part.module_name = module_names.fresh_indexed("lowered_module")
-            names.used.add(part.module_name)
-            part.call_name = names.fresh("executorch_call_delegate")
+        suffix = 0
+        for part in reversed(work.parts):
+            later_max[id(part)] = suffix
+            suffix = max(suffix, max((_handle(prov_of[n.name]) for n in part.members), default=0))
+        for part in work.parts:
+            build_sub_program(program, work, part, {} if work.path else top_consumable, state_by_target)
             part.getitem_names = [names.fresh("getitem") for _ in part.user_outputs]
-            # ExecuTorch numbers the call max(debug handles in the owning graph) + 1 at the moment
-            # it is inserted: other nodes, later partitions, earlier calls, and the getitems of this
-            # partition's results, which carry their values' handles.
+            # The getitems of a partition's results carry their values' debug handles.
             results = [*part.user_outputs, *(n for n, _ in part.consumed_mutations)]
-            result_max = max((_handle(prov_of[n]) for n in results), default=0)
-            if is_top:
-                running_handle = max(top_handle_base, suffix[i + 1], running_handle, result_max) + 1
-            else:
-                running_handle = max(top_handle_base, running_handle) + 1  # nested: the top graph only
+            result_max[id(part)] = max((_handle(prov_of[n]) for n in results), default=0)
+    running_handle = 0
+    for w, i in _lowering_order(works, numbering):
+        work, part = works[w], works[w].parts[i]
+        part.module_name = module_names.fresh_indexed("lowered_module")
+        allocators[w].used.add(part.module_name)
+        part.call_name = allocators[w].fresh("executorch_call_delegate")
+        # ExecuTorch numbers the call max(debug handles in the owning (top) graph) + 1 at the
+        # moment it inserts it: nodes in no partition, earlier calls, the getitems of fused
+        # partitions' results, and, lowering one tag at a time, the members of later partitions.
+        if work.path:
+            running_handle = max(top_handle_base, running_handle) + 1
             part.debug_handle = running_handle
+            continue
+        if numbering == "fused":
+            fused = max((result_max[id(p)] for p in work.parts), default=0)
+            running_handle = max(top_handle_base, running_handle, fused) + 1
+        else:
+            running_handle = max(top_handle_base, later_max[id(part)], running_handle, result_max[id(part)]) + 1
+        part.debug_handle = running_handle
+
+
+def _lowering_order(works: list[_GraphWork], numbering: Numbering) -> list[tuple[int, int]]:
+    """(work index, part index) of every partition in the order ExecuTorch lowers them."""
+    if numbering == "per_tag":
+        return [(w, i) for w, work in enumerate(works) for i in range(len(work.parts))]
+    by_backend: dict[str, list[tuple[int, int]]] = {}
+    for w, work in enumerate(works):
+        if work.final is not None:
+            call_at = {key: k for k, (kind, key, _) in enumerate(work.final) if kind == "call"}
+            position = [call_at[p.tag] for p in work.parts]
+        else:  # each call at its partition's place
+            position = [p.last_index for p in work.parts]
+        # Backends are grouped in the order their first tag appears (tag order, top graph first).
+        for i in range(len(work.parts)):
+            by_backend.setdefault(work.parts[i].spec.backend_id, [])
+        for i in sorted(range(len(work.parts)), key=lambda k: position[k]):
+            by_backend[work.parts[i].spec.backend_id].append((w, i))
+    return [item for items in by_backend.values() for item in items]
 
 
 def _compile(
