@@ -63,7 +63,7 @@ from texir.lowering._parts import Entry as _Entry
 from texir.lowering._parts import GraphWork as _GraphWork
 from texir.lowering._parts import Part as _Part
 from texir.lowering._parts import debug_handle_of as _handle
-from texir.lowering._parts import entries_in_final_order
+from texir.lowering._parts import Numbering, entries_in_final_order, lowering_order
 from texir.lowering._parts import order_like_executorch as _order_like_executorch
 from texir.lowering.sub_program import build_sub_program
 from texir.lowering.report import LoweringReport, PartitionSummary
@@ -91,16 +91,6 @@ NodeOrder = Literal["program", "executorch"]
 order, each delegate call at its partition's place. "executorch": the order ExecuTorch's
 to_backend leaves (it re-sorts the graph after fusing each partition; see `texir.lowering.fx_order`),
 so XNNPACK blobs and debug maps come out byte-equal to ExecuTorch's; one graph sort per partition."""
-
-
-Numbering = Literal["per_tag", "fused"]
-"""In which order partitions get their lowered module, delegate call name and debug handle (the
-getitems are always named in the plan's tag order, as ExecuTorch fuses in it). "per_tag": the
-plan's tag order, as ExecuTorch's ``to_backend(exported_program, partitioner)`` fuses and lowers one
-tag at a time. "fused": the order of ExecuTorch's multi-method ``to_backend`` (behind
-``EdgeProgramManager.to_backend`` and ``to_edge_transform_and_lower``), which fuses every tag first
-and then lowers backend by backend (first appearance in the tag order), each backend's partitions
-in the order of their calls in the top graph, then those of nested graphs."""
 
 
 def check_node_order(order: object) -> None:
@@ -249,43 +239,21 @@ def _build_and_name(
             results = [*part.user_outputs, *(n for n, _ in part.consumed_mutations)]
             result_max[id(part)] = max((_handle(prov_of[n]) for n in results), default=0)
     running_handle = 0
-    for w, i in _lowering_order(works, numbering):
+    for w, i in lowering_order(works, numbering):
         work, part = works[w], works[w].parts[i]
         part.module_name = module_names.fresh_indexed("lowered_module")
         allocators[w].used.add(part.module_name)
         part.call_name = allocators[w].fresh("executorch_call_delegate")
-        # ExecuTorch numbers the call max(debug handles in the owning (top) graph) + 1 at the
-        # moment it inserts it: nodes in no partition, earlier calls, the getitems of fused
-        # partitions' results, and, lowering one tag at a time, the members of later partitions.
+        # ExecuTorch numbers the call max(debug handles in the owning top graph) + 1 when it inserts it: nodes
+        # in no partition, earlier calls, fused partitions' getitems, per tag the later partitions' members.
         if work.path:
-            running_handle = max(top_handle_base, running_handle) + 1
-            part.debug_handle = running_handle
-            continue
-        if numbering == "fused":
-            fused = max((result_max[id(p)] for p in work.parts), default=0)
-            running_handle = max(top_handle_base, running_handle, fused) + 1
+            running_handle = max(top_handle_base, running_handle)
+        elif numbering == "fused":
+            running_handle = max(top_handle_base, running_handle, *(result_max[id(p)] for p in work.parts))
         else:
-            running_handle = max(top_handle_base, later_max[id(part)], running_handle, result_max[id(part)]) + 1
+            running_handle = max(top_handle_base, later_max[id(part)], running_handle, result_max[id(part)])
+        running_handle += 1
         part.debug_handle = running_handle
-
-
-def _lowering_order(works: list[_GraphWork], numbering: Numbering) -> list[tuple[int, int]]:
-    """(work index, part index) of every partition in the order ExecuTorch lowers them."""
-    if numbering == "per_tag":
-        return [(w, i) for w, work in enumerate(works) for i in range(len(work.parts))]
-    by_backend: dict[str, list[tuple[int, int]]] = {}
-    for w, work in enumerate(works):
-        if work.final is not None:
-            call_at = {key: k for k, (kind, key, _) in enumerate(work.final) if kind == "call"}
-            position = [call_at[p.tag] for p in work.parts]
-        else:  # each call at its partition's place
-            position = [p.last_index for p in work.parts]
-        # Backends are grouped in the order their first tag appears (tag order, top graph first).
-        for i in range(len(work.parts)):
-            by_backend.setdefault(work.parts[i].spec.backend_id, [])
-        for i in sorted(range(len(work.parts)), key=lambda k: position[k]):
-            by_backend[work.parts[i].spec.backend_id].append((w, i))
-    return [item for items in by_backend.values() for item in items]
 
 
 def _compile(
