@@ -20,7 +20,8 @@ from texir.compat.config import UnsupportedOptionError, emit_options
 from texir.emit import emit
 from texir.executorch import as_executorch_partitioner, require_executorch, to_edge_exported_program
 from texir.ir import Program
-from texir.lowering.api import to_backend
+from texir.lowering.api import call_partitioner
+from texir.lowering.delegate import SharedModules, apply_plan
 from texir.lowering.plan import Partitioner
 from texir.lowering.report import Lowered
 from texir.orchestrate import lower
@@ -246,12 +247,11 @@ class EdgeProgramManager:
         programs = dict(self._programs)
         # The programs are in the to_edge form already: each partitioner's plan applied as
         # ExecuTorch's multi-method to_backend applies it (no decomposition, no edge rewrites).
+        shared: SharedModules = {}  # identical delegates of different methods: one module, as ExecuTorch
         with choice.backends():
-            if isinstance(partitioner, Mapping):
-                for m, (one,) in per_method.items():
-                    programs.update(to_backend({m: programs[m]}, choice._one(one)))
-            else:
-                programs.update(to_backend(programs, choice._one(partitioner)))
+            for m, (one,) in per_method.items():
+                plan = call_partitioner(choice._one(one), programs[m])
+                programs[m] = apply_plan(programs[m], plan, order="executorch", numbering="fused", shared=shared).program
         return EdgeProgramManager(programs, self._constant_methods, self._lowered,
                                   native_xnnpack=self.native_xnnpack or choice.native)
 
