@@ -188,23 +188,14 @@ def _refuse_etrecord(generate_etrecord: bool) -> None:
         )
 
 
-class EdgeProgramManager:
-    """ExecuTorch's `EdgeProgramManager`: one edge-form texir Program per method."""
+class _Methods:
+    """The methods both managers hold: texir Programs by name, the constant methods, and the
+    edge ExportedProgram view of each method, built on first use and kept."""
 
-    def __init__(
-        self,
-        programs: Mapping[str, Program],
-        constant_methods: Mapping[str, Any] | None = None,
-        lowered: Mapping[str, Lowered] | None = None,
-        *,
-        native_xnnpack: bool = False,
-    ) -> None:
+    def __init__(self, programs: Mapping[str, Program], constant_methods: Mapping[str, Any] | None) -> None:
         self._programs = dict(programs)
         self._constant_methods = dict(constant_methods or {})
-        self._lowered = dict(lowered or {})
         self._views: dict[str, ExportedProgram] = {}
-        self.native_xnnpack = native_xnnpack
-        """Whether texir's native XNNPACK backend compiled this program's XNNPACK partitions."""
 
     @property
     def methods(self) -> set[str]:
@@ -218,17 +209,34 @@ class EdgeProgramManager:
         """texir's own Program of `method_name` (the source of truth behind every view)."""
         return self._programs[method_name]
 
-    @property
-    def lowered(self) -> Mapping[str, Lowered]:
-        """Each method's `texir.lowering.report.Lowered` (its report says what was delegated)."""
-        return self._lowered
-
     def exported_program(self, method_name: str = "forward") -> ExportedProgram:
         """The method as ExecuTorch's edge-dialect ExportedProgram (built once, then the same object)."""
         view = self._views.get(method_name)
         if view is None:
             view = self._views[method_name] = to_edge_exported_program(self._programs[method_name])
         return view
+
+
+class EdgeProgramManager(_Methods):
+    """ExecuTorch's `EdgeProgramManager`: one edge-form texir Program per method."""
+
+    def __init__(
+        self,
+        programs: Mapping[str, Program],
+        constant_methods: Mapping[str, Any] | None = None,
+        lowered: Mapping[str, Lowered] | None = None,
+        *,
+        native_xnnpack: bool = False,
+    ) -> None:
+        super().__init__(programs, constant_methods)
+        self._lowered = dict(lowered or {})
+        self.native_xnnpack = native_xnnpack
+        """Whether texir's native XNNPACK backend compiled this program's XNNPACK partitions."""
+
+    @property
+    def lowered(self) -> Mapping[str, Lowered]:
+        """Each method's `texir.lowering.report.Lowered` (its report says what was delegated)."""
+        return self._lowered
 
     def transform(self, passes: Any, compile_config: Any = None) -> EdgeProgramManager:
         _refuse_passes(passes)
@@ -264,7 +272,7 @@ class EdgeProgramManager:
         return ExecutorchProgramManager(pte, dumps(pte, layout), self._programs, self._constant_methods)
 
 
-class ExecutorchProgramManager:
+class ExecutorchProgramManager(_Methods):
     """ExecuTorch's `ExecutorchProgramManager`: the emitted `.pte` (texir's `PteProgram` and bytes)."""
 
     def __init__(
@@ -272,29 +280,13 @@ class ExecutorchProgramManager:
     ) -> None:
         self.pte = pte
         """texir's emitted program (the source of truth)."""
+        super().__init__(programs, constant_methods)
         self._buffer = data
-        self._programs = dict(programs)
-        self._constant_methods = dict(constant_methods)
-        self._views: dict[str, ExportedProgram] = {}
         self._schema: Any = None
-
-    @property
-    def methods(self) -> set[str]:
-        return set(self._programs)
-
-    @property
-    def config_methods(self) -> set[str]:
-        return set(self._constant_methods)
 
     @property
     def buffer(self) -> bytes:
         return self._buffer
-
-    def exported_program(self, method_name: str = "forward") -> ExportedProgram:
-        view = self._views.get(method_name)
-        if view is None:
-            view = self._views[method_name] = to_edge_exported_program(self._programs[method_name])
-        return view
 
     @property
     def executorch_program(self) -> Any:
