@@ -110,7 +110,7 @@ def test_an_executorch_script_runs_unchanged_on_texir_and_writes_executorchs_pro
     with texir.compat.installed():
         import executorch.exir
 
-        assert executorch.exir.to_edge_transform_and_lower is texir.compat.to_edge_transform_and_lower
+        assert executorch.exir.to_edge_transform_and_lower.__texir_facade__ is texir.compat.to_edge_transform_and_lower
         before = texir.compat.program.CALLS[0]
         ours = script(copy.deepcopy(ep))
         assert texir.compat.program.CALLS[0] > before  # texir did the work
@@ -124,8 +124,9 @@ def test_install_rebinds_and_uninstall_restores_executorchs_names() -> None:
     original = executorch.exir.to_edge, executorch.exir.program.to_edge_transform_and_lower
     with texir.compat.installed():
         assert texir.compat.is_installed()
-        assert executorch.exir.to_edge is texir.compat.to_edge
-        assert executorch.exir.program.to_edge_transform_and_lower is texir.compat.to_edge_transform_and_lower
+        assert executorch.exir.to_edge.__texir_facade__ is texir.compat.to_edge
+        facade = executorch.exir.program.to_edge_transform_and_lower.__texir_facade__
+        assert facade is texir.compat.to_edge_transform_and_lower
     assert not texir.compat.is_installed()
     assert (executorch.exir.to_edge, executorch.exir.program.to_edge_transform_and_lower) == original
 
@@ -179,3 +180,14 @@ def test_backend_config_layout_options_reach_the_file(linear_ep: torch.export.Ex
     # permute_copy; texir's emitter writes False for every tensor (the runtime does not read it)
     grads = [(f".execution_plan[0].values[{i}].val.requires_grad", False, True) for i in (3, 7, 10)]
     assert_same_pte(ours, theirs, grads)
+
+
+def test_executorchs_own_internals_keep_executorchs_entry_points() -> None:
+    """XNNPACK's preprocess runs ExecuTorch's to_edge with options texir refuses: ExecuTorch's own
+    modules get ExecuTorch's functions; users, ExecuTorch's tests and its recipe pipeline get texir's."""
+    from texir.compat.switch import _is_executorch_internal
+
+    assert _is_executorch_internal("executorch.backends.xnnpack.utils.utils")
+    assert not _is_executorch_internal("executorch.export.stages")
+    assert not _is_executorch_internal("executorch.exir.backend.test.test_partitioner")
+    assert not _is_executorch_internal("__main__")

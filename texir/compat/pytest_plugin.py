@@ -1,6 +1,6 @@
 """ExecuTorch's own tests against texir: `pytest -p texir.compat.pytest_plugin --pyargs MODULE`.
 
-Installs the facade (`texir.compat.install()`) when pytest loads the plugin, before the test
+Installs the facade (`texir.compat.install()`) when pytest configures the plugin, before the test
 modules import ExecuTorch's names, and applies the checked-in manifest (`conformance.json` beside
 this file): a test listed `xfail` is a strict xfail (passing fails the run), `skip` is skipped with
 its reason, a test the manifest does not list fails. `TEXIR_CONFORMANCE_RECORD=FILE` writes each
@@ -20,7 +20,14 @@ from texir.compat import program as _facade
 
 MANIFEST = pathlib.Path(__file__).with_name("conformance.json")
 
-texir.compat.install()
+def pytest_configure(config: pytest.Config) -> None:
+    # Runs when pytest loads the plugin (-p), before collection imports the test modules; a plain
+    # import of this module (to read the manifest) installs nothing.
+    texir.compat.install()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    texir.compat.uninstall()
 
 
 def test_key(path: str, nodeid: str) -> str:

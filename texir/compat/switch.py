@@ -4,7 +4,9 @@ in the ExecuTorch modules that hold them, so an unchanged script runs on texir a
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +30,30 @@ internal `executorch.exir.program._program` keeps its own."""
 
 _saved: dict[tuple[str, str], Any] = {}
 
+FACADE_CALLERS = ("executorch.export.",)
+"""ExecuTorch modules that get texir's entry points like a user's code (the recipe pipeline); the
+rest of ExecuTorch (e.g. XNNPACK's preprocess, which runs its own `to_edge` with options texir
+refuses) keeps ExecuTorch's own."""
+
+
+def _is_executorch_internal(module_name: str) -> bool:
+    if not module_name.startswith("executorch.") or module_name.startswith(FACADE_CALLERS):
+        return False
+    return not any(part in ("test", "tests") or part.startswith("test_") for part in module_name.split("."))
+
+
+def _routed(name: str, original: Any) -> Any:
+    """texir's `name` for every caller but ExecuTorch's own internals, which get `original`."""
+    texir_version = getattr(facade, name)
+
+    @functools.wraps(texir_version)
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        return (original if _is_executorch_internal(caller) else texir_version)(*args, **kwargs)
+
+    entry.__texir_facade__ = texir_version  # type: ignore[attr-defined]  # marks the routed entry point
+    return entry
+
 
 def is_installed() -> bool:
     return bool(_saved)
@@ -46,8 +72,8 @@ def install() -> None:
             continue
         for name in NAMES:
             if name in vars(module):
-                _saved[(module_name, name)] = vars(module)[name]
-                setattr(module, name, getattr(facade, name))
+                original = _saved[(module_name, name)] = vars(module)[name]
+                setattr(module, name, _routed(name, original))
 
 
 def uninstall() -> None:
