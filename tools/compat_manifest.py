@@ -59,11 +59,11 @@ def main(paths: list[str]) -> None:
     for path in paths:
         for key, rec in json.loads(Path(path).read_text()).items():
             name = key.rsplit("::", 1)[-1].split("[")[0]
+            kept = old.get(key)
             if rec["outcome"] == "passed":
                 # texir: whether texir.compat did any of the work (to_edge, to_backend, to_executorch)
                 tests[key] = {"status": "pass", "texir": rec["texir"]}
                 continue
-            kept = old.get(key)
             if kept is not None and kept["status"] != "pass":
                 tests[key] = kept
             elif name in NEEDS_DEMO_RUNTIME or "custom_ops_generated_lib" in rec["error"]:
