@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.texir-installed
 PTH := $(VENV)/.texir-torchvision-pth
 
-.PHONY: demo test bench bench-quick fuzz typecheck pytest browser clean
+.PHONY: demo test bench bench-quick fuzz conformance typecheck pytest browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ fuzz: $(PTH)
 	TEXIR_OPINFO_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_opinfo_differential.py
 	TEXIR_REALWORLD_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_realworld_differential.py
 	TEXIR_BRIDGE_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_executorch_backends_real.py tests/test_executorch_backends_real_hf.py
+
+# ExecuTorch 1.5.1's own delegation tests (from the installed wheel) against texir.compat, every module
+# texir/compat/conformance.json lists (make test runs two); see docs/compat.md.
+conformance: $(PTH)
+	TEXIR_CONFORMANCE_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_compat_conformance.py
 
 bench: $(PTH)
 	$(PY) benchmarks/run_all.py

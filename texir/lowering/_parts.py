@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from texir.ir import (
     BackendNodeMeta,
@@ -25,11 +26,24 @@ from texir.lowering.errors import PartitionerError
 from texir.lowering.fx_order import FusedPart, Item, executorch_node_order
 from texir.lowering.plan import CheckedGraph, DelegationSpec
 
-__all__ = ["Consumable", "Entry", "GraphWork", "Part", "debug_handle_of", "entries_in_final_order", "order_like_executorch"]
+__all__ = [
+    "Consumable", "Entry", "GraphWork", "Numbering", "Part", "debug_handle_of", "entries_in_final_order",
+    "lowering_order", "order_like_executorch",
+]
 
 Consumable = ParameterInput | BufferInput | ConstantTensorInput
 Entry = tuple[Node, ValueMeta | None, Provenance | None]
 """A node with its value metadata and provenance (see `Graph.entries`)."""
+
+
+Numbering = Literal["per_tag", "fused"]
+"""In which order partitions get their lowered module, delegate call name and debug handle (the
+getitems are always named in the plan's tag order, as ExecuTorch fuses in it). "per_tag": the
+plan's tag order, as ExecuTorch's ``to_backend(exported_program, partitioner)`` fuses and lowers one
+tag at a time. "fused": the order of ExecuTorch's multi-method ``to_backend`` (behind
+``EdgeProgramManager.to_backend`` and ``to_edge_transform_and_lower``), which fuses every tag first
+and then lowers backend by backend (first appearance in the tag order), each backend's partitions
+in the order of their calls in the top graph, then those of nested graphs."""
 
 
 @dataclass
@@ -129,3 +143,22 @@ def entries_in_final_order(
         else:  # pragma: no cover - only consumed mutations lose their getitem, in both orders
             raise PartitionerError(f"internal error: no result '{value}' of partition '{key}'; please report")
     return entries
+
+
+def lowering_order(works: list[GraphWork], numbering: Numbering) -> list[tuple[int, int]]:
+    """(work index, part index) of every partition in the order ExecuTorch lowers them."""
+    if numbering == "per_tag":
+        return [(w, i) for w, work in enumerate(works) for i in range(len(work.parts))]
+    by_backend: dict[str, list[tuple[int, int]]] = {}
+    for w, work in enumerate(works):
+        if work.final is not None:
+            call_at = {key: k for k, (kind, key, _) in enumerate(work.final) if kind == "call"}
+            position = [call_at[p.tag] for p in work.parts]
+        else:  # each call at its partition's place
+            position = [p.last_index for p in work.parts]
+        # Backends are grouped in the order their first tag appears (tag order, top graph first).
+        for i in range(len(work.parts)):
+            by_backend.setdefault(work.parts[i].spec.backend_id, [])
+        for i in sorted(range(len(work.parts)), key=lambda k: position[k]):
+            by_backend[work.parts[i].spec.backend_id].append((w, i))
+    return [item for items in by_backend.values() for item in items]

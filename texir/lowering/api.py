@@ -71,7 +71,7 @@ def to_backend(
     if isinstance(first, Program):
         return apply_plan(first, call_partitioner(second, first), shared=shared).program
     return {
-        name: apply_plan(method, call_partitioner(second, method), shared=shared).program
+        name: apply_plan(method, call_partitioner(second, method), shared=shared, numbering="fused").program
         for name, method in first.items()
     }
 

@@ -64,7 +64,7 @@ from texir.lowering._parts import Entry as _Entry
 from texir.lowering._parts import GraphWork as _GraphWork
 from texir.lowering._parts import Part as _Part
 from texir.lowering._parts import debug_handle_of as _handle
-from texir.lowering._parts import entries_in_final_order
+from texir.lowering._parts import Numbering, entries_in_final_order, lowering_order
 from texir.lowering._parts import order_like_executorch as _order_like_executorch
 from texir.lowering.sub_program import build_sub_program
 from texir.lowering.report import LoweringReport, PartitionSummary
@@ -79,6 +79,7 @@ from texir.lowering.plan import (
 __all__ = [
     "LoweringReport",
     "NodeOrder",
+    "Numbering",
     "PartitionSummary",
     "PreprocessOptions",
     "SharedModules",
@@ -121,19 +122,22 @@ def apply_plan(
     preprocess: PreprocessOptions | None = None,
     order: NodeOrder = "program",
     shared: SharedModules | None = None,
+    numbering: Numbering = "per_tag",
 ) -> LoweringReport:
     """Validate `plan` on `program`, compile every partition, and return the lowered program with
     a summary of each partition in lowering order. `shared`: lowered modules by (backend, compile
     specs, sub-program), filled as partitions compile, so that the methods of one `to_backend`
     call share identical delegates. The engine behind `texir.lower` and `to_backend`, not a public
-    entry point (texir.lowering does not export it)."""
+    entry point (texir.lowering does not export it). `numbering`: see `Numbering`."""
     check_node_order(order)
+    if numbering not in ("per_tag", "fused"):
+        raise PartitionerError(f"numbering={numbering!r} is not a numbering; use 'per_tag' or 'fused'")
     # The pass allocates many small objects that all stay alive; the cyclic collector would only
     # rescan the (large, acyclic) IR again and again, so it is paused for the duration.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _lower(program, plan, shared, preprocess, order)
+        return _lower(program, plan, shared, preprocess, order, numbering)
     finally:
         if enabled:
             gc.enable()
@@ -141,7 +145,7 @@ def apply_plan(
 
 def _lower(
     program: Program, plan: PartitionPlan, shared: SharedModules | None, preprocess: PreprocessOptions | None,
-    order: NodeOrder,
+    order: NodeOrder, numbering: Numbering = "per_tag",
 ) -> LoweringReport:
     # Pass boundary: a malformed input gets the verifier's message (naming the node), not a failure
     # deep inside the pass. Linear in the program's size.
@@ -156,7 +160,7 @@ def _lower(
     if order == "executorch":
         for work in works:
             _order_like_executorch(work, {} if work.path else top_consumable)
-    _build_and_name(program, works, top_consumable)
+    _build_and_name(program, works, top_consumable, numbering)
     lowered, stats, (cached, compiled) = _compile(program, works, {} if shared is None else shared, preprocess)
     result = _assemble_program(program, works, top_consumable, lowered)
     # As exir's to_edge does before partitioning: parameters no node reads leave the program.
@@ -206,9 +210,11 @@ def _collect_partitions(program: Program, checked: CheckedPlan) -> list[_GraphWo
     return works
 
 
-def _build_and_name(program: Program, works: list[_GraphWork], top_consumable: Mapping[str, _Consumable]) -> None:
-    """Phase 2: sub-programs, names and debug handles, in ExecuTorch's order (top-level
-    partitions, then nested graphs)."""
+def _build_and_name(
+    program: Program, works: list[_GraphWork], top_consumable: Mapping[str, _Consumable], numbering: Numbering,
+) -> None:
+    """Phase 2: sub-programs and getitem names in each graph's tag order, then lowered-module
+    names, delegate-call names and debug handles in ExecuTorch's lowering order (`Numbering`)."""
     state_by_target = {e.target: e for e in program.state}
     all_names: set[str] = {m.name for m in program.lowered_modules}
     for _, graph in walk_keyed_graphs(program.graph):
@@ -218,32 +224,39 @@ def _build_and_name(program: Program, works: list[_GraphWork], top_consumable: M
     top_handle_base = max(
         (h or 0 for n, h in zip(program.graph.nodes, program.graph.debug_handles()) if n.name not in top_tags), default=0
     )
-    running_handle = 0
+    allocators: list[NameAllocator] = []
+    result_max: dict[int, int] = {}
+    later_max: dict[int, int] = {}
     for work in works:
         names = NameAllocator({n.name for n in work.graph.nodes})
+        allocators.append(names)
         prov_of = {name: prov for name, (_, _, prov) in work.entry_of.items()}
-        is_top = not work.path
-        if is_top:
-            suffix = [0] * (len(work.parts) + 1)
-            for i in range(len(work.parts) - 1, -1, -1):
-                members = work.parts[i].members
-                suffix[i] = max(suffix[i + 1], max((_handle(prov_of[n.name]) for n in members), default=0))
-        for i, part in enumerate(work.parts):
-            build_sub_program(program, work, part, top_consumable if is_top else {}, state_by_target)
-            part.module_name = module_names.fresh_indexed("lowered_module")
-            names.used.add(part.module_name)
-            part.call_name = names.fresh("executorch_call_delegate")
+        suffix = 0
+        for part in reversed(work.parts):
+            later_max[id(part)] = suffix
+            suffix = max(suffix, max((_handle(prov_of[n.name]) for n in part.members), default=0))
+        for part in work.parts:
+            build_sub_program(program, work, part, {} if work.path else top_consumable, state_by_target)
             part.getitem_names = [names.fresh("getitem") for _ in part.user_outputs]
-            # ExecuTorch numbers the call max(debug handles in the owning graph) + 1 at the moment
-            # it is inserted: other nodes, later partitions, earlier calls, and the getitems of this
-            # partition's results, which carry their values' handles.
+            # The getitems of a partition's results carry their values' debug handles.
             results = [*part.user_outputs, *(n for n, _ in part.consumed_mutations)]
-            result_max = max((_handle(prov_of[n]) for n in results), default=0)
-            if is_top:
-                running_handle = max(top_handle_base, suffix[i + 1], running_handle, result_max) + 1
-            else:
-                running_handle = max(top_handle_base, running_handle) + 1  # nested: the top graph only
-            part.debug_handle = running_handle
+            result_max[id(part)] = max((_handle(prov_of[n]) for n in results), default=0)
+    running_handle = 0
+    for w, i in lowering_order(works, numbering):
+        work, part = works[w], works[w].parts[i]
+        part.module_name = module_names.fresh_indexed("lowered_module")
+        allocators[w].used.add(part.module_name)
+        part.call_name = allocators[w].fresh("executorch_call_delegate")
+        # ExecuTorch numbers the call max(debug handles in the owning top graph) + 1 when it inserts it: nodes
+        # in no partition, earlier calls, fused partitions' getitems, per tag the later partitions' members.
+        if work.path:
+            running_handle = max(top_handle_base, running_handle)
+        elif numbering == "fused":
+            running_handle = max(top_handle_base, running_handle, *(result_max[id(p)] for p in work.parts))
+        else:
+            running_handle = max(top_handle_base, later_max[id(part)], running_handle, result_max[id(part)])
+        running_handle += 1
+        part.debug_handle = running_handle
 
 
 def _compile(

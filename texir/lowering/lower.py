@@ -161,7 +161,7 @@ def lower_edge(
         with clock.phase("partition"):
             plan = call_partitioner(partitioner, program)
         start = time.perf_counter()
-        done = apply_plan(program, plan, preprocess=options, order=order)
+        done = apply_plan(program, plan, preprocess=options, order=order, numbering="fused")
         clock.add("preprocess_cached", done.preprocess_cached)
         clock.add("preprocess_compiled", done.preprocess_compiled)
         clock.add("apply", time.perf_counter() - start - done.preprocess_cached - done.preprocess_compiled)
