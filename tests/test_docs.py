@@ -7,13 +7,15 @@ The rules, per Markdown file:
   ending in `\\` continues it); the lines in between are the output shown and are not compared.
   `texir ...` commands run (in the same directory as the file's Python blocks) and must exit 0, or
   the status a trailing `# -> exit N` names. `make TARGET` must name a Makefile target, and
-  `pytest`/`.venv/bin/pytest` and `git` commands are checked, not run: they would run this suite
-  inside itself or change the checkout. Any other command fails the test (teach it here first).
+  `pytest`/`python -m pytest` (the test files they name must exist), `python tools/...` (the script
+  must exist) and `git` commands are checked, not run: they would run this suite inside itself, take
+  minutes, or change the checkout. Any other command fails the test (teach it here first).
 - Any other fence (```text, plain ```) is output or a picture: it must hold no command line, so a
   command cannot hide in a block that is not run."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -84,7 +86,14 @@ def _make_targets() -> set[str]:
 def _run_shell(page: Path, line: int, command: str, cwd: Path) -> None:
     body, status = _expected_status(command)
     argv = shlex.split(body)
+    while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):  # VAR=value before the command
+        argv = argv[1:]
     where = f"{page.name}:{line}: `{body}`"
+    if argv[0] in {"python", ".venv/bin/python"} and argv[1:3] == ["-m", "pytest"]:
+        argv = ["pytest", *argv[3:]]
+    elif argv[0] in {"python", ".venv/bin/python"} and argv[1].startswith("tools/"):
+        assert (ROOT / argv[1]).is_file(), f"{where}: {argv[1]} does not exist"
+        return
     if argv[0] == "texir":
         env = {**os.environ, "TEXIR_PROGRESS": "0"}
         done = subprocess.run([sys.executable, "-m", "texir.cli.main", *argv[1:]], cwd=cwd, env=env,
@@ -93,9 +102,11 @@ def _run_shell(page: Path, line: int, command: str, cwd: Path) -> None:
     elif argv[0] == "make":
         assert set(argv[1:]) <= _make_targets(), f"{where}: no such Makefile target"
     elif argv[0] in {"pytest", ".venv/bin/pytest"}:
-        for arg in argv[1:]:
+        for before, arg in zip(argv, argv[1:]):
             if arg.startswith("tests/"):
                 assert (ROOT / arg.split("::")[0]).exists(), f"{where}: {arg} does not exist"
+            if before == "--pyargs":
+                assert importlib.util.find_spec(arg) is not None, f"{where}: no module {arg}"
     elif argv[0] == "git":
         assert argv[1] in {"diff", "status", "log", "clone"}, f"{where}: a git command the docs test does not know"
     else:
