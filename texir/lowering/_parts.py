@@ -36,6 +36,25 @@ Entry = tuple[Node, ValueMeta | None, Provenance | None]
 """A node with its value metadata and provenance (see `Graph.entries`)."""
 
 
+NodeOrder = Literal["program", "executorch"]
+"""Where the lowered parent's nodes and each sub-program's nodes go. "program": the program's own
+order, each delegate call at its partition's place. "executorch": the order ExecuTorch's
+to_backend leaves (it re-sorts the graph after fusing each partition; see `texir.lowering.fx_order`),
+so XNNPACK blobs and debug maps come out byte-equal to ExecuTorch's; one graph sort per partition."""
+
+
+def check_node_order(order: object) -> None:
+    """A typed error unless `order` is a `NodeOrder`."""
+    if order not in ("program", "executorch"):
+        raise PartitionerError(f"order={order!r} is not a node order; use 'program' or 'executorch'")
+
+
+def check_numbering(numbering: object) -> None:
+    """A typed error unless `numbering` is a `Numbering`."""
+    if numbering not in ("per_tag", "fused"):
+        raise PartitionerError(f"numbering={numbering!r} is not a numbering; use 'per_tag' or 'fused'")
+
+
 Numbering = Literal["per_tag", "fused"]
 """In which order partitions get their lowered module, delegate call name and debug handle (the
 getitems are always named in the plan's tag order, as ExecuTorch fuses in it). "per_tag": the

@@ -16,7 +16,6 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Literal
 
 import msgspec
 
@@ -64,7 +63,14 @@ from texir.lowering._parts import Entry as _Entry
 from texir.lowering._parts import GraphWork as _GraphWork
 from texir.lowering._parts import Part as _Part
 from texir.lowering._parts import debug_handle_of as _handle
-from texir.lowering._parts import Numbering, entries_in_final_order, lowering_order
+from texir.lowering._parts import (
+    NodeOrder,
+    Numbering,
+    check_node_order,
+    check_numbering,
+    entries_in_final_order,
+    lowering_order,
+)
 from texir.lowering._parts import order_like_executorch as _order_like_executorch
 from texir.lowering.sub_program import build_sub_program
 from texir.lowering.report import LoweringReport, PartitionSummary
@@ -86,19 +92,6 @@ __all__ = [
     "check_node_order",
     "apply_plan",
 ]
-
-NodeOrder = Literal["program", "executorch"]
-"""Where the lowered parent's nodes and each sub-program's nodes go. "program": the program's own
-order, each delegate call at its partition's place. "executorch": the order ExecuTorch's
-to_backend leaves (it re-sorts the graph after fusing each partition; see `texir.lowering.fx_order`),
-so XNNPACK blobs and debug maps come out byte-equal to ExecuTorch's; one graph sort per partition."""
-
-
-def check_node_order(order: object) -> None:
-    """A typed error unless `order` is a `NodeOrder`."""
-    if order not in ("program", "executorch"):
-        raise PartitionerError(f"order={order!r} is not a node order; use 'program' or 'executorch'")
-
 
 SharedModules = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 
@@ -130,8 +123,7 @@ def apply_plan(
     call share identical delegates. The engine behind `texir.lower` and `to_backend`, not a public
     entry point (texir.lowering does not export it). `numbering`: see `Numbering`."""
     check_node_order(order)
-    if numbering not in ("per_tag", "fused"):
-        raise PartitionerError(f"numbering={numbering!r} is not a numbering; use 'per_tag' or 'fused'")
+    check_numbering(numbering)
     # The pass allocates many small objects that all stay alive; the cyclic collector would only
     # rescan the (large, acyclic) IR again and again, so it is paused for the duration.
     enabled = gc.isenabled()

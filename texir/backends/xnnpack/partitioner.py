@@ -41,7 +41,7 @@ from texir.ir import (
     TupleMeta,
     ValueMeta,
 )
-from texir.ir.analysis import value_metas
+from texir.ir.analysis import value_metas, walk_graphs
 from texir.lowering.errors import PartitionerError
 from texir.lowering.partitioners import OpSupportPartitioner
 from texir.lowering.plan import DelegationSpec, PartitionPlan
@@ -105,15 +105,19 @@ class XnnpackNativePartitioner:
         return found
 
     def ops_to_not_decompose(self, program: Program) -> tuple[str, ...]:
-        """The KEPT_OPS the partitioner takes a node of, and those `program` holds no node of: a
-        decomposition may make them (lstm's, gru's and rnn's cells call linear), and ExecuTorch
-        keeps them through it, judging the nodes it made afterwards (`nodes_to_decompose`)."""
+        """The KEPT_OPS the partitioner takes a node of, and those `program` holds no node of in any
+        graph: a decomposition may make them (lstm's, gru's and rnn's cells call linear), and
+        ExecuTorch keeps them through it, judging the nodes it made afterwards (`nodes_to_decompose`).
+        An op with nodes only in nested graphs (cond branches), which this partitioner does not
+        enter, is not kept: nothing would take them."""
         metas = value_metas(program.graph)
         constants = _constants(program)
         quant = self._quant(program, constants)
         calls = [n for n in program.graph.nodes if isinstance(n, CallFunction) and n.target in KEPT_OPS]
         kept = {n.target for n in calls if _verdict(n, metas, constants, quant) is None}
-        return tuple(sorted(kept | (set(KEPT_OPS) - {n.target for n in calls})))
+        present = {n.target for _, graph in walk_graphs(program.graph) for n in graph.nodes
+                   if isinstance(n, CallFunction) and n.target in KEPT_OPS}
+        return tuple(sorted(kept | (set(KEPT_OPS) - present)))
 
     def nodes_to_decompose(self, program: Program) -> tuple[str, ...]:
         metas = value_metas(program.graph)
