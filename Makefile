@@ -57,9 +57,9 @@ fuzz: $(PTH)
 	TEXIR_BRIDGE_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_executorch_backends_real.py tests/test_executorch_backends_real_hf.py
 
 # ExecuTorch 1.5.1's own delegation tests (from the installed wheel) against texir.compat, every module
-# texir/compat/conformance.json lists (make test runs two); see docs/compat.md.
+# texir/compat/conformance.json lists, alone (make test runs them too); see docs/compat.md.
 conformance: $(PTH)
-	TEXIR_CONFORMANCE_ALL=1 $(PY) -m pytest -q -p no:randomly tests/test_compat_conformance.py
+	$(PY) -m pytest -q -p no:randomly -n 2 --dist load tests/test_compat_conformance.py
 
 bench: $(PTH)
 	$(PY) benchmarks/run_all.py

@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, cast
 
+import msgspec
+
 from torch.export import ExportedProgram
 
 from texir.adapters.constant_methods import constant_methods as build_constant_methods
@@ -272,6 +274,12 @@ class EdgeProgramManager(_Methods):
         return ExecutorchProgramManager(pte, dumps(pte, layout), self._programs, self._constant_methods)
 
 
+class EmitterOutputView(msgspec.Struct, frozen=True, kw_only=True):
+    """The part of ExecuTorch's `EmitterOutput` its tests read: the program, as ExecuTorch's schema."""
+
+    program: Any
+
+
 class ExecutorchProgramManager(_Methods):
     """ExecuTorch's `ExecutorchProgramManager`: the emitted `.pte` (texir's `PteProgram` and bytes)."""
 
@@ -299,6 +307,11 @@ class ExecutorchProgramManager(_Methods):
 
             self._schema = deserialize_pte_binary(self._buffer).program
         return self._schema
+
+    @property
+    def _emitter_output(self) -> EmitterOutputView:
+        """What ExecuTorch's manager keeps of its emitter and its own tests read (`.program`)."""
+        return EmitterOutputView(program=self.executorch_program)
 
     def write_to_file(self, open_file: BinaryIO) -> None:
         open_file.write(self._buffer)
