@@ -92,6 +92,19 @@ def test_run_with_a_ptd_and_without_it(files: dict[str, Path], capsys: pytest.Ca
     assert f"--data {files['ptd']}" in capsys.readouterr().err
 
 
+def test_load_method_without_its_ptd_is_refused_not_a_crash(files: dict[str, Path]) -> None:
+    """From Python too: ExecuTorch 1.5.1's XNNPACK delegate would crash the process, so load_method
+    refuses a .pte whose weights live in a .ptd when it is given none (path or bytes)."""
+    from texir.executorch.runtime import RuntimeRunError, load_method
+
+    for source in (files["ext"], str(files["ext"]), files["ext"].read_bytes()):
+        with pytest.raises(RuntimeRunError, match="weights outside the .pte .*data_path="):
+            load_method(source)
+    method = load_method(files["ext"], data_path=files["ptd"])
+    assert len(method.execute([torch.zeros(2, 4)])) == 1
+    load_method(files["xnn"])  # its weights are inside: no .ptd needed
+
+
 def test_run_checks_a_bpte_s_own_cases(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     assert main(["run", str(files["bpte"])]) == 0

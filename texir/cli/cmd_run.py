@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from texir.backends.external_data import external_data_keys
 from texir.cli.noise import native_stderr_filtered
 from texir.cli.model_spec import check_model_path, load_model_eager
 from texir.errors import PteError, TexirError, UsageError
@@ -23,7 +24,7 @@ from texir.serialize.pte.codec import loads as loads_pte
 from texir.serialize.pte.dtypes import DTYPE_TO_SCALAR_TYPE
 from texir.serialize.pte.ptd import PTD_FILE_IDENTIFIER, check_external, loads_ptd
 
-__all__ = ["RunError", "needed_backends", "needed_data_keys", "register", "run"]
+__all__ = ["RunError", "needed_backends", "register", "run"]
 
 EPILOG = """\
 examples:
@@ -90,35 +91,10 @@ def needed_backends(program: s.PteProgram, method: str) -> list[str]:
     return list(dict.fromkeys(d.id for d in plan.delegates))
 
 
-def needed_data_keys(program: s.PteProgram, method: str) -> list[str]:
-    """Named data `method` reads that the `.pte` itself does not hold (so a `.ptd` must): its
-    EXTERNAL tensors' names, and the weights its XNNPACK delegates name (backends texir reads)."""
-    plan = next(p for p in program.program.execution_plan if p.name == method)
-    inside = {b.key for b in program.named_data}
-    keys: list[str] = []
-    for ev in plan.values:
-        t = ev.val
-        info = t.extra_tensor_info if isinstance(t, s.Tensor) else None
-        if info is not None and info.location == s.TensorDataLocation.EXTERNAL and info.fully_qualified_name:
-            keys.append(info.fully_qualified_name)
-    for d in plan.delegates:
-        if d.id != "XnnpackBackend" or d.processed.location != s.DataLocation.INLINE:
-            continue
-        # the XNNPACK flatbuffer reader loads in tenths of a second: only a file with such a delegate pays
-        from texir.backends.xnnpack.flatbuffer import XnnpackBlobError, decode_blob
-
-        try:
-            graph = decode_blob(program.program.backend_delegate_data[d.processed.index].data.tobytes())
-        except (XnnpackBlobError, IndexError):
-            continue  # a blob texir cannot read: the runtime says what is wrong with it
-        keys.extend(c.named_key for c in graph.constant_data if c.named_key and c.named_key not in inside)
-    return list(dict.fromkeys(keys))
-
-
 def _check_data(program: s.PteProgram, method: str, data: Path | None, file: Path) -> None:
     """Refuse before loading what the runtime would fail on (or crash on: ExecuTorch 1.5.1's XNNPACK
     delegate dereferences a null data map when its weights' .ptd is missing)."""
-    missing = needed_data_keys(program, method)
+    missing = external_data_keys(program, method)
     if data is None:
         if missing:
             raise RunError(

@@ -9,9 +9,11 @@ from typing import Any
 import msgspec
 import torch
 
+from texir.backends.external_data import external_data_keys
 from texir.executorch.deps import require_executorch
 from texir.errors import TexirError
 from texir.serialize import bpte
+from texir.serialize.pte.codec import loads as loads_pte
 
 __all__ = ["CaseResult", "LoadedMethod", "RuntimeRunError", "load_method", "run_pte", "runtime", "verify_bpte"]
 
@@ -55,7 +57,10 @@ def load_method(
     source: bytes | str | Path, method: str = "forward", *, data_path: str | Path | None = None
 ) -> LoadedMethod:
     """Load `method` of the `.pte` `source` (bytes or a path; `data_path`: its `.ptd`) in
-    ExecuTorch's runtime, kept alive with its program."""
+    ExecuTorch's runtime, kept alive with its program. A `.pte` that keeps weights in a `.ptd` and is
+    given none is refused first: ExecuTorch 1.5.1's XNNPACK delegate crashes the process on it."""
+    if data_path is None:
+        _refuse_missing_data(source, method)
     try:
         program = runtime().load_program(source, data_path=data_path)
         loaded = program.load_method(method)
@@ -64,6 +69,30 @@ def load_method(
     if loaded is None:
         raise RuntimeRunError(f"the program has no method {method!r}")
     return LoadedMethod(program, loaded)
+
+
+_LARGEST_PRECHECKED = 256 << 20
+"""A `.pte` whose weights live in a `.ptd` is small; a larger file holds its weights and is not read
+twice just to check (the runtime maps it)."""
+
+
+def _refuse_missing_data(source: bytes | str | Path, method: str) -> None:
+    if isinstance(source, bytes):
+        data = source
+    else:
+        path = Path(source)
+        if not path.is_file() or path.stat().st_size > _LARGEST_PRECHECKED:
+            return  # the runtime says what is wrong with a missing file
+        data = path.read_bytes()
+    try:
+        keys = external_data_keys(loads_pte(data), method)
+    except TexirError:
+        return  # a file texir does not read: the runtime says what is wrong with it
+    if keys:
+        raise RuntimeRunError(
+            f"the program keeps {len(keys)} weights outside the .pte (e.g. {keys[0]!r}); pass "
+            "data_path= the .ptd written beside it"
+        )
 
 
 def run_pte(data: bytes, inputs: Sequence[torch.Tensor], *, method: str = "forward") -> list[torch.Tensor]:
