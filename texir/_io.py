@@ -32,7 +32,8 @@ _STALE_AFTER_S = 60.0
 """A temporary file of ours older than this, beside the destination, was left by a killed writer."""
 
 _live: set[str] = set()
-_live_lock = threading.Lock()
+# Reentrant: the SIGTERM handler takes it on the main thread, which may hold it when the signal lands.
+_live_lock = threading.RLock()
 
 
 def _temp_prefix(target: Path) -> str:

@@ -67,6 +67,7 @@ from texir.emit.common import (
 from texir.emit.control_flow import CONTROL_FLOW
 from texir.emit.delegate_call import DelegateCalls
 from texir.emit.plan_assembly import assemble_plan
+from texir.emit.values import result_requires_grad
 
 
 class MethodEmitter(DelegateCalls):
@@ -277,15 +278,16 @@ class MethodEmitter(DelegateCalls):
                     if isinstance(tensor, PendingTensor):
                         orders.add(tensor.dim_order)
         allowed = frozenset(orders)
+        grad_in = self.grad_flows(node.target, bound)
         out_values: dict[str, int] = {}
         result_indices: list[int] = []
         if len(out_args) == 1 and out_args[0].kind == "tensor_list":
             items = []
-            for m in item_metas:
+            for i, m in enumerate(item_metas):
                 if not isinstance(m, TensorMeta):
                     raise EmitError(f"{where}: list result item is {type(m).__name__}, not a tensor")
                 items.append(self.tensor_value(m, where=where, planned=planned, start=self.step, allowed_orders=allowed,
-                    forced_order=forced_order))
+                    forced_order=forced_order, requires_grad=result_requires_grad(node.target, i, m.dtype, grad_in)))
             result_indices = items
             out_values[out_args[0].name] = self.add(TensorList(items=tuple(items)))
         else:
@@ -293,11 +295,11 @@ class MethodEmitter(DelegateCalls):
                 raise EmitError(
                     f"{where}: {len(item_metas)} results but out variant {out.target} has {len(out_args)} outs"
                 )
-            for a, m in zip(out_args, item_metas):
+            for i, (a, m) in enumerate(zip(out_args, item_metas)):
                 if not isinstance(m, TensorMeta):
                     raise EmitError(f"{where}: result {a.name!r} is {type(m).__name__}, not a tensor")
                 out_values[a.name] = self.tensor_value(m, where=where, planned=planned, start=self.step, allowed_orders=allowed,
-                    forced_order=forced_order)
+                    forced_order=forced_order, requires_grad=result_requires_grad(node.target, i, m.dtype, grad_in))
                 result_indices.append(out_values[a.name])
         args: list[int] = []
         for a in out.arguments:
@@ -411,7 +413,7 @@ class MethodEmitter(DelegateCalls):
         sizes = tuple(self.bounds.upper(d, where=where) for d in meta.shape)
         alias = PendingTensor(
             scalar_type=base.scalar_type, sizes=sizes, dim_order=tuple(range(len(sizes))),
-            requires_grad=meta.requires_grad,
+            requires_grad=base.requires_grad,  # a view requires grad as its base does
             dynamism=TensorShapeDynamism.DYNAMIC_BOUND if dynamic else TensorShapeDynamism.STATIC,
             data_buffer_idx=base.data_buffer_idx, storage=base.storage,
         )

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import cast
 
 from texir.emit.debug import DelegateDebug, MethodDebug
+from texir.ir.analysis import iter_refs
 from texir.ir.blob import Blob
 from texir.ir.op_facts import op_table
 from texir.ir.op_schema import ArgSchema, OpSchema
@@ -78,6 +79,36 @@ from texir.emit.common import (
 
 
 
+
+# Ops whose results never require grad (autograd gives them no derivative), and multi-result ops
+# whose extra results are not differentiable (saved statistics), as eager autograd says.
+_NON_DIFFERENTIABLE: frozenset[str] = frozenset({
+    "aten::detach.default", "aten::detach_copy.default", "aten::histc.default",
+    "aten::zeros_like.default", "aten::ones_like.default", "aten::empty_like.default",
+    "aten::full_like.default", "aten::rand_like.default", "aten::randn_like.default",
+    "aten::new_zeros.default", "aten::new_ones.default", "aten::new_empty.default",
+    "aten::new_full.default", "aten::scalar_tensor.default",
+})
+_DIFFERENTIABLE_RESULTS: dict[str, tuple[bool, ...]] = {
+    target: (True, False, False)
+    for target in (
+        "aten::_native_batch_norm_legit_no_training.default", "aten::_native_batch_norm_legit.default",
+        "aten::_native_batch_norm_legit.no_stats", "aten::native_batch_norm.default",
+        "aten::_native_batch_norm_legit_functional.default", "aten::native_layer_norm.default",
+    )
+}
+_GRAD_DTYPES: frozenset[DType] = frozenset({
+    DType.float16, DType.bfloat16, DType.float32, DType.float64, DType.complex64, DType.complex128,
+})
+
+
+def result_requires_grad(target: str, index: int, dtype: DType, inputs_require_grad: bool) -> bool:
+    """Whether result `index` of `target` requires grad when an input does (`inputs_require_grad`)."""
+    if not inputs_require_grad or dtype not in _GRAD_DTYPES:
+        return False
+    flags = _DIFFERENTIABLE_RESULTS.get(target)
+    return flags[index] if flags is not None and index < len(flags) else True
+
 class ValueTable:
     """Values, storages, operators and instructions of one method, built in emission order."""
 
@@ -123,6 +154,7 @@ class ValueTable:
         self, meta: TensorMeta, *, where: str, planned: bool, start: int,
         allowed_orders: frozenset[tuple[int, ...]] | None = None,
         forced_order: tuple[int, ...] | None = None,
+        requires_grad: bool | None = None,
     ) -> int:
         """A new Tensor value. With `allowed_orders`, a non-contiguous dim order from the metadata is
         kept only if one of the op's tensor inputs has it (as ExecuTorch re-derives layouts after
@@ -138,7 +170,7 @@ class ValueTable:
             raise EmitError(f"{where}: dtype {meta.dtype} has no ExecuTorch scalar type")
         tensor = PendingTensor(
             scalar_type=DTYPE_TO_SCALAR_TYPE[meta.dtype], sizes=sizes, dim_order=order,
-            requires_grad=meta.requires_grad,
+            requires_grad=meta.requires_grad if requires_grad is None else requires_grad,
             dynamism=TensorShapeDynamism.DYNAMIC_BOUND if dynamic else TensorShapeDynamism.STATIC,
         )
         if planned:
@@ -146,6 +178,23 @@ class ValueTable:
             tensor.storage = len(self.storages)
             self.storages.append(Storage(size=nbytes, start=start, end=start))
         return self.add(tensor)
+
+    def grad_flows(self, target: str, bound: Mapping[str, Argument]) -> bool:
+        """Whether `target`'s floating results require grad as ExecuTorch's edge program leaves them:
+        its to_edge passes retrace every op with autograd on, so a result requires grad when the op
+        is differentiable and one of its tensor inputs requires grad (a parameter, or a value
+        computed from one). The runtime does not read the flag; it is written for equal files."""
+        if target in _NON_DIFFERENTIABLE:
+            return False
+        for value in bound.values():
+            for name in iter_refs(value):
+                found = self.by_name.get(name)
+                for index in (found,) if isinstance(found, int) else (found or ()):
+                    item = self.values[index]
+                    items = item.items if isinstance(item, (TensorList, OptionalTensorList)) else (index,)
+                    if any(i >= 0 and getattr(self.values[i], "requires_grad", False) for i in items):
+                        return True
+        return False
 
     def use(self, index: int) -> None:
         value = self.values[index]

@@ -40,71 +40,81 @@ _CALL0 = ((1, "O"),)
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
-    """Precomputed byte layout of a table with a given set of present fields."""
+    """Byte layout of a table with a given set of present fields, started at a given offset modulo 8."""
 
     packer: struct.Struct
     order: tuple[int, ...]
-    """Field indices (into the caller's list) in layout order."""
+    """Field indices (into the caller's list) in address order."""
     positions: tuple[int, ...]
-    """Byte position of each field (same order as `order`) inside the table."""
+    """Byte position of each field (same order as `order`) from the table's start (its vtable offset)."""
     is_offset: tuple[bool, ...]
     has_offsets: bool
     size: int
+    """Bytes the table takes, the alignment padding below its first field included (the vtable's object size)."""
     align: int
     vtable: bytes
 
 
-def _shape(key: tuple[tuple[int, str], ...]) -> _Shape:
+def _shape(key: tuple[tuple[int, str], ...], start: int) -> _Shape:
+    """The layout `flatbuffers.Builder` gives a table whose fields are prepended one by one in `key`'s
+    order (slot order: how flatc's generated `Pack` adds them, and so ExecuTorch) when the buffer holds
+    `start` bytes (only `start % 8` matters): each field is aligned to its size as it is prepended, then
+    the 4-byte vtable offset; padding before the first field belongs to the table."""
     sizes = [_SIZE[code] for _, code in key]
-    # Widest fields first after the 4-byte vtable soffset, so padding is at most 4 bytes.
-    order = sorted(range(len(key)), key=lambda k: (-sizes[k], key[k][0]))
+    offset = start
+    ends = []
+    for size in sizes:
+        offset += (-offset & (size - 1)) + size
+        ends.append(offset)
+    offset += (-offset & 3) + 4
+    object_offset = offset
+    positions_by_field = [object_offset - end for end in ends]
+    order = sorted(range(len(key)), key=lambda k: positions_by_field[k])
     fmt = "<i"
     pos = 4
-    positions = []
     for k in order:
-        pad = -pos % sizes[k]
-        if pad:
-            fmt += f"{pad}x"
-            pos += pad
+        gap = positions_by_field[k] - pos
+        if gap:
+            fmt += f"{gap}x"
         code = key[k][1]
         fmt += "I" if code == "O" else code
-        positions.append(pos)
-        pos += sizes[k]
+        pos = positions_by_field[k] + sizes[k]
     nslots = max((slot for slot, _ in key), default=-1) + 1
     slots = [0] * nslots
-    for k, p in zip(order, positions, strict=True):
-        slots[key[k][0]] = p
-    vtable = struct.pack(f"<HH{nslots}H", 4 + 2 * nslots, pos, *slots)
+    for k, (slot, _) in enumerate(key):
+        slots[slot] = positions_by_field[k]
+    size = object_offset - start
+    vtable = struct.pack(f"<HH{nslots}H", 4 + 2 * nslots, size, *slots)
     return _Shape(
         packer=struct.Struct(fmt),
         order=tuple(order),
-        positions=tuple(positions),
+        positions=tuple(positions_by_field[k] for k in order),
         is_offset=tuple(key[k][1] == "O" for k in order),
         has_offsets=any(code == "O" for _, code in key),
-        size=pos,
+        size=size,
         align=max([4, *sizes]),
         vtable=vtable,
     )
 
 
 class _Writer:
-    """One flatbuffer build on a `flatbuffers.Builder`.
+    """One flatbuffer build on a `flatbuffers.Builder`, byte-equal to ExecuTorch's writer.
 
-    Tables are laid out from a cached per-shape struct and written with one `pack_into` (the
-    Builder's per-field Prepend*Slot calls cost ~10x more); vtables are deduplicated by content.
-    Equal strings, scalar vectors, EValues and allocation tables are written once and shared by
-    offset (legal in flatbuffers: a buffer is a DAG). The output depends only on the input.
+    ExecuTorch packs its `schema.Program` with flatc's generated object API (`ProgramT.Pack`): every
+    table's children (strings, vectors, tables) are created depth-first in field order, then its
+    present fields are prepended in field order; nothing is shared (each string and vector is
+    written where it is reached); vtables are deduplicated by the Builder. This writer builds the
+    same bytes, but lays each table out from a cached per-shape struct and writes it with one
+    `pack_into` (the Builder's per-field Prepend*Slot calls cost ~10x more). The output depends only
+    on the input.
     """
 
-    __slots__ = ("b", "strings", "vectors", "evalues", "vtables", "shapes", "tensor_align", "delegate_align")
+    __slots__ = ("b", "vtables", "shapes", "tensor_align", "delegate_align")
 
     def __init__(self, tensor_align: int, delegate_align: int, size_hint: int) -> None:
         self.b = Builder(max(1024, size_hint))
-        self.strings: dict[str, int] = {}
-        self.vectors: dict[tuple[str, tuple[object, ...]], int] = {}
-        self.evalues: dict[object, int] = {}
         self.vtables: dict[bytes, int] = {}
-        self.shapes: dict[tuple[tuple[int, str], ...], _Shape] = {}
+        self.shapes: dict[tuple[tuple[tuple[int, str], ...], int], _Shape] = {}
         self.tensor_align = tensor_align
         self.delegate_align = delegate_align
 
@@ -128,23 +138,28 @@ class _Writer:
         return head
 
     def table(self, key: tuple[tuple[int, str], ...], values: list[object]) -> int:
-        """Write a table whose present (non-default) fields are `key` = ((slot, code), ...) with
-        `values` (offset fields hold the target's offset); returns the table's offset."""
-        shape = self.shapes.get(key)
-        if shape is None:
-            shape = self.shapes[key] = _shape(key)
+        """Write a table whose present (non-default) fields are `key` = ((slot, code), ...), in slot
+        order, with `values` (offset fields hold the target's offset); returns the table's offset."""
         b = self.b
         buf: bytearray = b.Bytes
+        head: int = b.head
+        start = len(buf) - head
+        shape = self.shapes.get((key, start & 7))
+        if shape is None:
+            shape = self.shapes[(key, start & 7)] = _shape(key, start)
         size = shape.size
-        table_off: int = len(buf) - b.head + size
-        pad = -table_off & (shape.align - 1)
-        if b.head >= pad + size and shape.align <= b.minalign:  # fast path: room, no new alignment
-            table_off += pad
-            b.head = head = len(buf) - table_off
-        else:
-            head = self.reserve(shape.align, size)
+        vt_off = self.vtables.get(shape.vtable)
+        # room for the table and (when new) its vtable right below it: no padding, as the table's
+        # start is 4-aligned and a vtable is a whole number of u16s
+        need = size if vt_off is not None else size + len(shape.vtable)
+        if head < need:
+            head = self.reserve(1, need) + need
             buf = b.Bytes
-            table_off = len(buf) - head
+        head -= size
+        b.head = head
+        if shape.align > b.minalign:
+            b.minalign = shape.align
+        table_off = start + size
         if shape.has_offsets:
             ordered = [
                 table_off - pos - values[k] if is_off else values[k]  # type: ignore[operator]  # offset fields hold ints
@@ -152,35 +167,28 @@ class _Writer:
             ]
         else:
             ordered = [values[k] for k in shape.order]
-        vt_off = self.vtables.get(shape.vtable)
         if vt_off is not None:
             shape.packer.pack_into(buf, head, vt_off - table_off, *ordered)
             return table_off
-        shape.packer.pack_into(buf, head, 0, *ordered)
         n = len(shape.vtable)
-        vt_head = self.reserve(2, n)
-        buf = self.b.Bytes
-        buf[vt_head : vt_head + n] = shape.vtable
+        vt_head = head - n
+        buf[vt_head:head] = shape.vtable
+        b.head = vt_head
+        if b.minalign < 2:
+            b.minalign = 2
         vt_off = len(buf) - vt_head
         self.vtables[shape.vtable] = vt_off
-        struct.pack_into("<i", buf, len(buf) - table_off, vt_off - table_off)
+        shape.packer.pack_into(buf, head, vt_off - table_off, *ordered)
         return table_off
 
     def fields(self, fields: list[_Field]) -> int:
         return self.table(tuple((f[0], f[1]) for f in fields), [f[2] for f in fields])
 
     def string(self, value: str) -> int:
-        off = self.strings.get(value)
-        if off is None:
-            off = self.strings[value] = int(self.b.CreateString(value))
-        return off
+        return int(self.b.CreateString(value))
 
     def scalars(self, code: str, items: Sequence[object]) -> int:
         """A vector of fixed-width scalars, packed in one call (struct code, e.g. "i", "q")."""
-        key = (code, tuple(items))
-        off = self.vectors.get(key)
-        if off is not None:
-            return off
         size = _SIZE[code]
         n = len(items)
         nbytes = n * size
@@ -191,8 +199,7 @@ class _Writer:
         head = self.reserve(4, 4)
         buf = self.b.Bytes
         _U32.pack_into(buf, head, n)
-        off = self.vectors[key] = len(buf) - head
-        return off
+        return len(buf) - head
 
     def blob(self, data: Blob | bytes, alignment: int) -> int:
         """A [ubyte] vector whose data starts at a multiple of `alignment` (force_align)."""
@@ -219,20 +226,11 @@ class _Writer:
 
     def evalue(self, ev: s.EValue) -> int:
         val = ev.val
-        # Double(0.0) == Double(-0.0) and nan != nan: never share Doubles.
-        cacheable = not isinstance(val, s.Double)
-        if cacheable:
-            cached = self.evalues.get(ev)
-            if cached is not None:
-                return cached
         tag = _KERNEL_TAG.get(type(val))
         if tag is None:
             raise PteEncodeError(f"EValue.val: {type(val).__name__} is not a KernelTypes member")
         member = self.kernel_type(val)
-        off = self.table(_UNION, [tag, member])
-        if cacheable:
-            self.evalues[ev] = off
-        return off
+        return self.table(_UNION, [tag, member])
 
     def kernel_type(self, val: s.KernelTypes) -> int:
         if isinstance(val, s.Tensor):
@@ -274,17 +272,14 @@ class _Writer:
             fields.append((5, "I", t.data_buffer_idx))
         a = t.allocation_info
         if a is not None:
-            off = self.evalues.get(a)
-            if off is None:
-                af: list[_Field] = []
-                if a.memory_id:
-                    af.append((0, "I", a.memory_id))
-                if a.memory_offset_low:
-                    af.append((1, "I", a.memory_offset_low))
-                if a.memory_offset_high:
-                    af.append((2, "I", a.memory_offset_high))
-                off = self.evalues[a] = self.fields(af)
-            fields.append((6, "O", off))
+            af: list[_Field] = []
+            if a.memory_id:
+                af.append((0, "I", a.memory_id))
+            if a.memory_offset_low:
+                af.append((1, "I", a.memory_offset_low))
+            if a.memory_offset_high:
+                af.append((2, "I", a.memory_offset_high))
+            fields.append((6, "O", self.fields(af)))
         if t.layout:
             fields.append((7, "b", t.layout))
         if t.shape_dynamism:
@@ -356,11 +351,6 @@ class _Writer:
         return self.fields(fields)
 
     def delegate(self, d: s.BackendDelegate) -> int:
-        specs = [
-            self.fields([(0, "O", self.string(cs.key)), (1, "O", self.scalars("B", cs.value))])
-            for cs in d.compile_specs
-        ]
-        spec_vec = self.tables(specs)
         ident = self.string(d.id)
         pf: list[_Field] = []
         if d.processed.location:
@@ -368,6 +358,11 @@ class _Writer:
         if d.processed.index:
             pf.append((1, "I", d.processed.index))
         processed = self.fields(pf)
+        specs = []
+        for cs in d.compile_specs:
+            key = self.string(cs.key)
+            specs.append(self.fields([(0, "O", key), (1, "O", self.scalars("B", cs.value))]))
+        spec_vec = self.tables(specs)
         return self.fields([(0, "O", ident), (1, "O", processed), (2, "O", spec_vec)])
 
     def plan(self, p: s.ExecutionPlan) -> int:
