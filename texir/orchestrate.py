@@ -25,7 +25,7 @@ from texir.backends.xnnpack.partitioner import XnnpackNativePartitioner
 from texir.errors import TexirError
 from texir.executorch.edge_program import conversion_memo, exported_program_of, forget_exported, remember_exported
 from texir.ir import CallFunction, Program
-from texir.lowering.api import _describe
+from texir.lowering.api import describe_partitioner
 from texir.lowering.backend import registered_backends
 from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
 from texir.lowering.delegate import NodeOrder, PreprocessOptions
@@ -81,7 +81,7 @@ def lower(
     `texir.lowering.report.Lowered` (per method for a mapping): the lowered `program`, ready for
     `texir.emit.emit`; the `edge` program it partitioned (decomposed, with the to_edge rewrites,
     before any delegation: what ExecuTorch records in an ETRecord, `texir.executorch.write_etrecord`
-    takes it); the program each partitioner was shown (`seen`); and the `report`: each delegate
+    takes it, and what the first partitioner is shown); and the `report`: each delegate
     (backend, nodes, blob size, named data, cache hit, seconds) in call order and each node left
     undelegated with the partitioners' reasons.
 
@@ -344,7 +344,7 @@ def _decompose_turned_down(
             )
         for n in names:
             if n in kept:
-                turned_down.setdefault(n, _describe(partitioner))
+                turned_down.setdefault(n, describe_partitioner(partitioner))
     if not turned_down:
         return program, ()
     notes = tuple(TurnedDown(node=n, target=kept[n], partitioner=p) for n, p in sorted(turned_down.items()))
