@@ -15,7 +15,7 @@ import pydantic
 import texir.backends  # noqa: F401  (registers texir-reference and the demo backend for --backend)
 from texir.errors import LoweringError, UsageError
 from texir.ir import CallFunction, Program
-from texir.lowering.plan import walk_keyed_graphs
+from texir.ir.analysis import walk_keyed_graphs
 from texir.cli.lower_output import explain_rows, print_json, print_report
 from texir.cli.model_spec import is_snapshot_path, load_model, load_program
 from texir.cli.paths import Outputs, refuse_clobbering

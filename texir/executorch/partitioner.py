@@ -18,7 +18,8 @@ from texir.adapters.fx_import import from_exported_program
 from texir.adapters.targets import canonical_target
 from texir.ir import BackendNodeMeta, CallFunction, CompileSpec, Program
 from texir.lowering.errors import PartitionerError
-from texir.lowering.plan import DelegationSpec, PartitionPlan, node_key, walk_keyed_graphs
+from texir.lowering.plan import DelegationSpec, PartitionPlan
+from texir.ir.analysis import node_key, walk_keyed_graphs
 
 __all__ = ["ExecutorchPartitioner", "executorch_partitioner"]
 

@@ -46,7 +46,7 @@ from texir.ir import (
     ValueMeta,
     build_graph,
 )
-from texir.ir.analysis import value_metas
+from texir.ir.analysis import node_key, value_metas, walk_keyed_graphs
 from texir.ir.names import (
     CALL_DELEGATE,
     GETITEM,
@@ -77,9 +77,7 @@ from texir.lowering.report import AppliedPlan, DelegateReport
 from texir.lowering.plan import (
     CheckedPlan,
     PartitionPlan,
-    node_key,
     validate_plan,
-    walk_keyed_graphs,
 )
 
 __all__ = [

@@ -18,7 +18,8 @@ from texir.ir import CallFunction, Program
 from texir.lowering.api import call_partitioner, describe_partitioner
 from texir.lowering.delegate import NodeOrder, PreprocessOptions, apply_plan, check_node_order
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerArgumentError, PartitionerError
-from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
+from texir.lowering.plan import Partitioner
+from texir.ir.analysis import node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache, check_workers, default_cache
 from texir.lowering.report import DelegateReport, Lowered, PhaseClock, TurnedDown, build_report
 

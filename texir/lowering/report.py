@@ -18,7 +18,7 @@ import msgspec
 
 from texir.ir import CallFunction, GetAttr, Program, Ref
 from texir.ir.names import CALL_DELEGATE, GETITEM
-from texir.lowering.plan import node_key, walk_keyed_graphs
+from texir.ir.analysis import node_key, walk_keyed_graphs
 
 __all__ = [
     "AppliedPlan",
