@@ -15,6 +15,7 @@ from typing import Any, Union, overload
 import msgspec
 from torch.export import ExportedProgram
 
+from texir.adapters.conversion_memo import conversion_memo, exported_program_of, forget_exported, remember_exported
 from texir.adapters.decompositions import decompose_nodes, functionalize, has_subclass_state
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import from_exported_program
@@ -23,7 +24,6 @@ from texir.adapters.tensors import digest_memo
 from texir.backends import xnnpack
 from texir.backends.xnnpack.partitioner import XnnpackNativePartitioner
 from texir.errors import TexirError
-from texir.executorch.edge_program import conversion_memo, exported_program_of, forget_exported, remember_exported
 from texir.ir import CallFunction, Program
 from texir.lowering.api import describe_partitioner
 from texir.lowering.backend import registered_backends

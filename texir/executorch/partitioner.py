@@ -12,7 +12,8 @@ import torch
 
 from texir.executorch.backend import register_executorch_backend
 from texir.executorch.deps import require_executorch
-from texir.executorch.edge_program import exported_program_of, graph_modules, to_edge_exported_program
+from texir.adapters.conversion_memo import exported_program_of
+from texir.executorch.edge_program import graph_modules, to_edge_exported_program
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import from_exported_program
 from texir.adapters.targets import canonical_target

@@ -36,7 +36,7 @@ from texir.lowering.errors import (
     UnknownBackendError,
     UnknownNodeError,
 )
-from texir.lowering.lowered import delegate_wrapper_program, get_lowered_submodules
+from texir.lowering.lowered_modules import delegate_wrapper_program, get_lowered_submodules
 from texir.lowering.partitioners import (
     NodeContext,
     NodeFilter,
