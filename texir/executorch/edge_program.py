@@ -10,7 +10,7 @@ from torch.export import ExportedProgram
 
 from texir.adapters.decompositions import graph_modules
 from texir.executorch.deps import require_executorch
-from texir.adapters.fx_export import to_exported_program
+from texir.adapters.fx_export import rebuilt_exported, to_exported_program
 from texir.adapters.targets import canonical_target
 from texir.errors import UnsupportedError
 from texir.ir import Program
@@ -90,19 +90,8 @@ def _as_edge_dialect(ep: ExportedProgram, preserve_ops: list[torch._ops.OpOverlo
     verifier = EXIREdgeDialectVerifier(
         edge_compile_config=EdgeCompileConfig(), class_only=True, preserve_ops=preserve_ops
     )
-    gm = ep.graph_module
     try:
-        return ExportedProgram(
-            root=gm,
-            graph=gm.graph,
-            graph_signature=ep.graph_signature,
-            state_dict=ep.state_dict,
-            range_constraints=ep.range_constraints,
-            module_call_graph=ep.module_call_graph,
-            example_inputs=ep.example_inputs,
-            constants=ep.constants,
-            verifiers=[verifier],
-        )
+        return rebuilt_exported(ep, verifiers=[verifier])
     except Exception as exc:  # ExecuTorch's SpecViolationError and friends: one typed error
         raise UnsupportedError(
             f"the program is not valid edge dialect for ExecuTorch's verifier ({type(exc).__name__}: {exc}); "
