@@ -15,7 +15,6 @@ import gc
 import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
 
 import msgspec
 
@@ -93,8 +92,7 @@ __all__ = [
 SharedModules = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 
 
-@dataclass(frozen=True)
-class PreprocessOptions:
+class PreprocessOptions(msgspec.Struct, frozen=True):
     """How backends run: through `cache` (None: none), on `executor` when given (any
     `concurrent.futures.Executor`), else in up to `jobs` worker processes."""
 

@@ -13,7 +13,6 @@ import math
 import os
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -118,8 +117,7 @@ def _align(n: int, alignment: int) -> int:
 # --- encoding -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Segment:
+class _Segment(msgspec.Struct, frozen=True):
     chunks: tuple[memoryview, ...]
     size: int
 
