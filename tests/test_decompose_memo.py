@@ -14,7 +14,7 @@ from texir.adapters import from_exported_program
 from texir.ir import Program, StateEntry, canonicalize
 from texir.lowering import OpSupportPartitioner, PreprocessCache
 from texir.orchestrate import lower
-from texir.lowering.plan import walk_keyed_graphs
+from texir.ir.analysis import walk_keyed_graphs
 from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
 
 MODELS = ("mlp", "conv_bn", "attention", "running_stats", "lifted_constant", "embedding", "dynamic_seq",

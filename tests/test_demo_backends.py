@@ -29,7 +29,7 @@ from texir.lowering.api import to_backend
 from texir.lowering.backend import registered_backends
 from texir.backends.demo import BACKEND_ID as DEMO_ID
 from texir.backends.demo import decode_demo_bytes, encode_demo_program
-from texir.lowering.lowered import get_lowered_submodules
+from texir.lowering.lowered_modules import get_lowered_submodules
 from texir.lowering.plan import DelegationSpec, PartitionPlan
 from texir.backends.reference import BACKEND_ID as REFERENCE_ID
 from texir.backends.reference import decode_reference

@@ -160,7 +160,7 @@ def test_native_xnnpack_writes_the_same_llama_and_it_runs_bitwise_equal(files: d
     program = lowered.program
     # ExecuTorch's partitioner on the program texir's saw: the same tag on every node, tags in the same
     # order (its GroupBasedPartitioner's ids: the 24 partitions are tag0, tag1, tag5, tag17, ...).
-    seen = lowered.seen[0]
+    seen = lowered.edge
     ours, theirs = partitioner()(seen), executorch_partitioner(XnnpackPartitioner())(seen)
     assert dict(ours.tags) == dict(theirs.tags)
     assert [tag for tag, _ in ours.specs] == [tag for tag, _ in theirs.specs]

@@ -21,15 +21,17 @@ def test_table_and_explain(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].split()[:7] == ["module", "backend", "tag", "nodes", "inputs", "outputs", "consumed"]
-    # The buffer update and the final add form tag0; add, addmm and mul form tag1, which owns fc.bias.
-    # Rows come in call order: the program calls lowered_module_1 (tag1) first.
-    assert lines[1].split()[:9] == ["lowered_module_1", "texir-test", "tag1", "3", "3", "1", "1", "54", "0"]
-    assert lines[2].split()[:9] == ["lowered_module_0", "texir-test", "tag0", "2", "2", "2", "0", "34", "0"]
+    # The buffer update and the final add form tag0, which owns the buffer update's 1.0 (a lifted
+    # constant after the to_edge rewrites, as in texir.lower); add, addmm and mul form tag1, which
+    # owns fc.bias. Rows come in call order, modules numbered as texir.lower numbers them.
+    assert lines[1].split()[:9] == ["lowered_module_0", "texir-test", "tag1", "3", "3", "1", "1", "54", "0"]
+    assert lines[2].split()[:9] == ["lowered_module_1", "texir-test", "tag0", "2", "2", "2", "1", "34", "0"]
     assert "not delegated: 2 nodes" in out
     assert [line.split()[:3] for line in lines[6:8]] == [
-        ["aten::permute.default", "1", "no_partitioner"], ["aten::sin.default", "1", "no_partitioner"]]
-    assert "sin (aten::sin.default): not delegated: op 'aten::sin.default' is not among the supported ops" in out
-    assert "mul (aten::mul.Tensor): delegated: delegated to texir-test as tag1 (lowered_module_1)" in out
+        ["aten::permute_copy.default", "1", "no_partitioner"], ["aten::sin.default", "1", "no_partitioner"]]
+    assert ("aten_sin_default (aten::sin.default): not delegated: op 'aten::sin.default' is not among the "
+            "supported ops") in out
+    assert "aten_mul_tensor (aten::mul.Tensor): delegated: delegated to texir-test as tag1 (lowered_module_0)" in out
 
 
 def test_json_snapshot_and_pte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,7 +45,7 @@ def test_json_snapshot_and_pte(tmp_path: Path, capsys: pytest.CaptureFixture[str
     payload = json.loads(capsys.readouterr().out)
     (row,) = payload["delegates"]
     assert row["tag"] == "tag0" and row["backend"] == "texir-test" and row["module"] == "lowered_module_0"
-    assert sorted(row["consumed"]) == ["count", "fc.bias", "fc.weight"]
+    assert sorted(row["consumed"]) == ["_lifted_tensor_constant1", "count", "fc.bias", "fc.weight"]
     assert row["blob_bytes"] > 0 and row["cache_hit"] is False and payload["undelegated"] == []
     assert all(e["status"] == "delegated" for e in payload["explain"])
     assert [(w["path"], w["kind"]) for w in payload["written"]] == [
@@ -105,3 +107,26 @@ def test_partitioner_function_from_file(tmp_path: Path, capsys: pytest.CaptureFi
     kept = [e for e in payload["explain"] if e["status"] == "not delegated"]
     assert kept and all(e["reason"].startswith("not tagged by the partitioner") for e in kept)
     assert [u["node"] for u in payload["undelegated"]] == [e["node"] for e in kept]
+
+
+@pytest.mark.parametrize("how", [["--ops", OPS], ["--whole"]])
+def test_cli_lowers_through_lower(how: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`texir lower --ops/--whole` goes the way `texir.lower` does (the to_edge rewrites, then the
+    partitioner): the same lowered program, the same report's delegates."""
+    from texir.cli.model_spec import load_model
+    from texir.lowering import OpSupportPartitioner, WholeProgramPartitioner
+    from texir.orchestrate import lower
+
+    snap = tmp_path / "lowered.msgpack"
+    assert main(["lower", MODEL, "--backend", "texir-test", *how, "--snapshot", str(snap), "--json", "--no-cache"]) == 0
+    rows = json.loads(capsys.readouterr().out)["delegates"]
+    partitioner = (OpSupportPartitioner("texir-test", tuple(OPS.split(","))) if how[0] == "--ops"
+                   else WholeProgramPartitioner("texir-test"))
+    done = lower(load_model(MODEL), [partitioner], cache=None)
+    assert done.program.dialect == "EDGE_PARTITIONABLE"  # the to_edge rewrites ran
+    mine = tmp_path / "lower.msgpack"
+    snapshot.dump(done.program, mine, format=snapshot.format_for_path(mine), include_data=True)
+    assert snap.read_bytes() == mine.read_bytes()
+    assert [(r["module"], r["nodes"], r["targets"]) for r in rows] == [
+        (d.module, list(d.nodes), list(d.targets)) for d in done.report.delegates]
+    assert all(t.startswith("aten::") for r in rows for t in r["targets"])

@@ -111,7 +111,9 @@ def test_the_report_says_what_was_turned_down_and_what_stayed_undelegated() -> N
                and n.target not in (CALL_DELEGATE, GETITEM)]
     assert [u.node for u in report.undelegated] == [n.name for n in outside] and outside
     assert all(u.reason == "no_partitioner" and "not tagged by the partitioner" in u.detail for u in report.undelegated)
-    assert done.seen == (done.edge,) and done.program == lower(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None).program
+    edge_targets = {n.name: n.target for n in done.edge.graph.nodes if isinstance(n, CallFunction)}
+    assert delegate.targets == tuple(edge_targets[n] for n in delegate.nodes) and delegate.targets
+    assert done.program == lower(_export(), [_KeepsLinearButNotDynamicWeights()], cache=None).program
 
 
 class _Bad(_KeepsLinearButNotDynamicWeights):

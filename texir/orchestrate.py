@@ -8,13 +8,14 @@ A texir Program already in core ATen lowers without torch through `texir.lowerin
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import Union, overload
+from typing import Any, Union, overload
 
 import msgspec
 from torch.export import ExportedProgram
 
+from texir.adapters.conversion_memo import conversion_memo, exported_program_of, forget_exported, remember_exported
 from texir.adapters.decompositions import decompose_nodes, functionalize, has_subclass_state
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import from_exported_program
@@ -23,15 +24,15 @@ from texir.adapters.tensors import digest_memo
 from texir.backends import xnnpack
 from texir.backends.xnnpack.partitioner import XnnpackNativePartitioner
 from texir.errors import TexirError
-from texir.executorch.edge_program import conversion_memo, exported_program_of, forget_exported, remember_exported
 from texir.ir import CallFunction, Program
-from texir.lowering.api import _describe
+from texir.lowering.api import describe_partitioner
 from texir.lowering.backend import registered_backends
 from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
 from texir.lowering.delegate import NodeOrder, PreprocessOptions
 from texir.lowering.errors import PartitionerError
 from texir.lowering.lower import CacheChoice, lower_edge, one_sequence, per_method, preprocess_options
-from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
+from texir.lowering.plan import Partitioner
+from texir.ir.analysis import node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache
 from texir.lowering.report import Lowered, PhaseClock, TurnedDown
 
@@ -81,7 +82,7 @@ def lower(
     `texir.lowering.report.Lowered` (per method for a mapping): the lowered `program`, ready for
     `texir.emit.emit`; the `edge` program it partitioned (decomposed, with the to_edge rewrites,
     before any delegation: what ExecuTorch records in an ETRecord, `texir.executorch.write_etrecord`
-    takes it); the program each partitioner was shown (`seen`); and the `report`: each delegate
+    takes it, and what the first partitioner is shown); and the `report`: each delegate
     (backend, nodes, blob size, named data, cache hit, seconds) in call order and each node left
     undelegated with the partitioners' reasons.
 
@@ -221,17 +222,25 @@ def _kept_ops(method: str, aten: Program | None, partitioners: tuple[Partitioner
         if getattr(partitioner, "ops_to_not_decompose", None) is None:
             continue
         assert aten is not None  # _imported converts it when a partitioner asks
-        try:
-            names = tuple(partitioner.ops_to_not_decompose(aten))  # type: ignore[attr-defined]  # checked above
-        except TexirError:
-            raise
-        except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
-            raise PartitionerError(
-                f"method {method!r}: {partitioner!r}.ops_to_not_decompose raised {type(exc).__name__}: {exc}"
-            ) from exc
-        for name in names:
+        for name in _call_hook(method, partitioner, "ops_to_not_decompose", aten, tuple):
             keep.setdefault(name, repr(partitioner))
     return keep
+
+
+def _call_hook(
+    method: str, partitioner: Partitioner, hook: str, program: Program, then: Callable[[Any], Any] = lambda x: x
+) -> Any:
+    """`then(partitioner.<hook>(program))` (`then`: e.g. `tuple`, so that a generator's failure counts
+    too); anything but a texir error it raises is a `PartitionerError` naming the method, the
+    partitioner and the hook, with the original as the cause."""
+    try:
+        return then(getattr(partitioner, hook)(program))
+    except TexirError:
+        raise
+    except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
+        raise PartitionerError(
+            f"method {method!r}: {partitioner!r}.{hook} raised {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _transformed_before_decomposition(
@@ -249,14 +258,7 @@ def _transformed_before_decomposition(
             if ep is None:  # pragma: no cover - _lower_one_memo sets one of the two
                 raise PartitionerError("internal error: nothing to transform; please report")
             current = from_exported_program(ep)  # once, whatever the number of hooks
-        try:
-            changed = hook(current)
-        except TexirError:
-            raise
-        except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
-            raise PartitionerError(
-                f"method {method!r}: {partitioner!r}.transform_for_pre_decomposition raised {type(exc).__name__}: {exc}"
-            ) from exc
+        changed = _call_hook(method, partitioner, "transform_for_pre_decomposition", current)
         if not isinstance(changed, Program):
             raise PartitionerError(
                 f"method {method!r}: {partitioner!r}.transform_for_pre_decomposition returned "
@@ -325,17 +327,9 @@ def _decompose_turned_down(
         return program, ()
     turned_down: dict[str, str] = {}
     for partitioner in partitioners:
-        ask = getattr(partitioner, "nodes_to_decompose", None)
-        if ask is None:
+        if getattr(partitioner, "nodes_to_decompose", None) is None:
             continue
-        try:
-            names = tuple(ask(program))
-        except TexirError:
-            raise
-        except Exception as exc:  # a partitioner's failure of any kind becomes one typed error
-            raise PartitionerError(
-                f"method {method!r}: {partitioner!r}.nodes_to_decompose raised {type(exc).__name__}: {exc}"
-            ) from exc
+        names = _call_hook(method, partitioner, "nodes_to_decompose", program, tuple)
         unknown = sorted(str(n) for n in names if n not in known)
         if unknown:
             raise PartitionerError(
@@ -344,7 +338,7 @@ def _decompose_turned_down(
             )
         for n in names:
             if n in kept:
-                turned_down.setdefault(n, _describe(partitioner))
+                turned_down.setdefault(n, describe_partitioner(partitioner))
     if not turned_down:
         return program, ()
     notes = tuple(TurnedDown(node=n, target=kept[n], partitioner=p) for n, p in sorted(turned_down.items()))

@@ -31,7 +31,7 @@ from texir.adapters.torch_patches import lazy_graph_module_codegen
 from texir.errors import ConversionError, UnsupportedError
 from texir.ir import types as ir
 
-__all__ = ["to_exported_program"]
+__all__ = ["rebuilt_exported", "to_exported_program"]
 
 _MODULE_SELF = "self"
 """The one name FX cannot give a node: its generated forward() binds it to the module."""
@@ -396,3 +396,28 @@ def to_exported_program(program: ir.Program) -> ExportedProgram:
         raise ConversionError(f"expected a texir.ir.Program, got {type(program).__name__}")
     with gc_paused(), lazy_graph_module_codegen():
         return _ToFx(program).exported_program()
+
+
+def rebuilt_exported(
+    ep: ExportedProgram,
+    *,
+    graph_module: torch.fx.GraphModule | None = None,
+    graph_signature: gs.ExportGraphSignature | None = None,
+    state_dict: dict[str, Any] | None = None,
+    verifiers: list[type[Verifier]] | None = None,
+) -> ExportedProgram:
+    """A new ExportedProgram of `ep` with the given parts replaced (its graph is `graph_module`'s)
+    and every other field `ep`'s own: range constraints, module call graph, example inputs,
+    constants, and its verifiers unless `verifiers` is given. Building it runs the verifiers."""
+    gm = ep.graph_module if graph_module is None else graph_module
+    return ExportedProgram(
+        root=gm,
+        graph=gm.graph,
+        graph_signature=ep.graph_signature if graph_signature is None else graph_signature,
+        state_dict=ep.state_dict if state_dict is None else state_dict,
+        range_constraints=ep.range_constraints,
+        module_call_graph=ep.module_call_graph,
+        example_inputs=ep.example_inputs,
+        constants=ep.constants,
+        verifiers=list(ep.verifiers) if verifiers is None else verifiers,
+    )

@@ -36,6 +36,7 @@ from typing import Any, cast
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
+from torch._export.verifier import Verifier
 from torch._export.utils import _is_preservable_cia_op, _special_op_to_preserve_cia
 from torch._guards import detect_fake_mode
 from torch._ops import OpOverload
@@ -46,6 +47,7 @@ from torch.export.graph_signature import ExportGraphSignature, OutputKind, Outpu
 from torch.fx.traceback import NodeSource, NodeSourceAction
 from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_decomposed
 
+from texir.adapters.fx_export import rebuilt_exported
 from texir.adapters.decompositions import (
     edge_decomposition_table,
     functional_overload,
@@ -433,15 +435,11 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
         if isinstance(arg, TensorArgument):
             arg = TensorArgument(name=env[value].name)
         output_specs.append(OutputSpec(kind=out.kind, arg=arg, target=out.target))
-    return ExportedProgram(
-        root=torch.fx.GraphModule(ep.graph_module, rec.graph),
-        graph=rec.graph,
+    return rebuilt_exported(
+        ep,
+        graph_module=torch.fx.GraphModule(ep.graph_module, rec.graph),
         graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
-        state_dict=ep.state_dict,
-        range_constraints=ep.range_constraints,
-        module_call_graph=ep.module_call_graph,
-        example_inputs=ep.example_inputs,
-        constants=ep.constants,
+        verifiers=[Verifier],  # ATen, what run_decompositions gives back, whatever `ep`'s dialect
     )
 
 

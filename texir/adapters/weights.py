@@ -23,6 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.export import ExportedProgram
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from texir.adapters.fx_export import rebuilt_exported
 from texir.adapters.fx_signature import SignatureMismatchError, placeholder_renames
 from texir.errors import ConversionError
 
@@ -117,14 +118,4 @@ def attach_weights(ep: ExportedProgram, weights: Weights) -> ExportedProgram:
                 f"{list(tensor.stride())}; export again after changing the model"
             )
         state[name] = real
-    return ExportedProgram(
-        root=ep.graph_module,
-        graph=ep.graph,
-        graph_signature=ep.graph_signature,
-        state_dict=state,
-        range_constraints=ep.range_constraints,
-        module_call_graph=ep.module_call_graph,
-        example_inputs=ep.example_inputs,
-        constants=ep.constants,
-        verifiers=ep.verifiers,
-    )
+    return rebuilt_exported(ep, state_dict=state)

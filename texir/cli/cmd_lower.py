@@ -15,20 +15,19 @@ import pydantic
 import texir.backends  # noqa: F401  (registers texir-reference and the demo backend for --backend)
 from texir.errors import LoweringError, UsageError
 from texir.ir import CallFunction, Program
-from texir.lowering.plan import walk_keyed_graphs
+from texir.ir.analysis import walk_keyed_graphs
 from texir.cli.lower_output import explain_rows, print_json, print_report
 from texir.cli.model_spec import is_snapshot_path, load_model, load_program
 from texir.cli.paths import Outputs, refuse_clobbering
 from texir.cli.progress import Progress
 from texir.errors import UnsupportedError
-from texir.lowering.api import _describe, call_partitioner
 from texir.lowering.backend import registered_backends
-from texir.lowering.delegate import apply_plan
+from texir.lowering.lower import lower_decomposed
 from texir.lowering.partitioners import (
     OpSupportPartitioner,
     WholeProgramPartitioner,
 )
-from texir.lowering.report import build_report
+from texir.lowering.report import LowerReport
 from texir.serialize import snapshot
 
 EPILOG = """\
@@ -291,13 +290,13 @@ def run(args: argparse.Namespace) -> int:
         for flag, path in declared:  # every output checked before any work
             outputs.add(flag, path)
         if opts.mode == "executorch":
-            lowered, report, seen, edge = _lower_executorch(args, opts, progress)
+            lowered, report, edge = _lower_executorch(args, opts, progress)
         else:
-            lowered, report, seen = _lower_texir(args, opts, progress)
+            lowered, report = _lower_texir(args, opts, progress)
             edge = None
         written = _write_outputs(args, outputs, lowered, progress, edge)
         outputs.commit()
-    explained = explain_rows(report, seen) if args.explain else None
+    explained = explain_rows(report) if args.explain else None
     if args.json:
         print_json(sys.stdout, report, explained, written)
     else:
@@ -307,9 +306,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) -> tuple[Program, Any, list[Program]]:
-    """--whole, --ops, a texir --partitioner, or none: the lowered program, its report, the program
-    the partitioner was shown."""
+def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) -> tuple[Program, LowerReport]:
+    """--whole, --ops, a texir --partitioner, or none: the program decomposed at load, then
+    `lower_decomposed` (the path `texir.lower` finishes on: to_edge rewrites, each partitioner);
+    the lowered program and its report."""
 
     if opts.backend is not None and opts.mode in ("whole", "ops"):
         _check_backend(opts.backend)  # (a --partitioner module may register its backend on import)
@@ -319,20 +319,15 @@ def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) ->
         program = load_program(opts.model, decompose=True, allow_non_core=opts.allow_non_core)
     if opts.mode == "ops":
         _warn_absent_ops(program, opts.ops)
-    if opts.mode == "none":
-        return program, build_report("forward", program, []), [program]
-    partitioner = build_partitioner(opts)
-    with progress.phase("partitioning"):
-        plan = call_partitioner(partitioner, program)
+    partitioners = [] if opts.mode == "none" else [build_partitioner(opts)]
     with progress.phase("lowering"):
-        done = apply_plan(program, plan)
-    report = build_report("forward", done.program, [(_describe(partitioner), partitioner, done.partitions)])
-    return done.program, report, [program]
+        done = lower_decomposed(program, partitioners, cache="default" if opts.cache else None, jobs=opts.jobs)
+    return done.program, done.report
 
 
 def _lower_executorch(
     args: argparse.Namespace, opts: LowerOptions, progress: Any
-) -> tuple[Program, Any, list[Program], Program]:
+) -> tuple[Program, LowerReport, Program]:
     """An ExecuTorch partitioner, through `texir.lower` (as ExecuTorch's to_edge_transform_and_lower)."""
     # lowering from an ExportedProgram imports torch: only this path pays for it
     from texir.orchestrate import lower
@@ -350,7 +345,7 @@ def _lower_executorch(
         cache: Literal["default"] | None = "default" if opts.cache else None
         with progress.phase(f"lowering with {partitioner!r}"):
             done = lower(source, [partitioner], cache=cache, jobs=opts.jobs, allow_non_core=opts.allow_non_core)
-    return done.program, done.report, list(done.seen), done.edge
+    return done.program, done.report, done.edge
 
 
 def _write_outputs(

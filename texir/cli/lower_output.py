@@ -8,33 +8,19 @@ from typing import Any, TextIO
 
 import msgspec
 
-from texir.ir import CallFunction, Program
-from texir.lowering.plan import node_key, walk_keyed_graphs
 from texir.lowering.report import LowerReport
 
 __all__ = ["explain_rows", "phase_line", "print_json", "print_report"]
 
 
-def _targets(programs: Sequence[Program]) -> dict[str, str]:
-    targets: dict[str, str] = {}
-    for program in programs:
-        for path, graph in walk_keyed_graphs(program.graph):
-            for node in graph.nodes:
-                if isinstance(node, CallFunction):
-                    targets.setdefault(node_key(path, node.name), node.target)
-    return targets
-
-
-def explain_rows(report: LowerReport, seen: Sequence[Program]) -> list[dict[str, str]]:
-    """One entry per operator node: delegated (to which backend, as which module), or not and why.
-    `seen` are the programs the partitioners were shown (they name the delegated nodes' ops)."""
-    targets = _targets(seen)
+def explain_rows(report: LowerReport) -> list[dict[str, str]]:
+    """One entry per operator node: delegated (to which backend, as which module), or not and why."""
     rows: list[dict[str, str]] = []
     for d in report.delegates:
-        for name in d.nodes:
+        for name, target in zip(d.nodes, d.targets):
             key = f"{d.graph}/{name}" if d.graph else name
             rows.append({
-                "node": key, "target": targets.get(key, "?"), "status": "delegated",
+                "node": key, "target": target or "?", "status": "delegated",
                 "reason": f"delegated to {d.backend} as {d.tag} ({d.module})",
             })
     for t in report.turned_down:

@@ -53,7 +53,6 @@ __all__ = [
     "ZERO_DIM_SUMS",
     "ASSERT_TARGETS",
     "CAST_TARGET",
-    "DEFAULT_PASSES",
     "DIM_ORDER_OPS",
     "EDGE_DIALECT",
     "EdgeError",
@@ -71,7 +70,6 @@ __all__ = [
     "LIFTED_PREFIX",
     "SCALAR_TENSOR_TARGET",
     "MIXED_TYPE_OPS",
-    "TO_EDGE_PASSES",
     "WRITE_BACK_TARGET",
     "cast_mixed_operands",
     "compact_debug_handles",
@@ -93,15 +91,6 @@ __all__ = [
 ]
 
 EdgePass = Callable[[Program], Program]
-
-DEFAULT_PASSES: tuple[EdgePass, ...] = tuple(p.fn for p in (*EMIT_TO_EDGE, *TO_EXECUTORCH))
-"""The functions of `EMIT_TO_EDGE` then `TO_EXECUTORCH` (texir.edge.pipeline), in ExecuTorch's order.
-`remove_unused_state` is not among them: ExecuTorch keeps unused state unless delegation consumed its
-users, so it is run by lowering, or added here by the caller."""
-
-TO_EDGE_PASSES: tuple[EdgePass, ...] = tuple(p.fn for p in TO_EDGE)
-"""The functions of `TO_EDGE` (texir.edge.pipeline): what `texir.orchestrate.lower` runs before
-partitioning."""
 
 
 def to_edge_program(

@@ -4,7 +4,6 @@ another value) or replace with new entries; nested graphs are rewritten too."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import msgspec
 
@@ -24,8 +23,7 @@ class EdgeError(PteError):
     """A program cannot be put into the edge form (the message names the node and the fix)."""
 
 
-@dataclass(frozen=True)
-class Forward:
+class Forward(msgspec.Struct, frozen=True):
     """Drop the node: every use of it reads `value` instead."""
 
     value: str

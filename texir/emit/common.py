@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Union
 
 import msgspec
@@ -133,8 +132,7 @@ ALIASABLE_VIEWS = frozenset({"aten::view_copy.default"})
 PendingValue = Union["PendingTensor", KernelTypes]
 
 
-@dataclass
-class PendingTensor:
+class PendingTensor(msgspec.Struct):
     """A Tensor value whose allocation is filled in after memory planning."""
 
     scalar_type: ScalarType
@@ -149,29 +147,27 @@ class PendingTensor:
     """Offset in the shared-state arena (memory id 2) under `share_mutable_buffers`."""
 
 
-@dataclass
-class Storage:
+class Storage(msgspec.Struct):
     size: int
     start: int
     end: int
 
 
-@dataclass
-class ProgramState:
+class ProgramState(msgspec.Struct):
     """Tables shared by all methods of one program: constants and delegate blobs, deduplicated."""
 
-    constants: list[Blob] = field(default_factory=lambda: [Blob(b"")])
-    constant_index: dict[tuple[str, int], int] = field(default_factory=dict)
-    delegate_data: list[Blob] = field(default_factory=list)
-    delegate_index: dict[tuple[str, int], int] = field(default_factory=dict)
-    named: dict[str, tuple[NamedDataEntry, str]] = field(default_factory=dict)
+    constants: list[Blob] = msgspec.field(default_factory=lambda: [Blob(b"")])
+    constant_index: dict[tuple[str, int], int] = msgspec.field(default_factory=dict)
+    delegate_data: list[Blob] = msgspec.field(default_factory=list)
+    delegate_index: dict[tuple[str, int], int] = msgspec.field(default_factory=dict)
+    named: dict[str, tuple[NamedDataEntry, str]] = msgspec.field(default_factory=dict)
     """Named data of all delegates by key, with the delegate that first stored it."""
-    mutable: list[Blob] = field(default_factory=lambda: [Blob(b"")])
-    mutable_index: dict[tuple[str, int], int] = field(default_factory=dict)
-    external: dict[str, dict[str, tuple[PtdEntry, str]]] = field(default_factory=dict)
+    mutable: list[Blob] = msgspec.field(default_factory=lambda: [Blob(b"")])
+    mutable_index: dict[tuple[str, int], int] = msgspec.field(default_factory=dict)
+    external: dict[str, dict[str, tuple[PtdEntry, str]]] = msgspec.field(default_factory=dict)
     """External entries by file tag and key, with where each was first stored."""
-    external_index: dict[tuple[str, int], int] = field(default_factory=dict)
-    shared: dict[str, int] = field(default_factory=dict)
+    external_index: dict[tuple[str, int], int] = msgspec.field(default_factory=dict)
+    shared: dict[str, int] = msgspec.field(default_factory=dict)
     """Under `share_mutable_buffers`: each shared buffer's offset in arena 2, by fully qualified name."""
     shared_size: int | None = None
     """The shared arena's size, or None when buffers are not shared."""

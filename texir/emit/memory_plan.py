@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from texir.errors import PteError
 
@@ -27,8 +28,7 @@ class MemoryPlanError(PteError):
     """A memory plan is invalid (two live tensors overlap, or a tensor leaves the arena)."""
 
 
-@dataclass(frozen=True)
-class Interval:
+class Interval(msgspec.Struct, frozen=True):
     """A tensor to place: `size` bytes, live from node index `start` to `end` inclusive."""
 
     size: int
@@ -36,8 +36,7 @@ class Interval:
     end: int
 
 
-@dataclass(frozen=True)
-class MemoryPlan:
+class MemoryPlan(msgspec.Struct, frozen=True):
     """`offsets[i]` is where `intervals[i]` lives; `total` is the arena size in bytes."""
 
     offsets: tuple[int, ...]

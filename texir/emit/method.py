@@ -322,8 +322,10 @@ class MethodEmitter(DelegateCalls):
     def promote_operands(
         self, node: CallFunction, target: str, schema: OpSchema, bound: Mapping[str, Argument], *, where: str
     ) -> dict[str, int]:
-        """RemoveMixedTypeOperators: the tensor operands of add/sub/mul/div/minimum are cast to the
-        computation dtype (the result's) first, lifted scalars included, as exir's to_edge does."""
+        """RemoveMixedTypeOperators for the Python scalars in tensor positions of add/sub/mul/div/minimum
+        (plain `emit` of an ATen program, where scalars stay literals): each becomes a 0-dim constant
+        cast to the computation dtype (the result's). Tensor operands are cast already: the edge
+        stages' `cast_mixed_operands` runs before any program reaches the emitter."""
         meta = self.graph.meta(node)
         if target not in MIXED_TYPE_OPS or not isinstance(meta, TensorMeta):
             return {}
@@ -335,13 +337,13 @@ class MethodEmitter(DelegateCalls):
             if a.kind != "tensor" or a.name not in bound:
                 continue
             arg = bound[a.name]
-            if not isinstance(arg, (Ref, IntArg, FloatArg, BoolArg)):
+            if not isinstance(arg, (IntArg, FloatArg, BoolArg)):
                 continue
             index = self.argument(a, arg, where=where)
             value = self.values[index]
             if isinstance(value, PendingTensor) and value.scalar_type != want:
                 casts[a.name] = self.cast(index, value, want, where=where)
-            elif not isinstance(arg, Ref):
+            else:
                 casts[a.name] = index  # the lifted constant, emitted once
         return casts
 

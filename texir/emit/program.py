@@ -16,7 +16,7 @@ from texir.ir.types import (
     Program,
     TensorMeta,
 )
-from texir.lowering.lowered import delegate_wrapper_program
+from texir.lowering.lowered_modules import delegate_wrapper_program
 from texir.serialize.pte.codec import PteOptions, dumps
 from texir.serialize.pte.schema import (
     BackendDelegateInlineData,

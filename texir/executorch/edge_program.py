@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -13,62 +10,17 @@ from torch.export import ExportedProgram
 
 from texir.adapters.decompositions import graph_modules
 from texir.executorch.deps import require_executorch
-from texir.adapters.fx_export import to_exported_program
+from texir.adapters.fx_export import rebuilt_exported, to_exported_program
 from texir.adapters.targets import canonical_target
 from texir.errors import UnsupportedError
 from texir.ir import Program
 
 __all__ = [
-    "conversion_memo",
     "edge_target",
     "executorch_edge_target",
-    "exported_program_of",
-    "forget_exported",
     "graph_modules",
-    "remember_exported",
     "to_edge_exported_program",
 ]
-
-_EXPORTED: ContextVar[dict[int, tuple[Program, ExportedProgram]] | None] = ContextVar("texir_exported", default=None)
-
-
-@contextlib.contextmanager
-def conversion_memo() -> Iterator[None]:
-    """Inside the block `exported_program_of` converts each program once: `lower` opens one per
-    method, so the partitioners' decomposition hooks share one ExportedProgram of the program they
-    are shown (the one it was converted from, when `remember_exported` recorded it)."""
-    token = _EXPORTED.set({})
-    try:
-        yield
-    finally:
-        _EXPORTED.reset(token)
-
-
-def remember_exported(program: Program, ep: ExportedProgram) -> None:
-    """Record that `program` is `ep` converted (inside a `conversion_memo`; else nothing)."""
-    memo = _EXPORTED.get()
-    if memo is not None:
-        memo[id(program)] = (program, ep)  # holds the program, so its id stays its own
-
-
-def forget_exported(program: Program) -> None:
-    """Drop what `remember_exported` recorded of `program` (when no hook will be shown it again)."""
-    memo = _EXPORTED.get()
-    if memo is not None:
-        memo.pop(id(program), None)
-
-
-def exported_program_of(program: Program) -> ExportedProgram:
-    """`program` as an ATen ExportedProgram, converted once per `conversion_memo` block. The result
-    is shared: read it, do not change it (`to_edge_exported_program` builds a fresh one to change)."""
-    memo = _EXPORTED.get()
-    found = memo.get(id(program)) if memo is not None else None
-    if found is not None and found[0] is program:
-        return found[1]
-    ep = to_exported_program(program)
-    remember_exported(program, ep)
-    return ep
-
 
 def edge_target(op: torch._ops.OpOverload) -> Any:
     """ExecuTorch's edge operator for an ATen (or other namespace) operator overload."""
@@ -138,19 +90,8 @@ def _as_edge_dialect(ep: ExportedProgram, preserve_ops: list[torch._ops.OpOverlo
     verifier = EXIREdgeDialectVerifier(
         edge_compile_config=EdgeCompileConfig(), class_only=True, preserve_ops=preserve_ops
     )
-    gm = ep.graph_module
     try:
-        return ExportedProgram(
-            root=gm,
-            graph=gm.graph,
-            graph_signature=ep.graph_signature,
-            state_dict=ep.state_dict,
-            range_constraints=ep.range_constraints,
-            module_call_graph=ep.module_call_graph,
-            example_inputs=ep.example_inputs,
-            constants=ep.constants,
-            verifiers=[verifier],
-        )
+        return rebuilt_exported(ep, verifiers=[verifier])
     except Exception as exc:  # ExecuTorch's SpecViolationError and friends: one typed error
         raise UnsupportedError(
             f"the program is not valid edge dialect for ExecuTorch's verifier ({type(exc).__name__}: {exc}); "

@@ -12,13 +12,15 @@ import torch
 
 from texir.executorch.backend import register_executorch_backend
 from texir.executorch.deps import require_executorch
-from texir.executorch.edge_program import exported_program_of, graph_modules, to_edge_exported_program
+from texir.adapters.conversion_memo import exported_program_of
+from texir.executorch.edge_program import graph_modules, to_edge_exported_program
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import from_exported_program
 from texir.adapters.targets import canonical_target
 from texir.ir import BackendNodeMeta, CallFunction, CompileSpec, Program
 from texir.lowering.errors import PartitionerError
-from texir.lowering.plan import DelegationSpec, PartitionPlan, node_key, walk_keyed_graphs
+from texir.lowering.plan import DelegationSpec, PartitionPlan
+from texir.ir.analysis import node_key, walk_keyed_graphs
 
 __all__ = ["ExecutorchPartitioner", "executorch_partitioner"]
 

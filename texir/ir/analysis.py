@@ -73,11 +73,22 @@ def output_node(graph: Graph) -> Output:
     return last
 
 
-def walk_graphs(graph: Graph, path: str = "") -> Iterator[tuple[str, Graph]]:
-    """The graph and every nested graph, depth first, with a dotted path ('' for the top)."""
+def walk_keyed_graphs(graph: Graph, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Graph]]:
+    """The graph and its nested graphs depth first, each with its subgraph-name path."""
     yield path, graph
     for sub in graph.subgraphs:
-        yield from walk_graphs(sub.graph, f"{path}.{sub.name}" if path else sub.name)
+        yield from walk_keyed_graphs(sub.graph, (*path, sub.name))
+
+
+def walk_graphs(graph: Graph, path: str = "") -> Iterator[tuple[str, Graph]]:
+    """`walk_keyed_graphs` with each path dotted ('' for the top)."""
+    for keyed, sub in walk_keyed_graphs(graph, tuple(path.split(".")) if path else ()):
+        yield ".".join(keyed), sub
+
+
+def node_key(path: tuple[str, ...], name: str) -> str:
+    """A node's key across nested graphs: 'name', or 'subgraph/name' (what plans and reports use)."""
+    return "/".join((*path, name))
 
 
 def call_nodes(graph: Graph) -> tuple[CallFunction, ...]:

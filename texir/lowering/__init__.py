@@ -2,7 +2,7 @@
 already in core ATen, without torch) and `to_backend` (ExecuTorch's three seed forms). `texir.lower`
 (texir.orchestrate) is the entry point from an ExportedProgram."""
 
-from texir.lowering.api import to_backend
+from texir.lowering.api import describe_partitioner, to_backend
 from texir.lowering.backend import (
     Backend,
     PreprocessResult,
@@ -13,13 +13,8 @@ from texir.lowering.backend import (
 )
 from texir.lowering.capability import maximal_partitions
 from texir.lowering.lower import lower_decomposed
-from texir.lowering.report import PHASES, DelegateReport, Lowered, LowerReport, Phase, TurnedDown, UndelegatedNode
-from texir.lowering.delegate import (
-    LoweringReport,
-    NodeOrder,
-    PartitionSummary,
-    PreprocessOptions,
-)
+from texir.lowering.report import PHASES, AppliedPlan, DelegateReport, Lowered, LowerReport, Phase, TurnedDown, UndelegatedNode
+from texir.lowering.delegate import NodeOrder, PreprocessOptions
 from texir.lowering.preprocess import CACHE_DIR_ENV, PreprocessCache, default_cache
 from texir.lowering.errors import (
     BackendError,
@@ -41,7 +36,7 @@ from texir.lowering.errors import (
     UnknownBackendError,
     UnknownNodeError,
 )
-from texir.lowering.lowered import delegate_wrapper_program, get_lowered_submodules
+from texir.lowering.lowered_modules import delegate_wrapper_program, get_lowered_submodules
 from texir.lowering.partitioners import (
     NodeContext,
     NodeFilter,
@@ -60,6 +55,7 @@ from texir.lowering.plan import (
 )
 
 __all__ = [
+    "AppliedPlan",
     "CACHE_DIR_ENV",
     "Backend",
     "CheckedPlan",
@@ -72,7 +68,6 @@ __all__ = [
     "DelegateReport",
     "LowerReport",
     "Lowered",
-    "LoweringReport",
     "PHASES",
     "Phase",
     "TurnedDown",
@@ -86,7 +81,6 @@ __all__ = [
     "NonConvexPartitionError",
     "OpSupportPartitioner",
     "PartitionPlan",
-    "PartitionSummary",
     "PreprocessCache",
     "PreprocessOptions",
     "Partitioner",
@@ -103,6 +97,7 @@ __all__ = [
     "UnknownNodeError",
     "WholeProgramPartitioner",
     "delegate_wrapper_program",
+    "describe_partitioner",
     "get_backend",
     "get_lowered_submodules",
     "default_cache",

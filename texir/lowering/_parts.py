@@ -5,8 +5,9 @@ one `GraphWork` per graph, and placing them in the order ExecuTorch's to_backend
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Literal
+
+import msgspec
 
 from texir.ir import (
     BackendNodeMeta,
@@ -65,22 +66,21 @@ and then lowers backend by backend (first appearance in the tag order), each bac
 in the order of their calls in the top graph, then those of nested graphs."""
 
 
-@dataclass
-class Part:
+class Part(msgspec.Struct):
     """One partition of one graph while it is being lowered."""
 
     tag: str
     spec: DelegationSpec
-    members: list[Node] = field(default_factory=list)
-    names: set[str] = field(default_factory=set)
-    user_inputs: list[str] = field(default_factory=list)
-    user_outputs: list[str] = field(default_factory=list)
-    consumed_mutations: list[tuple[str, int]] = field(default_factory=list)
+    members: list[Node] = msgspec.field(default_factory=list)
+    names: set[str] = msgspec.field(default_factory=set)
+    user_inputs: list[str] = msgspec.field(default_factory=list)
+    user_outputs: list[str] = msgspec.field(default_factory=list)
+    consumed_mutations: list[tuple[str, int]] = msgspec.field(default_factory=list)
     """(value name, parent output position) of buffer mutations that move into the delegate."""
     sub_program: Program | None = None
     module_name: str = ""
     call_name: str = ""
-    getitem_names: list[str] = field(default_factory=list)
+    getitem_names: list[str] = msgspec.field(default_factory=list)
     debug_handle: int = 0
     last_index: int = 0
 
@@ -89,8 +89,7 @@ def debug_handle_of(prov: Provenance | None) -> int:
     return prov.debug_handle if prov is not None and prov.debug_handle is not None else 0
 
 
-@dataclass
-class GraphWork:
+class GraphWork(msgspec.Struct):
     """The partitions of one graph while they are lowered (the graph's facts come checked)."""
 
     checked: CheckedGraph

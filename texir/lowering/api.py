@@ -14,7 +14,7 @@ from texir.lowering.errors import PartitionerArgumentError, PartitionerError
 from texir.lowering.plan import Partitioner, PartitionPlan
 from texir.lowering.preprocess import PreprocessRequest, run_preprocess
 
-__all__ = ["call_partitioner", "to_backend"]
+__all__ = ["call_partitioner", "describe_partitioner", "to_backend"]
 
 
 @overload
@@ -79,7 +79,7 @@ def to_backend(
 def call_partitioner(partitioner: Partitioner, program: Program) -> PartitionPlan:
     """The partitioner's plan; anything it raises comes out as a PartitionerError naming it, with
     the original exception as the cause."""
-    name = _describe(partitioner)
+    name = describe_partitioner(partitioner)
     try:
         plan = partitioner(program)
     except PartitionerError as exc:
@@ -98,8 +98,9 @@ def call_partitioner(partitioner: Partitioner, program: Program) -> PartitionPla
     return plan
 
 
-def _describe(partitioner: object) -> str:
-    """A partitioner as an error names it: its class repr, or a function's module-qualified name."""
+def describe_partitioner(partitioner: object) -> str:
+    """A partitioner as errors and reports name it (`DelegateReport.partitioner`): its repr, or a
+    function's module-qualified name."""
     qualname = getattr(partitioner, "__qualname__", None)
     if qualname is not None and not isinstance(partitioner, type):
         return f"{getattr(partitioner, '__module__', '?')}.{qualname}"

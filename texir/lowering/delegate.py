@@ -15,7 +15,6 @@ import gc
 import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
 
 import msgspec
 
@@ -46,7 +45,7 @@ from texir.ir import (
     ValueMeta,
     build_graph,
 )
-from texir.ir.analysis import value_metas
+from texir.ir.analysis import node_key, value_metas, walk_keyed_graphs
 from texir.ir.names import (
     CALL_DELEGATE,
     GETITEM,
@@ -73,20 +72,17 @@ from texir.lowering._parts import (
 )
 from texir.lowering._parts import order_like_executorch as _order_like_executorch
 from texir.lowering.sub_program import build_sub_program
-from texir.lowering.report import LoweringReport, PartitionSummary
+from texir.lowering.report import AppliedPlan, DelegateReport
 from texir.lowering.plan import (
     CheckedPlan,
     PartitionPlan,
-    node_key,
     validate_plan,
-    walk_keyed_graphs,
 )
 
 __all__ = [
-    "LoweringReport",
+    "AppliedPlan",
     "NodeOrder",
     "Numbering",
-    "PartitionSummary",
     "PreprocessOptions",
     "SharedModules",
     "check_node_order",
@@ -96,8 +92,7 @@ __all__ = [
 SharedModules = dict[tuple[str, tuple[CompileSpec, ...], Program], LoweredBackendModule]
 
 
-@dataclass(frozen=True)
-class PreprocessOptions:
+class PreprocessOptions(msgspec.Struct, frozen=True):
     """How backends run: through `cache` (None: none), on `executor` when given (any
     `concurrent.futures.Executor`), else in up to `jobs` worker processes."""
 
@@ -116,7 +111,7 @@ def apply_plan(
     order: NodeOrder = "program",
     shared: SharedModules | None = None,
     numbering: Numbering = "per_tag",
-) -> LoweringReport:
+) -> AppliedPlan:
     """Validate `plan` on `program`, compile every partition, and return the lowered program with
     a summary of each partition in lowering order. `shared`: lowered modules by (backend, compile
     specs, sub-program), filled as partitions compile, so that the methods of one `to_backend`
@@ -138,13 +133,13 @@ def apply_plan(
 def _lower(
     program: Program, plan: PartitionPlan, shared: SharedModules | None, preprocess: PreprocessOptions | None,
     order: NodeOrder, numbering: Numbering = "per_tag",
-) -> LoweringReport:
+) -> AppliedPlan:
     # Pass boundary: a malformed input gets the verifier's message (naming the node), not a failure
     # deep inside the pass. Linear in the program's size.
     verify(program)
     checked = validate_plan(program, plan)
     if not checked.graphs:
-        return LoweringReport(program=program, partitions=())
+        return AppliedPlan(program=program, delegates=())
     top_consumable: dict[str, _Consumable] = {
         s.name: s for s in program.signature.inputs if isinstance(s, (ParameterInput, BufferInput, ConstantTensorInput))
     }
@@ -157,8 +152,8 @@ def _lower(
     result = _assemble_program(program, works, top_consumable, lowered)
     # As exir's to_edge does before partitioning: parameters no node reads leave the program.
     result = remove_unused_state(result, kinds=(ParameterInput,))
-    return LoweringReport(
-        program=result, partitions=_summaries(works, lowered, stats),
+    return AppliedPlan(
+        program=result, delegates=_summaries(works, lowered, stats),
         preprocess_cached=cached, preprocess_compiled=compiled,
     )
 
@@ -318,7 +313,7 @@ def _kept_notes(program: Program, graph: Graph) -> tuple[BackendNodeMeta, ...]:
 
 def _summaries(
     works: list[_GraphWork], lowered: tuple[NamedLoweredModule, ...], stats: Mapping[str, tuple[bool, float]]
-) -> tuple[PartitionSummary, ...]:
+) -> tuple[DelegateReport, ...]:
     modules = {m.name: m.module for m in lowered}
     summaries = []
     for work in works:
@@ -326,13 +321,15 @@ def _summaries(
             assert part.sub_program is not None  # built in phase 2
             module = modules[part.module_name]
             hit, seconds = stats.get(part.module_name, (False, 0.0))
+            nodes = [n for n in part.members if not isinstance(n, Placeholder)]
             summaries.append(
-                PartitionSummary(
+                DelegateReport(
                     tag=part.tag,
-                    backend_id=part.spec.backend_id,
+                    backend=part.spec.backend_id,
                     module=part.module_name,
                     graph="/".join(work.path),
-                    nodes=tuple(n.name for n in part.members if not isinstance(n, Placeholder)),
+                    nodes=tuple(n.name for n in nodes),
+                    targets=tuple(n.target if isinstance(n, CallFunction) else "" for n in nodes),
                     inputs=tuple(part.user_inputs),
                     outputs=tuple(part.user_outputs) + tuple(n for n, _ in part.consumed_mutations),
                     consumed=tuple(

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from texir.ir import Graph, Placeholder
 from texir.ir.analysis import node_inputs
@@ -38,8 +39,7 @@ Item = tuple[str, str, str]
 value) for the result of the call that replaces `value`."""
 
 
-@dataclass(frozen=True)
-class FusedPart:
+class FusedPart(msgspec.Struct, frozen=True):
     """One partition to fuse: its tag, its members (any order), and which of its escaping values
     disappear with it (consumed buffer mutations: their getitem is erased)."""
 
@@ -50,8 +50,7 @@ class FusedPart:
     """The partition takes parameters, buffers or constants along (the parent program is adjusted)."""
 
 
-@dataclass(frozen=True)
-class FusionOrder:
+class FusionOrder(msgspec.Struct, frozen=True):
     member_order: dict[str, tuple[str, ...]]
     """Per tag, the partition's members in the order ExecuTorch lists them when fusing it."""
     final: tuple[Item, ...]

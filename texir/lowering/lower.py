@@ -15,12 +15,13 @@ from typing import Literal, TypeVar, Union, overload
 
 from texir.edge import to_partitionable
 from texir.ir import CallFunction, Program
-from texir.lowering.api import _describe, call_partitioner
+from texir.lowering.api import call_partitioner, describe_partitioner
 from texir.lowering.delegate import NodeOrder, PreprocessOptions, apply_plan, check_node_order
 from texir.lowering.errors import KeptOpNotDelegatedError, PartitionerArgumentError, PartitionerError
-from texir.lowering.plan import Partitioner, node_key, walk_keyed_graphs
+from texir.lowering.plan import Partitioner
+from texir.ir.analysis import node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache, check_workers, default_cache
-from texir.lowering.report import Lowered, PartitionSummary, PhaseClock, TurnedDown, build_report
+from texir.lowering.report import DelegateReport, Lowered, PhaseClock, TurnedDown, build_report
 
 __all__ = [
     "CacheChoice", "lower_decomposed", "lower_edge", "one_sequence", "partitioner_tuple", "per_method", "preprocess_options"
@@ -114,7 +115,7 @@ def lower_decomposed(
     """Lower a texir Program already in core ATen (or a mapping method name -> one) with
     `partitioners`, in order, importing no torch: the to_edge rewrites, then each partitioner's plan.
     Returns a `texir.lowering.report.Lowered` (per method for a mapping): the lowered program, the
-    edge program partitioned, the program each partitioner was shown and the report.
+    edge program partitioned and the report.
 
     Nothing is decomposed here, so the partitioners' decomposition hooks
     (`ops_to_not_decompose`, `transform_for_pre_decomposition`, `nodes_to_decompose`) are not
@@ -154,10 +155,8 @@ def lower_edge(
     with clock.phase("to_edge"):
         program = to_partitionable(program)
     edge = program
-    seen: list[Program] = []
-    passes: list[tuple[str, object, tuple[PartitionSummary, ...]]] = []
+    passes: list[tuple[str, object, tuple[DelegateReport, ...]]] = []
     for partitioner in partitioners:
-        seen.append(program)
         with clock.phase("partition"):
             plan = call_partitioner(partitioner, program)
         start = time.perf_counter()
@@ -166,13 +165,13 @@ def lower_edge(
         clock.add("preprocess_compiled", done.preprocess_compiled)
         clock.add("apply", time.perf_counter() - start - done.preprocess_cached - done.preprocess_compiled)
         program = done.program
-        passes.append((_describe(partitioner), partitioner, done.partitions))
+        passes.append((describe_partitioner(partitioner), partitioner, done.delegates))
     _check_kept_ops_delegated(method, program, keep)
     report = build_report(
         method, program, passes,
         not_decomposed=sorted(keep), turned_down=turned_down, phases=clock.phases(),
     )
-    return Lowered(program=program, edge=edge, seen=tuple(seen), report=report)
+    return Lowered(program=program, edge=edge, report=report)
 
 
 def _check_kept_ops_delegated(method: str, program: Program, keep: Mapping[str, str]) -> None:

@@ -29,15 +29,13 @@ from texir.ir import (
     SubgraphMeta,
     ValueMeta,
 )
-from texir.ir.analysis import node_inputs, value_metas
+from texir.ir.analysis import node_inputs, node_key, value_metas, walk_keyed_graphs
 from texir.ir.names import CALL_DELEGATE, GETITEM
 from texir.lowering.capability import maximal_partitions
 from texir.lowering.errors import PartitionerError
 from texir.lowering.plan import (
     DelegationSpec,
     PartitionPlan,
-    node_key,
-    walk_keyed_graphs,
 )
 
 __all__ = [

@@ -7,7 +7,7 @@ whole program before any backend is called and raises one typed `PlanError` nami
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -31,7 +31,7 @@ from texir.ir import (
     SubgraphMeta,
     TupleMeta,
 )
-from texir.ir.analysis import node_inputs
+from texir.ir.analysis import node_inputs, node_key, walk_keyed_graphs
 from texir.ir.names import CALL_DELEGATE, GETITEM
 from texir.lowering.convexity import check_acyclic
 from texir.lowering.errors import (
@@ -175,17 +175,6 @@ def ops_to_not_decompose(partitioner: object, program: Program) -> tuple[str, ..
     if method is None:
         return ()
     return tuple(sorted(set(method(program))))
-
-
-def node_key(path: tuple[str, ...], name: str) -> str:
-    return "/".join((*path, name))
-
-
-def walk_keyed_graphs(graph: Graph, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Graph]]:
-    """The graph and its nested graphs depth first, each with its subgraph-name path."""
-    yield path, graph
-    for sub in graph.subgraphs:
-        yield from walk_keyed_graphs(sub.graph, (*path, sub.name))
 
 
 def _is_delegate_node(graph: Graph, node: Node, delegate_calls: set[str]) -> bool:

@@ -20,7 +20,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -45,16 +44,14 @@ CACHE_DIR_ENV = "TEXIR_CACHE_DIR"
 _KEY_VERSION = b"texir-preprocess-cache-1"
 
 
-@dataclass(frozen=True)
-class PreprocessRequest:
+class PreprocessRequest(msgspec.Struct, frozen=True):
     backend_id: str
     program: Program
     compile_specs: tuple[CompileSpec, ...]
     tag: str | None = None
 
 
-@dataclass(frozen=True)
-class Compiled:
+class Compiled(msgspec.Struct, frozen=True):
     """One request's lowered module, whether it came from the cache, and the seconds its backend
     took (a cache lookup's for a hit; the worker's own with `jobs` > 1 or an executor)."""
 

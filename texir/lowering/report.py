@@ -2,9 +2,9 @@
 seconds), in the order the lowered program calls them; per node left undelegated, why
 (`UndelegatedReason`); and the seconds of each phase of the call (`PHASES`).
 
-`texir.lower` returns a `Lowered` (the lowered program, the edge program, the program each
-partitioner was shown, and the `LowerReport`); `texir lower` prints the report (`--json` emits it).
-`delegate.apply_plan` returns the per-pass `LoweringReport` the lowering builds it from.
+`texir.lower` returns a `Lowered` (the lowered program, the edge program and the `LowerReport`);
+`texir lower` prints the report (`--json` emits it). `delegate.apply_plan` returns an `AppliedPlan`
+per partitioner, whose `DelegateReport`s the report puts in call order.
 """
 
 from __future__ import annotations
@@ -18,15 +18,14 @@ import msgspec
 
 from texir.ir import CallFunction, GetAttr, Program, Ref
 from texir.ir.names import CALL_DELEGATE, GETITEM
-from texir.lowering.plan import node_key, walk_keyed_graphs
+from texir.ir.analysis import node_key, walk_keyed_graphs
 
 __all__ = [
+    "AppliedPlan",
     "DelegateReport",
     "LowerReport",
     "Lowered",
-    "LoweringReport",
     "PHASES",
-    "PartitionSummary",
     "Phase",
     "PhaseClock",
     "TurnedDown",
@@ -36,16 +35,22 @@ __all__ = [
 ]
 
 
-class PartitionSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """What one partition of one `apply_plan` pass became."""
+class DelegateReport(msgspec.Struct, frozen=True, kw_only=True):
+    """One delegate of a lowered program: what one partition became."""
 
-    tag: str
-    backend_id: str
     module: str
-    """The lowered module's name in `Program.lowered_modules`."""
+    """Its name in `Program.lowered_modules` (lowered_module_N)."""
+    backend: str
+    partitioner: str = ""
+    """The partitioner whose plan made it (`describe_partitioner`); '' from `apply_plan` alone,
+    which is given a plan, not a partitioner."""
+    tag: str
     graph: str
     """'' for the top-level graph, else the nested graph's path ('true_graph_0')."""
     nodes: tuple[str, ...]
+    """The delegated nodes, by name in the program that partitioner was shown."""
+    targets: tuple[str, ...]
+    """The operator of each of `nodes`, in the same order ('' for a node that calls none)."""
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     consumed: tuple[str, ...]
@@ -61,39 +66,17 @@ class PartitionSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What the backend's preprocess (or the cache lookup) took."""
 
 
-class LoweringReport(msgspec.Struct, frozen=True, kw_only=True):
-    """One `apply_plan` pass: the lowered program and its partitions in lowering order."""
+class AppliedPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What `apply_plan` returns for one plan: the lowered program and its delegates in lowering
+    order (`build_report` puts them in call order, in a `LowerReport`)."""
 
     program: Program
-    partitions: tuple[PartitionSummary, ...]
+    delegates: tuple[DelegateReport, ...]
     preprocess_cached: float = 0.0
     """Seconds spent looking up (and decoding) the backends' results the preprocess cache had."""
     preprocess_compiled: float = 0.0
     """Seconds of the rest of the backends' preprocess (wall time: with jobs > 1, partitions compile in
     parallel; the misses' cache lookups and the cache writes included)."""
-
-
-class DelegateReport(msgspec.Struct, frozen=True, kw_only=True):
-    """One delegate of the lowered program."""
-
-    module: str
-    """Its name in `Program.lowered_modules` (lowered_module_N)."""
-    backend: str
-    partitioner: str
-    """The partitioner whose plan made it."""
-    tag: str
-    graph: str
-    """'' for the top-level graph, else the nested graph's path."""
-    nodes: tuple[str, ...]
-    """The delegated nodes, by name in the program that partitioner was shown."""
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    consumed: tuple[str, ...]
-    blob_bytes: int
-    named_data: int
-    named_data_bytes: int
-    cache_hit: bool
-    seconds: float
 
 
 UndelegatedReason = Literal["no_partitioner", "turned_down"]
@@ -147,7 +130,7 @@ PHASES: Final = (
 - "partition": each partitioner's plan (an ExecuTorch partitioner's includes presenting it the edge
   ExportedProgram);
 - "preprocess_cached" / "preprocess_compiled": the backends' preprocess, the results the cache had
-  vs the rest (see `LoweringReport`);
+  vs the rest (see `AppliedPlan`);
 - "apply": building the lowered program around the delegates (validation, sub-programs, fusing);
 - "total": the whole call, from input to report. The others sum to at most it (the rest is
   bookkeeping between phases). A phase that did not run reads 0 (`lower_decomposed` neither imports
@@ -210,9 +193,8 @@ class Lowered(msgspec.Struct, frozen=True, kw_only=True):
     program: Program
     """The lowered program, ready for `texir.emit.emit`."""
     edge: Program
-    """The edge program before any partitioner (what an ETRecord records)."""
-    seen: tuple[Program, ...]
-    """The program each partitioner was shown, in order (the first is `edge`)."""
+    """The edge program before any partitioner (what an ETRecord records, and what the first
+    partitioner is shown)."""
     report: LowerReport
 
 
@@ -278,25 +260,18 @@ def undelegated_nodes(program: Program, partitioners: Sequence[tuple[str, object
 def build_report(
     method: str,
     program: Program,
-    passes: Sequence[tuple[str, object, Sequence[PartitionSummary]]],
+    passes: Sequence[tuple[str, object, Sequence[DelegateReport]]],
     *,
     not_decomposed: Sequence[str] = (),
     turned_down: Sequence[TurnedDown] = (),
     phases: Sequence[Phase] = (),
 ) -> LowerReport:
-    """The report of `program`, lowered by `passes` ((partitioner name, the partitioner, what its
-    pass summarised), in order). The partitioners' optional `explain(node)` and `supports_op(node)`
-    say why a node stayed undelegated (`UndelegatedReason`)."""
+    """The report of `program`, lowered by `passes` ((partitioner name, the partitioner, the
+    delegates its plan made), in order). The partitioners' optional `explain(node)` and
+    `supports_op(node)` say why a node stayed undelegated (`UndelegatedReason`)."""
     order = _call_order(program)
     delegates = [
-        DelegateReport(
-            module=p.module, backend=p.backend_id, partitioner=name, tag=p.tag, graph=p.graph, nodes=p.nodes,
-            inputs=p.inputs, outputs=p.outputs, consumed=p.consumed, blob_bytes=p.blob_bytes,
-            named_data=p.named_data, named_data_bytes=p.named_data_bytes, cache_hit=p.cache_hit,
-            seconds=p.seconds,
-        )
-        for name, _, summaries in passes
-        for p in summaries
+        msgspec.structs.replace(d, partitioner=name) for name, _, made in passes for d in made
     ]
     delegates.sort(key=lambda d: order.get(d.module, len(order)))
     return LowerReport(

@@ -27,7 +27,7 @@ from texir.ir import (
 from texir.ir.analysis import node_inputs
 from texir.ir.op_facts import schemas_used_by
 from texir.lowering._parts import Consumable, GraphWork, Part
-from texir.lowering.lowered import sub_program_call_graph
+from texir.lowering.lowered_modules import sub_program_call_graph
 
 __all__ = ["build_sub_program"]
 

@@ -16,7 +16,9 @@ from typing import NoReturn
 from texir.errors import PteError
 from texir.ir.blob import Blob
 
-__all__ = ["BOOL", "F64", "I8", "I32", "I64", "U8", "U16", "U16x2", "U32", "U64", "FbReader", "PteDecodeError", "Tab"]
+__all__ = [
+    "BOOL", "F64", "I8", "I32", "I64", "U8", "U16", "U16x2", "U32", "U64", "FbReader", "PteDecodeError", "Tab", "file_view",
+]
 
 U8 = struct.Struct("<B")
 I8 = struct.Struct("<b")
@@ -32,6 +34,27 @@ BOOL = struct.Struct("<?")
 
 class PteDecodeError(PteError):
     """`.pte` bytes are malformed, truncated or of an unsupported version."""
+
+
+def file_view(
+    data: bytes | bytearray | memoryview, *, kind: str, error: type[Exception], minimum: int = 8
+) -> tuple[memoryview, bytes]:
+    """The header every flatbuffer file starts with (`.pte`, `.bpte`, `.ptd`): `data` as a flat
+    byte view and its file identifier (bytes 4..8). Not bytes-like, or shorter than `minimum`
+    bytes (root offset, identifier, and the rest of the file's own header), is an `error` naming
+    `kind` ('.pte'); the identifier is the caller's to check."""
+    try:
+        view = memoryview(data)
+    except TypeError as exc:
+        raise error(f"reading a {kind} file expects bytes or a memoryview, got {type(data).__name__}") from exc
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    if view.nbytes < minimum:
+        raise error(
+            f"truncated {kind}: {view.nbytes} bytes, need at least {minimum} (root offset + identifier"
+            + (", header)" if minimum > 8 else ")")
+        )
+    return view, bytes(view[4:8])
 
 
 # A table handle: (position, field offsets from its vtable, table size).

@@ -14,9 +14,10 @@ from __future__ import annotations
 import html as html_lib
 import json
 import os
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+
+import msgspec
 
 from texir._io import atomic_write
 from texir.errors import TexirError
@@ -82,8 +83,7 @@ def partition_color(index: int) -> str:
 NODE_W, NODE_H, DX, DY = 150, 28, 175, 64
 
 
-@dataclass(frozen=True)
-class HtmlStats:
+class HtmlStats(msgspec.Struct, frozen=True):
     graphs: int
     nodes: int
     """Nodes of the main graph, as drawn (output specs count one each)."""

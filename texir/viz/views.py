@@ -5,8 +5,9 @@ A view is the text a snapshot stores and a diff compares, plus the original node
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from texir.errors import TexirError
 from texir.viz.diff import (
@@ -21,10 +22,9 @@ from texir.viz.pte_view import bundle_text, pte_text
 __all__ = ["TextView", "text_view"]
 
 
-@dataclass(frozen=True)
-class TextView:
+class TextView(msgspec.Struct, frozen=True):
     text: str
-    names: dict[int, str] = field(default_factory=dict)
+    names: dict[int, str] = msgspec.field(default_factory=dict)
     """Line number -> original node name."""
     kind: str = "program"
 

@@ -22,7 +22,7 @@ from texir.errors import PteError
 from texir.ir.blob import Blob
 from texir.serialize.bpte import schema as b
 from texir.serialize.bpte.check import BundleCaseError, check_cases
-from texir.serialize.fb_reader import FbReader, PteDecodeError, Tab
+from texir.serialize.fb_reader import FbReader, PteDecodeError, Tab, file_view
 from texir.serialize.pte._fbwrite import PteEncodeError
 from texir.serialize.pte.schema import ScalarType
 
@@ -261,16 +261,8 @@ class _BundleReader(FbReader):
 
 def read_bundle(data: bytes | bytearray | memoryview) -> b.BundledProgram:
     """Decode `.bpte` bytes as stored, without checking the cases against the program."""
-    try:
-        view = memoryview(data)
-    except TypeError as exc:
-        raise BpteDecodeError(f"loads expects bytes or a memoryview, got {type(data).__name__}") from exc
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
+    view, ident = file_view(data, kind=".bpte", error=BpteDecodeError)
     n = view.nbytes
-    if n < 8:
-        raise BpteDecodeError(f"truncated .bpte: {n} bytes, need at least 8 (root offset + identifier)")
-    ident = bytes(view[4:8])
     if ident != b.BUNDLED_FILE_IDENTIFIER:
         raise BpteDecodeError(f"not a .bpte file: file identifier {ident!r} != {b.BUNDLED_FILE_IDENTIFIER!r}")
     reader = _BundleReader(view, n)

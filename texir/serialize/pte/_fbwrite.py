@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 import flatbuffers
 
@@ -38,8 +39,7 @@ _CALL = ((0, "i"), (1, "O"))
 _CALL0 = ((1, "O"),)
 
 
-@dataclass(frozen=True, slots=True)
-class _Shape:
+class _Shape(msgspec.Struct, frozen=True):
     """Byte layout of a table with a given set of present fields, started at a given offset modulo 8."""
 
     packer: struct.Struct

@@ -13,7 +13,6 @@ import math
 import os
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -27,6 +26,7 @@ from texir.serialize.pte import schema as s
 from texir.serialize.pte.check import check_indices
 from texir.serialize.pte._fbread import PteDecodeError, decode_program
 from texir.serialize.pte._fbwrite import PteArgumentError, PteEncodeError, encode_program
+from texir.serialize.fb_reader import file_view
 
 __all__ = [
     "PteOptions",
@@ -117,8 +117,7 @@ def _align(n: int, alignment: int) -> int:
 # --- encoding -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Segment:
+class _Segment(msgspec.Struct, frozen=True):
     chunks: tuple[memoryview, ...]
     size: int
 
@@ -308,16 +307,8 @@ def dump(pte: s.PteProgram, path: str | os.PathLike[str], options: PteOptions | 
 
 def read_pte(data: bytes | bytearray | memoryview) -> s.PteFile:
     """Parse a `.pte` file as stored: header, raw Program and segment payloads (zero-copy views)."""
-    try:
-        view = memoryview(data)
-    except TypeError as exc:
-        raise PteDecodeError(f"loads expects bytes or a memoryview, got {type(data).__name__}") from exc
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
+    view, ident = file_view(data, kind=".pte", error=PteDecodeError)
     n = view.nbytes
-    if n < 8:
-        raise PteDecodeError(f"truncated .pte: {n} bytes, need at least 8 (root offset + identifier)")
-    ident = bytes(view[4:8])
     if ident != s.SCHEMA_FILE_IDENTIFIER:
         if ident[:2] == b"ET" and ident[2:].isalnum():
             raise PteDecodeError(

@@ -24,7 +24,7 @@ from texir.serialize.fb_builder import Builder
 from texir._io import atomic_write
 from texir.errors import PteError
 from texir.ir.blob import Blob
-from texir.serialize.fb_reader import FbReader, PteDecodeError
+from texir.serialize.fb_reader import FbReader, PteDecodeError, file_view
 from texir.serialize.pte.codec import tensor_nbytes
 from texir.serialize.pte.schema import PtdEntry, PtdFile, Program, ScalarType, Tensor, TensorDataLocation, TensorLayout
 
@@ -187,15 +187,10 @@ class _PtdReader(FbReader):
 
 def loads_ptd(data: bytes | bytearray | memoryview) -> PtdFile:
     """Decode `.ptd` bytes (payloads are zero-copy views of `data`)."""
-    try:
-        view = memoryview(data).cast("B")
-    except TypeError as exc:
-        raise PtdDecodeError(f"loads_ptd expects bytes or a memoryview, got {type(data).__name__}") from exc
+    view, ident = file_view(data, kind=".ptd", error=PtdDecodeError, minimum=8 + _HEADER.size)
     n = view.nbytes
-    if n < 8 + _HEADER.size:
-        raise PtdDecodeError(f"truncated .ptd: {n} bytes, need at least {8 + _HEADER.size}")
-    if bytes(view[4:8]) != PTD_FILE_IDENTIFIER:
-        raise PtdDecodeError(f"not a .ptd file: file identifier {bytes(view[4:8])!r} != {PTD_FILE_IDENTIFIER!r}")
+    if ident != PTD_FILE_IDENTIFIER:
+        raise PtdDecodeError(f"not a .ptd file: file identifier {ident!r} != {PTD_FILE_IDENTIFIER!r}")
     magic, length, fb_offset, fb_size, base, data_size = _HEADER.unpack_from(view, 8)
     if magic != _HEADER_MAGIC or length < _HEADER_LENGTH:
         raise PtdDecodeError(f"bad .ptd header: magic {magic!r}, length {length} (want {_HEADER_MAGIC!r}, >= 40)")
