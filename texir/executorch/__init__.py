@@ -31,6 +31,7 @@ from texir.executorch.runtime import (
     verify_bpte,
 )
 from texir.executorch.partitioner import ExecutorchPartitioner, executorch_partitioner
+from texir.executorch.reimport import from_executorch_lowered, import_executorch_program
 
 __all__ = [
     "PARTITIONERS",
@@ -45,6 +46,8 @@ __all__ = [
     "edge_target",
     "executorch_backend_class",
     "executorch_partitioner",
+    "from_executorch_lowered",
+    "import_executorch_program",
     "load_method",
     "partitioner_by_name",
     "register_executorch_backend",
