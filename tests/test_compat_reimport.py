@@ -181,3 +181,32 @@ def test_bad_transform_passes_are_typed_errors(model: LinearAdd, example: tuple[
 
     with pytest.raises(TransformPassError, match=r"method 'forward': ExecuTorch pass \(broken\) raised .*'broken' pass"):
         edge.transform([broken])
+
+
+def test_a_delegate_called_with_a_dict_takes_its_tensors_in_pytree_order() -> None:
+    """ExecuTorch's `executorch_call_delegate` takes the module's arguments as given (here a dict);
+    texir's delegate call takes their tensors, flattened as the module's original program takes them."""
+    from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+    from executorch.exir import to_edge
+    from executorch.exir.backend.backend_api import to_backend
+
+    class Sub(torch.nn.Module):
+        def forward(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
+            return x["a"] - x["b"]
+
+    inputs = ({"a": torch.randn(2, 2), "b": torch.randn(2, 2)},)
+    lowered = to_backend(XnnpackBackend.__name__, to_edge(torch.export.export(Sub(), inputs)).exported_program(), [])
+
+    class Around(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = lowered
+
+        def forward(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
+            return self.inner(x) * 2.0  # one output: the call returns the tensor itself
+
+    edge = texir.compat.to_edge(torch.export.export(Around(), inputs, strict=True))
+    (call,) = [n for n in edge.program().graph.nodes if isinstance(n, CallFunction) and n.target == CALL_DELEGATE]
+    assert [a.name for a in call.args[1:]] == ["x_a", "x_b"]  # type: ignore[union-attr]  # Refs here
+    (out,) = run_pte(edge.to_executorch().buffer, [inputs[0]["a"], inputs[0]["b"]])
+    torch.testing.assert_close(out, (inputs[0]["a"] - inputs[0]["b"]) * 2.0)

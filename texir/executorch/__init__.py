@@ -30,7 +30,7 @@ from texir.executorch.runtime import (
     run_pte,
     verify_bpte,
 )
-from texir.executorch.partitioner import ExecutorchPartitioner, executorch_partitioner
+from texir.executorch.partitioner import ExecutorchPartitioner, PartitionerModifiedGraphError, executorch_partitioner
 from texir.executorch.reimport import from_executorch_lowered, import_executorch_program
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "ExecutorchPartitioner",
     "ExecutorchUnavailableError",
     "LoadedMethod",
+    "PartitionerModifiedGraphError",
     "EtrecordError",
     "edge_target",
     "executorch_backend_class",

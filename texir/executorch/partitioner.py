@@ -35,7 +35,7 @@ class PartitionerModifiedGraphError(PartitionerError, AssertionError):
 def _graph_state(ep: Any) -> list[tuple[str, list[tuple[Any, ...]]]]:
     """What a partitioner may not change: each graph's nodes in order (op, name, target, args)."""
     return [
-        (path, [(n, n.op, n.name, n.target, n.args, n.kwargs) for n in gm.graph.nodes])
+        (path, [(n.op, n.name, n.target, n.args, n.kwargs) for n in gm.graph.nodes])
         for path, gm in graph_modules(ep.graph_module)
     ]
 
@@ -52,12 +52,15 @@ def _first_change(before: list[tuple[str, list[tuple[Any, ...]]]], ep: Any) -> s
         where = f" of nested graph '{path}'" if path else ""
         if len(old) != len(new):
             return f"the number of nodes{where} ({len(old)} -> {len(new)})"
+        # Compared by value, not identity: a partitioner may return a copy of the program it was shown.
         for a, b in zip(old, new):
-            if a[0] is not b[0] or a[1:4] != b[1:4]:
-                was, now = (canonical_target(x) or x for x in (a[3], b[3]))
-                return f"node '{a[2]}'{where} (now {b[1]} '{b[2]}' of {now}, was {a[1]} of {was})"
-            if (a[4] is not b[4] or a[5] is not b[5]) and (_names(a[4]), _names(a[5])) != (_names(b[4]), _names(b[5])):
-                return f"the arguments of node '{a[2]}'{where}"
+            was, now = a[2], b[2]
+            if was is not now:
+                was, now = (canonical_target(x) or x for x in (was, now))
+            if a[:2] != b[:2] or was != now:
+                return f"node '{a[1]}'{where} (now {b[0]} '{b[1]}' of {now}, was {a[0]} of {was})"
+            if (a[3] is not b[3] or a[4] is not b[4]) and (_names(a[3]), _names(a[4])) != (_names(b[3]), _names(b[4])):
+                return f"the arguments of node '{a[1]}'{where}"
     return None
 
 
