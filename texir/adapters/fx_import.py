@@ -157,7 +157,6 @@ class _FromFx:
         arg = self.arg
         meta_of = self.meta
         prov_of = self.provenance.prov
-        names = {node.name for node in gm.graph.nodes}
         for node in gm.graph.nodes:
             op = node.op
             if op == "call_function":
@@ -165,7 +164,7 @@ class _FromFx:
                 if target is None:
                     raise UnsupportedError(_unsupported_target_message(node))
                 if target == CALL_DELEGATE and node.target is not delegate_op.texir_call_delegate:
-                    self.foreign_delegate_call(node, builder, names)
+                    self.foreign_delegate_call(node, builder)
                     continue
                 val = node.meta.get("val", _MISSING)
                 add(
@@ -199,7 +198,7 @@ class _FromFx:
                 )
         return builder.build(subgraphs)
 
-    def foreign_delegate_call(self, node: torch.fx.Node, builder: GraphBuilder, names: set[str]) -> None:
+    def foreign_delegate_call(self, node: torch.fx.Node, builder: GraphBuilder) -> None:
         """Another stack's delegate call (ExecuTorch's `executorch_call_delegate`) in texir's form: its
         inputs flattened (a module called with a dict or list of tensors takes them as leaves, in
         pytree order, as its original program does) and its results always a tuple, read by getitem
@@ -219,10 +218,10 @@ class _FromFx:
                 ir.CallFunction(name=node.name, target=CALL_DELEGATE, args=args), self.meta(val, node), prov
             )
             return
+        names = {n.name for n in node.graph.nodes}
         call_name = f"{node.name}_call"
         while call_name in names:
             call_name += "_"
-        names.add(call_name)
         meta = self.meta(val, node)
         builder.add(
             ir.CallFunction(name=call_name, target=CALL_DELEGATE, args=args),
