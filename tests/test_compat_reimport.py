@@ -210,3 +210,18 @@ def test_a_delegate_called_with_a_dict_takes_its_tensors_in_pytree_order() -> No
     assert [a.name for a in call.args[1:]] == ["x_a", "x_b"]  # type: ignore[union-attr]  # Refs here
     (out,) = run_pte(edge.to_executorch().buffer, [inputs[0]["a"], inputs[0]["b"]])
     torch.testing.assert_close(out, (inputs[0]["a"] - inputs[0]["b"]) * 2.0)
+
+
+def test_an_edge_program_fed_back_to_to_edge_gives_the_same_program(
+    model: LinearAdd, example: tuple[torch.Tensor]
+) -> None:
+    """`to_edge(manager.exported_program())`: ExecuTorch's edge program, and texir.compat's own view
+    of the result, lower to the same texir program (to_edge is idempotent on its own form)."""
+    from executorch.exir import to_edge
+
+    first = texir.compat.to_edge(to_edge(torch.export.export(model, example)).exported_program())
+    assert first.program().dialect == "EDGE_PARTITIONABLE"
+    again = texir.compat.to_edge(first.exported_program())
+    assert again.program() == first.program()
+    (out,) = run_pte(again.to_executorch().buffer, list(example))
+    torch.testing.assert_close(out, model(*example))
