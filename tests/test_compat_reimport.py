@@ -167,6 +167,9 @@ def test_edge_program_manager_transform_returns_a_transformed_manager(
     assert "aten::mul.Tensor" in targets and "aten::add.Tensor" not in targets
     assert "aten::add.Tensor" in {n.target for n in edge.program().graph.nodes if isinstance(n, CallFunction)}
     assert edge.transform({"other_method": [_add_to_mul()]}).program() == edge.program()
+    from executorch.exir.pass_manager import ExportedProgramPassManager
+
+    assert edge.transform(ExportedProgramPassManager([_add_to_mul()])).program() == done.program()
     (out,) = run_pte(done.to_executorch().buffer, list(example))
     torch.testing.assert_close(out, torch.relu(model.linear(example[0])) * example[0])
 
