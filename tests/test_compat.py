@@ -166,8 +166,6 @@ def test_an_unsupported_backend_config_option_is_refused_by_name(linear_ep: torc
     with pytest.raises(texir.compat.UnsupportedOptionError, match="emit_stacktrace") as caught:
         edge.to_executorch(ExecutorchBackendConfig(emit_stacktrace=True))
     assert isinstance(caught.value, NotImplementedError)
-    with pytest.raises(texir.compat.UnsupportedOptionError, match="transform_passes"):
-        texir.compat.to_edge_transform_and_lower(copy.deepcopy(linear_ep), transform_passes=[lambda gm: gm])
 
 
 def test_backend_config_layout_options_reach_the_file(linear_ep: torch.export.ExportedProgram) -> None:

@@ -29,7 +29,8 @@ from texir.lowering import (
     to_backend,
 )
 from texir.orchestrate import lower
-from texir.lowering.errors import UnknownNodeError
+from texir.executorch.partitioner import PartitionerModifiedGraphError
+from texir.lowering.errors import TaggedPlaceholderError, UnknownNodeError
 from texir.lowering.plan import DelegationSpec, PartitionPlan
 from texir.serialize import snapshot
 from texir.serialize.pte.codec import dumps
@@ -93,8 +94,40 @@ def test_partitioner_tagging_the_output_is_refused_naming_the_node() -> None:
         graph.output_node().meta["delegation_tag"] = "tag0"
         return tags
 
-    with pytest.raises(PartitionerError, match=r"Tagging tagged the output node 'output' with 'tag0'.*only operator nodes"):
+    with pytest.raises(TaggedPlaceholderError, match=r"Tagging tagged the output node 'output' with 'tag0'.*only operator nodes"):
         lower(_ep(), [executorch_partitioner(_et_partitioner(tag_output))])
+
+
+def test_partitioner_tagging_a_user_input_is_refused_as_executorch_refuses_it() -> None:
+    def tag_input(graph: torch.fx.Graph) -> list[str]:
+        tags = _tag_relus(graph)
+        next(n for n in graph.nodes if n.op == "placeholder" and n.name == "x").meta["delegation_tag"] = "tag0"
+        return tags
+
+    with pytest.raises(TaggedPlaceholderError, match=r"tagged placeholder 'x' \(a user input\) with 'tag0'") as caught:
+        lower(_ep(), [executorch_partitioner(_et_partitioner(tag_input))])
+    assert isinstance(caught.value, RuntimeError)  # ExecuTorch's to_backend raises a RuntimeError for it
+    assert "placeholder node for non-params, non-buffer, and non-tensor constants should not be tagged" in str(caught.value)
+
+
+def test_no_copy_mark_reaches_the_plan() -> None:
+    """ExecuTorch's node.meta["no_copy"] on a tagged weight: the plan forbids copying it."""
+
+    def tag_first_linear(graph: torch.fx.Graph) -> list[str]:
+        for node in graph.nodes:
+            if node.op == "placeholder" and node.name in ("p_a_weight", "p_a_bias"):
+                node.meta["delegation_tag"] = "tag0"
+                node.meta["no_copy"] = True
+            if node.op == "call_function" and "addmm" in node.name and "a" in str(node.args):
+                node.meta["delegation_tag"] = "tag0"
+                break
+        return ["tag0"]
+
+    from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend  # noqa: F401  (registers the id)
+
+    partitioner = executorch_partitioner(_et_partitioner(tag_first_linear))
+    plan = partitioner(lower(_ep(), []).edge)
+    assert plan.no_copy == ("p_a_bias", "p_a_weight")
 
 
 def test_partitioner_naming_an_unknown_backend_is_refused_naming_it() -> None:
@@ -120,8 +153,24 @@ def test_partitioner_adding_nodes_is_refused() -> None:
         extra.meta["delegation_tag"] = "tag0"
         return ["tag0"]
 
-    with pytest.raises(PartitionerError, match=r"tagged node 'relu\w*', which is not in the program"):
+    with pytest.raises(PartitionerModifiedGraphError, match=r"changed the number of nodes \(\d+ -> \d+\)") as caught:
         lower(_ep(), [executorch_partitioner(_et_partitioner(grow))])
+    assert isinstance(caught.value, AssertionError)  # what ExecuTorch's to_backend raises for it
+
+
+def test_partitioner_changing_a_node_is_refused_naming_it() -> None:
+    """ExecuTorch asserts that a partitioner only tags; texir would drop the change silently (it
+    reads tags only), so it refuses too, naming the node and both targets."""
+
+    def retarget(graph: torch.fx.Graph) -> list[str]:
+        relu = next(n for n in graph.nodes if n.op == "call_function" and "relu" in n.name)
+        relu.target = torch.ops.aten.sigmoid.default
+        return []
+
+    with pytest.raises(
+        PartitionerModifiedGraphError, match=r"changed node '\w*relu\w*' \(now call_function '\w+' of aten::sigmoid"
+    ):
+        lower(_ep(), [executorch_partitioner(_et_partitioner(retarget))])
 
 
 def test_not_a_partitioner_is_refused() -> None:

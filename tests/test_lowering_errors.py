@@ -14,6 +14,7 @@ from tests.lowering_helpers import TEST_BACKEND, export_program
 import texir.backends  # noqa: F401  (registers the demo and reference backends)
 from texir.errors import LoweringError
 from texir.ir import CompileSpec, Program, format_program
+from texir.lowering.errors import MutationAlsoOutputError, NoCopyConstantError
 from texir.lowering import (
     BackendPreprocessError,
     BackendRegistrationError,
@@ -398,3 +399,50 @@ def test_partitioner_and_predicate_exceptions_are_typed_and_keep_the_cause() -> 
         to_backend(program, OpSupportPartitioner("texir-reference", predicate))
     assert isinstance(info2.value.__cause__, PartitionerError)
     assert isinstance(info2.value.__cause__.__cause__, ZeroDivisionError)
+
+
+class CounterReturned(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.count.add_(x)
+
+
+def test_consumed_buffer_update_also_returned_is_refused(golden: Golden) -> None:
+    """ExecuTorch's to_backend refuses it (AssertionError): a delegate consuming a buffer returns its
+    update as that update only, and backends are written for that signature. texir refuses it at
+    lowering too, so that no file it writes holds a delegate no backend was built for."""
+    program = export_program(CounterReturned(), (X,))
+    plan = PartitionPlan.build({"b_count": "t", "add": "t"}, {"t": SPEC})
+    message = _expect(
+        golden,
+        "mutation_also_output",
+        program,
+        lambda p: plan,
+        MutationAlsoOutputError,
+        "buffer 'b_count' \\(count\\) is tagged 't' .* its new value 'add' is also returned as a user output",
+    )
+    assert "leave the buffer untagged" in message
+    with pytest.raises(AssertionError):  # what ExecuTorch's callers catch
+        to_backend(program, lambda p: plan)
+    # Leaving the buffer in the program (the delegate returns the new value) lowers.
+    to_backend(program, lambda p: PartitionPlan.build({"add": "t"}, {"t": SPEC}))
+
+
+def test_no_copy_constant_used_outside_its_partition_is_refused(golden: Golden) -> None:
+    """A constant its partitioner marked no_copy (ExecuTorch's node.meta["no_copy"]) and used
+    outside its partition is refused whatever `shared_constants` says (ExecuTorch: RuntimeError)."""
+    program = export_program(LiftedConstant(), (X,))
+    const = next(s.name for s in program.signature.inputs if type(s).__name__ == "ConstantTensorInput")
+    tags = {const: "a", "add": "a"}
+    plan = PartitionPlan.build(tags, {"a": SPEC}, no_copy=[const])
+    message = _expect(
+        golden, "no_copy_constant", program, lambda p: plan, NoCopyConstantError,
+        f"constant data node \\({const}\\) is tagged with \\(a\\) but has user \\(mul\\) which has tag \\(None\\)",
+    )
+    assert "no_copy" in message
+    with pytest.raises(RuntimeError):
+        to_backend(program, lambda p: plan)
+    to_backend(program, lambda p: PartitionPlan.build(tags, {"a": SPEC}))  # copies allowed: duplicated

@@ -23,6 +23,7 @@ from tests.lowering_backends import TEST_BACKEND
 from texir.errors import LoweringError
 from texir.ir import CompileSpec, ConstantTensorInput, Program, parse_program, verify
 from texir.ir.parser import payloads_of
+from texir.lowering.errors import MutationAlsoOutputError, NoCopyConstantError
 from texir.lowering import (
     BackendPreprocessError,
     DelegateClaimedError,
@@ -105,9 +106,14 @@ REFUSED: dict[str, tuple[Any, type[LoweringError]]] = {
         SubgraphAttrError,
     ),
     "mutated_buffer_read_outside": (_plan({"b_count": "t", "add": "t"}, {"t": SPEC}), MutationOutsidePartitionError),
+    "mutation_also_output": (_plan({"b_count": "t", "add": "t"}, {"t": SPEC}), MutationAlsoOutputError),
     "mutation_outside": (_plan({"b_count": "t", "mul": "t"}, {"t": SPEC}), MutationOutsidePartitionError),
     "mutual_dependency": (NodeGroupPartitioner(T, {"p": ["add", "add_1"], "q": ["mul", "mul_1"]}), NonConvexPartitionError),
     "non_convex": (NodeGroupPartitioner(T, {"tagA": ["add", "add_1"]}), NonConvexPartitionError),
+    "no_copy_constant": (
+        lambda p: PartitionPlan.build({_constant(p): "a", "add": "a"}, {"a": SPEC}, no_copy=[_constant(p)]),
+        NoCopyConstantError,
+    ),
     "raising_preprocess": (OpSupportPartitioner("texir-failing", {MUL}), BackendPreprocessError),
     "shared_constant": (
         lambda p: PartitionPlan.build(

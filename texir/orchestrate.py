@@ -30,7 +30,7 @@ from texir.lowering.backend import registered_backends
 from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
 from texir.lowering.delegate import NodeOrder, PreprocessOptions
 from texir.lowering.errors import PartitionerError
-from texir.lowering.lower import CacheChoice, lower_edge, one_sequence, per_method, preprocess_options
+from texir.lowering.lower import CacheChoice, EdgeTransform, lower_edge, one_sequence, per_method, preprocess_options
 from texir.lowering.plan import Partitioner
 from texir.ir.analysis import node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache
@@ -51,6 +51,7 @@ def lower(
     executor: Executor | None = None,
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
+    transform: EdgeTransform | None = None,
 ) -> Lowered: ...
 
 
@@ -64,6 +65,7 @@ def lower(
     executor: Executor | None = None,
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
+    transform: EdgeTransform | None = None,
 ) -> dict[str, Lowered]: ...
 
 
@@ -76,6 +78,7 @@ def lower(
     executor: Executor | None = None,
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
+    transform: EdgeTransform | None = None,
 ) -> Lowered | dict[str, Lowered]:
     """Lower an ExportedProgram or Program (or a mapping method name -> one) with `partitioners`
     (a sequence for every method, or a mapping method name -> sequence), in order. Returns a
@@ -109,12 +112,14 @@ def lower(
     An op outside core ATen left after decomposition and not kept by a partitioner is a
     `NonCoreOperatorError` naming the node, as ExecuTorch's `to_edge` refuses it;
     `allow_non_core=True` emits it anyway (`texir.adapters.core_aten`: the risk that it fails or
-    aborts at run time). Pure: the input is not modified. A texir Program already in core ATen
+    aborts at run time). `transform(method, program)`, when given, rewrites each method's
+    to_edge form before the first partitioner sees it (ExecuTorch's `transform_passes`; the
+    report's `edge` is its result). Pure: the input is not modified. A texir Program already in core ATen
     lowers without torch through `texir.lowering.lower_decomposed`."""
     options = preprocess_options(cache, jobs, order, executor)
 
     def one(method: str, source: Source, parts: tuple[Partitioner, ...]) -> Lowered:
-        return _lower_one(method, source, parts, options, order, allow_non_core)
+        return _lower_one(method, source, parts, options, order, allow_non_core, transform)
 
     if isinstance(program, Mapping):
         return per_method(program, partitioners, one)
@@ -128,12 +133,13 @@ def _lower_one(
     options: PreprocessOptions,
     order: NodeOrder,
     allow_non_core: bool,
+    transform: EdgeTransform | None = None,
 ) -> Lowered:
     clock = PhaseClock()
     # Convert once: each weight is hashed once (digest_memo), and the partitioners' decomposition
     # hooks share one ExportedProgram of the program they are shown (conversion_memo).
     with digest_memo(), conversion_memo(), _native_backends(partitioners):
-        return _lower_one_memo(method, source, partitioners, options, order, allow_non_core, clock)
+        return _lower_one_memo(method, source, partitioners, options, order, allow_non_core, clock, transform)
 
 
 def _native_backends(partitioners: Sequence[Partitioner]) -> contextlib.AbstractContextManager[object]:
@@ -155,6 +161,7 @@ def _lower_one_memo(
     order: NodeOrder,
     allow_non_core: bool,
     clock: PhaseClock,
+    transform: EdgeTransform | None = None,
 ) -> Lowered:
     with clock.phase("import"):
         aten, ep = _imported(method, source, partitioners, options)
@@ -168,7 +175,8 @@ def _lower_one_memo(
         forget_exported(aten)
     del aten, ep
     return lower_edge(
-        method, program, partitioners, options, order, keep=keep, turned_down=turned_down, clock=clock
+        method, program, partitioners, options, order, keep=keep, turned_down=turned_down, clock=clock,
+        transform=transform,
     )
 
 

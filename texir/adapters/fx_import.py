@@ -19,6 +19,7 @@ from texir._io import gc_paused
 from texir.adapters import delegate_op
 from texir.adapters.core_aten import check_core_aten
 from texir.adapters.decompositions import edge_decomposition_table
+from texir.adapters.foreign import foreign_lowered_module
 from texir.adapters.fx_provenance import CustomMetaError, FxProvenance, getattr_path
 from texir.adapters.fx_signature import (
     argument_spec,
@@ -46,6 +47,7 @@ from texir.adapters.tensors import (
 from texir.errors import ConversionError, UnsupportedError
 from texir.ir import types as ir
 from texir.ir.builder import GraphBuilder
+from texir.ir.names import CALL_DELEGATE, GETITEM
 
 __all__ = ["CustomMetaError", "from_exported_program"]
 
@@ -161,6 +163,9 @@ class _FromFx:
                 target = canonical_target(node.target)
                 if target is None:
                     raise UnsupportedError(_unsupported_target_message(node))
+                if target == CALL_DELEGATE and node.target is not delegate_op.texir_call_delegate:
+                    self.foreign_delegate_call(node, builder)
+                    continue
                 val = node.meta.get("val", _MISSING)
                 add(
                     ir.CallFunction(
@@ -193,6 +198,40 @@ class _FromFx:
                 )
         return builder.build(subgraphs)
 
+    def foreign_delegate_call(self, node: torch.fx.Node, builder: GraphBuilder) -> None:
+        """Another stack's delegate call (ExecuTorch's `executorch_call_delegate`) in texir's form: its
+        inputs flattened (a module called with a dict or list of tensors takes them as leaves, in
+        pytree order, as its original program does) and its results always a tuple, read by getitem
+        (a call returning one tensor becomes the call and a getitem taking the node's name)."""
+        module, *inputs = node.args
+        leaves = torch.utils._pytree.tree_leaves(inputs)
+        args = tuple([self.arg(module, node), *(self.arg(leaf, node) for leaf in leaves)])
+        val = node.meta.get("val", _MISSING)
+        if val is _MISSING:
+            raise UnsupportedError(
+                f"node {node.name!r}: delegate call without meta['val']; export the program with "
+                "torch.export.export so its values carry metadata"
+            )
+        prov = self.provenance.prov(node)
+        if isinstance(val, (tuple, list)):
+            builder.add(
+                ir.CallFunction(name=node.name, target=CALL_DELEGATE, args=args), self.meta(val, node), prov
+            )
+            return
+        names = {n.name for n in node.graph.nodes}
+        call_name = f"{node.name}_call"
+        while call_name in names:
+            call_name += "_"
+        meta = self.meta(val, node)
+        builder.add(
+            ir.CallFunction(name=call_name, target=CALL_DELEGATE, args=args),
+            ir.TupleMeta(items=(meta or _NONE_META,)), prov,
+        )
+        builder.add(
+            ir.CallFunction(name=node.name, target=GETITEM, args=(ir.Ref(name=call_name), ir.IntArg(value=0))),
+            meta, prov,
+        )
+
     def get_attr(
         self,
         gm: torch.fx.GraphModule,
@@ -213,11 +252,15 @@ class _FromFx:
             if not any(s.name == target for s in subgraphs):
                 subgraphs.append(ir.Subgraph(name=target, graph=self.graph(attr, lowered)))
             meta = ir.SubgraphMeta(graph=target)
+        elif (foreign := foreign_lowered_module(attr, from_exported_program)) is not None:
+            if not any(entry.name == target for entry in lowered):
+                lowered.append(ir.NamedLoweredModule(name=target, module=foreign))
+            meta = ir.DelegateMeta(module=target)
         elif type(attr).__name__ == "LoweredBackendModule":
             raise UnsupportedError(
-                f"node {node.name!r}: get_attr {target!r} is an ExecuTorch LoweredBackendModule; texir "
-                "converts programs before ExecuTorch lowering: convert the ATen program and lower it "
-                "with texir.lowering.to_backend"
+                f"node {node.name!r}: get_attr {target!r} is an ExecuTorch LoweredBackendModule; import "
+                "texir.executorch (the bridge teaches the importer ExecuTorch's lowered modules) or "
+                "convert the ATen program and lower it with texir.lowering.to_backend"
             )
         else:
             raise UnsupportedError(
@@ -232,8 +275,8 @@ def _unsupported_target_message(node: torch.fx.Node) -> str:
     head = f"node {node.name!r}: call_function target {node.target!r} ({type(node.target).__name__})"
     if type(node.target).__name__ == "EdgeOpOverload":
         return (
-            f"{head} is an ExecuTorch edge-dialect op; texir converts ATen programs: pass the "
-            "ExportedProgram from torch.export (before to_edge)"
+            f"{head} is an ExecuTorch edge-dialect op; import texir.executorch (the bridge teaches "
+            "the importer edge ops) or pass the ExportedProgram from torch.export (before to_edge)"
         )
     return (
         f"{head} is not supported; texir converts core ATen programs: use decompose=True "

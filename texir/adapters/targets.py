@@ -11,6 +11,7 @@ import torch.fx
 from torch._ops import HigherOrderOperator, OpOverload
 
 from texir.adapters import delegate_op
+from texir.adapters.foreign import foreign_target
 from texir.errors import UnsupportedError
 from texir.ir.names import CALL_DELEGATE
 
@@ -56,10 +57,14 @@ def canonical_target(target: Any) -> str | None:
         name = f"{target._schema.name}.{target._overloadname}"
     elif target is delegate_op.texir_call_delegate:
         name = CALL_DELEGATE
-    elif isinstance(target, HigherOrderOperator):
-        name = f"higher_order::{target.name()}"  # type: ignore[no-untyped-call]  # unannotated in torch
     else:
-        name = _BUILTIN_TO_NAME.get(target)
+        # Another stack's operators (ExecuTorch's edge ops and delegate call), taught by a layer above.
+        name = foreign_target(target)
+        if name is None and isinstance(target, HigherOrderOperator):
+            # Not cached: a namer registered later may claim it (ExecuTorch's delegate call).
+            return f"higher_order::{target.name()}"  # type: ignore[no-untyped-call]  # unannotated in torch
+        if name is None:
+            name = _BUILTIN_TO_NAME.get(target)
     if name is not None:
         _TARGET_NAME_CACHE[target] = name
     return name

@@ -19,6 +19,7 @@ from torch.export import ExportedProgram
 from texir.adapters.constant_methods import constant_methods as build_constant_methods
 from texir.backends import xnnpack
 from texir.compat.config import UnsupportedOptionError, emit_options
+from texir.compat.passes import edge_transform, transform_program
 from texir.emit import emit
 from texir.executorch import as_executorch_partitioner, require_executorch, to_edge_exported_program
 from texir.ir import Program
@@ -132,14 +133,6 @@ def _per_method(partitioner: PartitionerArg, methods: Sequence[str]) -> dict[str
     return {m: list(partitioner) for m in methods}
 
 
-def _refuse_passes(transform_passes: Any) -> None:
-    if transform_passes:
-        raise UnsupportedOptionError(
-            "transform_passes: texir runs no ExecuTorch graph passes on its programs; drop them or lower this "
-            "program with executorch.exir (texir.compat.uninstall())"
-        )
-
-
 def to_edge(
     programs: Programs,
     constant_methods: dict[str, Any] | None = None,
@@ -169,7 +162,6 @@ def to_edge_transform_and_lower(
     runs as texir's native XNNPACK partitioner and backend; every other ExecuTorch partitioner and
     backend through texir's bridge."""
     CALLS[0] += 1
-    _refuse_passes(transform_passes)
     _check_compile_config(compile_config)
     _refuse_etrecord(generate_etrecord)
     methods = _methods(programs)
@@ -177,7 +169,7 @@ def to_edge_transform_and_lower(
     choice = _Choice([p for ps in per_method.values() for p in ps])
     parts = {m: [choice._one(p) for p in ps] for m, ps in per_method.items()}
     with choice.backends():
-        lowered = lower(methods, parts)
+        lowered = lower(methods, parts, transform=edge_transform(transform_passes))
     return EdgeProgramManager({m: r.program for m, r in lowered.items()}, constant_methods, lowered,
                               native_xnnpack=choice.native)
 
@@ -241,9 +233,13 @@ class EdgeProgramManager(_Methods):
         return self._lowered
 
     def transform(self, passes: Any, compile_config: Any = None) -> EdgeProgramManager:
-        _refuse_passes(passes)
+        """Each method (or each method `passes` maps) after ExecuTorch's passes, run on its edge
+        ExportedProgram and imported back (`texir.compat.passes`); a new manager, as ExecuTorch's."""
+        CALLS[0] += 1
         _check_compile_config(compile_config)
-        return self
+        programs = {m: transform_program(m, p, passes) for m, p in self._programs.items()}
+        return EdgeProgramManager(programs, self._constant_methods, self._lowered,
+                                  native_xnnpack=self.native_xnnpack)
 
     def to_backend(self, partitioner: Any) -> EdgeProgramManager:
         """Each method (or each method `partitioner` maps) through the partitioner."""

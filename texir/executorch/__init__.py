@@ -30,7 +30,8 @@ from texir.executorch.runtime import (
     run_pte,
     verify_bpte,
 )
-from texir.executorch.partitioner import ExecutorchPartitioner, executorch_partitioner
+from texir.executorch.partitioner import ExecutorchPartitioner, PartitionerModifiedGraphError, executorch_partitioner
+from texir.executorch.reimport import from_executorch_lowered, import_executorch_program
 
 __all__ = [
     "PARTITIONERS",
@@ -41,10 +42,13 @@ __all__ = [
     "ExecutorchPartitioner",
     "ExecutorchUnavailableError",
     "LoadedMethod",
+    "PartitionerModifiedGraphError",
     "EtrecordError",
     "edge_target",
     "executorch_backend_class",
     "executorch_partitioner",
+    "from_executorch_lowered",
+    "import_executorch_program",
     "load_method",
     "partitioner_by_name",
     "register_executorch_backend",

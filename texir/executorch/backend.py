@@ -12,7 +12,7 @@ from texir.ir.blob import Blob, digest_all
 from texir.lowering.backend import PreprocessResult, get_backend, named_data_entry, register_backend
 from texir.lowering.errors import BackendPreprocessError, UnknownBackendError
 
-__all__ = ["ExecutorchBackend", "executorch_backend_class", "register_executorch_backend"]
+__all__ = ["ExecutorchBackend", "executorch_backend_class", "named_data_entries", "register_executorch_backend"]
 
 _ADAPTER_VERSION = 2
 """Bump when what `preprocess` is shown changes (cached results then miss)."""
@@ -86,19 +86,23 @@ def _translate(backend_id: str, result: Any) -> PreprocessResult:
             DebugHandleEntry(identifier=key, debug_handles=tuple(int(h) for h in handles))
             for key, handles in raw_map.items()
         )
-    named: list[NamedDataEntry] = []
-    store = getattr(result, "data_store_output", None)
-    if store is not None:
-        if store.external_data:
-            files = ", ".join(sorted(store.external_data))
-            raise BackendPreprocessError(
-                f"ExecuTorch backend {backend_id!r} stored named data for external files ({files}); texir "
-                "writes named data into the .pte only: configure the backend to keep its data in the program"
-            )
-        items = [(key, Blob(bytes(store.buffers[e.buffer_index])), e.alignment) for key, e in store.pte_data.items()]
-        digest_all([blob for _, blob, _ in items])  # a partition's weights, hashed in parallel
-        named.extend(named_data_entry(key, blob, alignment=alignment) for key, blob, alignment in items)
-    return PreprocessResult(processed_bytes=bytes(processed), debug_handle_map=handle_map, named_data=tuple(named))
+    named = named_data_entries(backend_id, getattr(result, "data_store_output", None))
+    return PreprocessResult(processed_bytes=bytes(processed), debug_handle_map=handle_map, named_data=named)
+
+
+def named_data_entries(backend_id: str, store: Any) -> tuple[NamedDataEntry, ...]:
+    """ExecuTorch's `NamedDataStoreOutput` (or None) as texir's named-data entries, in its order."""
+    if store is None:
+        return ()
+    if store.external_data:
+        files = ", ".join(sorted(store.external_data))
+        raise BackendPreprocessError(
+            f"ExecuTorch backend {backend_id!r} stored named data for external files ({files}); texir "
+            "writes named data into the .pte only: configure the backend to keep its data in the program"
+        )
+    items = [(key, Blob(bytes(store.buffers[e.buffer_index])), e.alignment) for key, e in store.pte_data.items()]
+    digest_all([blob for _, blob, _ in items])  # a partition's weights, hashed in parallel
+    return tuple(named_data_entry(key, blob, alignment=alignment) for key, blob, alignment in items)
 
 
 def register_executorch_backend(backend_id: str) -> None:

@@ -18,13 +18,52 @@ from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import from_exported_program
 from texir.adapters.targets import canonical_target
 from texir.ir import BackendNodeMeta, CallFunction, CompileSpec, Program
-from texir.lowering.errors import PartitionerError
+from texir.lowering.errors import PartitionerError, TaggedPlaceholderError
 from texir.lowering.plan import DelegationSpec, PartitionPlan
 from texir.ir.analysis import node_key, walk_keyed_graphs
 
-__all__ = ["ExecutorchPartitioner", "executorch_partitioner"]
+__all__ = ["ExecutorchPartitioner", "PartitionerModifiedGraphError", "executorch_partitioner"]
 
 TAG_KEY = "delegation_tag"
+NO_COPY_KEY = "no_copy"
+"""ExecuTorch's per-constant "do not duplicate me" mark (`texir.lowering.plan.PartitionPlan.no_copy`)."""
+
+
+class PartitionerModifiedGraphError(PartitionerError, AssertionError):
+    """An ExecuTorch partitioner changed the graph it was shown instead of only tagging it. Also an
+    AssertionError: ExecuTorch's `to_backend` asserts the same, and its callers catch that."""
+
+
+def _graph_state(ep: Any) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """What a partitioner may not change: each graph's nodes in order (op, name, target, args)."""
+    return [
+        (path, [(n.op, n.name, n.target, n.args, n.kwargs) for n in gm.graph.nodes])
+        for path, gm in graph_modules(ep.graph_module)
+    ]
+
+
+def _names(value: Any) -> Any:
+    return torch.fx.node.map_arg(value, lambda n: n.name)
+
+
+def _first_change(before: list[tuple[str, list[tuple[Any, ...]]]], ep: Any) -> str | None:
+    after = _graph_state(ep)
+    if [p for p, _ in before] != [p for p, _ in after]:
+        return "the set of nested graphs"
+    for (path, old), (_, new) in zip(before, after):
+        where = f" of nested graph '{path}'" if path else ""
+        if len(old) != len(new):
+            return f"the number of nodes{where} ({len(old)} -> {len(new)})"
+        # Compared by value, not identity: a partitioner may return a copy of the program it was shown.
+        for a, b in zip(old, new):
+            was, now = a[2], b[2]
+            if was is not now:
+                was, now = (canonical_target(x) or x for x in (was, now))
+            if a[:2] != b[:2] or was != now:
+                return f"node '{a[1]}'{where} (now {b[0]} '{b[1]}' of {now}, was {a[0]} of {was})"
+            if (a[3] is not b[3] or a[4] is not b[4]) and (_names(a[3]), _names(a[4])) != (_names(b[3]), _names(b[4])):
+                return f"the arguments of node '{a[1]}'{where}"
+    return None
 
 
 def _json(value: Any) -> str | None:
@@ -189,6 +228,7 @@ class ExecutorchPartitioner:
         before = {
             (path, node.name): set(node.meta) for path, gm in graph_modules(ep.graph_module) for node in gm.graph.nodes
         }
+        state = _graph_state(ep)
         try:
             with _why_not_partitioned() as reasons:
                 result = self.partitioner.partition(ep)
@@ -203,6 +243,17 @@ class ExecutorchPartitioner:
             raise PartitionerError(
                 f"ExecuTorch partitioner {self.name} returned {type(result).__name__}, not a PartitionResult"
             )
+        changed = _first_change(state, tagged)
+        if changed is not None:
+            raise PartitionerModifiedGraphError(
+                f"ExecuTorch partitioner {self.name} changed {changed} of the program it was shown; a "
+                "partitioner should not modify the graph module, only tag nodes (node.meta['delegation_tag']): "
+                "rewrite the graph before lowering (transform_passes, or the model) instead"
+            )
+        user_inputs = {
+            s.arg.name for s in tagged.graph_signature.input_specs if s.kind.name == "USER_INPUT"
+        }
+        no_copy: list[str] = []
         known = {node_key(path, n.name) for path, g in walk_keyed_graphs(program.graph) for n in g.nodes}
         tags: dict[str, str] = {}
         notes: list[BackendNodeMeta] = []
@@ -213,10 +264,20 @@ class ExecutorchPartitioner:
                     continue
                 key = f"{path}/{node.name}" if path else node.name
                 if node.op == "output":
-                    raise PartitionerError(
-                        f"ExecuTorch partitioner {self.name} tagged the output node {key!r} with {tag!r}; "
-                        "only operator nodes and the parameters/buffers they read can be delegated"
+                    raise TaggedPlaceholderError(
+                        f"ExecuTorch partitioner {self.name} tagged the output node {key!r} with {tag!r} (output "
+                        f"node {node.name} should not be tagged); only operator nodes and the parameters/buffers "
+                        "they read can be delegated: untag it"
                     )
+                if node.op == "placeholder" and (path or node.name in user_inputs):
+                    raise TaggedPlaceholderError(
+                        f"ExecuTorch partitioner {self.name} tagged placeholder {key!r} "
+                        f"({'of a nested graph' if path else 'a user input'}) with {tag!r}: a placeholder node for "
+                        "non-params, non-buffer, and non-tensor constants should not be tagged; tag only the "
+                        "parameters, buffers and constants the delegated nodes read"
+                    )
+                if node.op == "placeholder" and node.meta.get(NO_COPY_KEY):
+                    no_copy.append(key)
                 if key not in known:
                     raise PartitionerError(
                         f"ExecuTorch partitioner {self.name} tagged node {key!r}, which is not in the program "
@@ -250,7 +311,7 @@ class ExecutorchPartitioner:
         # Partitions are lowered in the partitioner's order of partition_tags, as ExecuTorch does.
         used_tags = set(tags.values())
         used = [(tag, spec) for tag, spec in specs.items() if tag in used_tags]
-        return PartitionPlan.build(tags, used, backend_meta=notes)
+        return PartitionPlan.build(tags, used, backend_meta=notes, no_copy=no_copy)
 
 
 def _overrides_pre_decomposition(partitioner: Any) -> bool:

@@ -83,7 +83,9 @@ def call_partitioner(partitioner: Partitioner, program: Program) -> PartitionPla
     try:
         plan = partitioner(program)
     except PartitionerError as exc:
-        raise PartitionerError(f"partitioner {name}: {exc}") from exc
+        # Same class, named: a subclass is also a builtin exception some callers catch
+        # (ExecuTorch's asserts: texir.executorch's PartitionerModifiedGraphError is an AssertionError).
+        raise type(exc)(f"partitioner {name}: {exc}") from exc
     except TexirError:
         raise
     except Exception as exc:

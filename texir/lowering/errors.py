@@ -17,8 +17,9 @@ class MissingDelegationSpecError(PlanError):
     """A tag is used by nodes but has no DelegationSpec."""
 
 
-class TaggedPlaceholderError(PlanError):
-    """A user input, a nested-graph placeholder or an output node is tagged."""
+class TaggedPlaceholderError(PlanError, RuntimeError):
+    """A user input, a nested-graph placeholder or an output node is tagged. Also a RuntimeError:
+    ExecuTorch's `to_backend` raises that for it, and its callers catch that."""
 
 
 class NonConvexPartitionError(PlanError):
@@ -35,6 +36,17 @@ class SharedConstantError(PlanError):
 
 class MutationOutsidePartitionError(PlanError):
     """A consumed buffer is mutated by a value the same partition does not compute."""
+
+
+class MutationAlsoOutputError(MutationOutsidePartitionError, AssertionError):
+    """A consumed buffer's new value is also another output of the program (a user output, or the
+    new value of a second buffer). ExecuTorch's `to_backend` refuses it (an AssertionError, which its
+    callers catch): a delegate's signature returns a consumed buffer's update as that update only."""
+
+
+class NoCopyConstantError(SharedConstantError, RuntimeError):
+    """A constant its partitioner marked `no_copy` is also used outside its partition. Also a
+    RuntimeError: ExecuTorch's `to_backend` raises that for it, and its callers catch that."""
 
 
 class SubgraphAttrError(PlanError):

@@ -24,13 +24,15 @@ from texir.lowering.preprocess import PreprocessCache, check_workers, default_ca
 from texir.lowering.report import DelegateReport, Lowered, PhaseClock, TurnedDown, build_report
 
 __all__ = [
-    "CacheChoice", "lower_decomposed", "lower_edge", "one_sequence", "partitioner_tuple", "per_method", "preprocess_options"
+    "CacheChoice", "EdgeTransform", "lower_decomposed", "lower_edge", "one_sequence", "partitioner_tuple", "per_method", "preprocess_options"
 ]
 
 _KEPT_WHOLE_ANYWAY = ("quantized_decomposed::", "torchao::")
 """Quantize/dequantize primitives stay whole in any case: leaving them undelegated is fine."""
 
 CacheChoice = Union[PreprocessCache, Literal["default"], None]
+EdgeTransform = Callable[[str, Program], Program]
+"""(method name, program in the to_edge form) -> the program the partitioners are shown."""
 
 S = TypeVar("S")
 
@@ -145,15 +147,19 @@ def lower_edge(
     keep: Mapping[str, str] | None = None,
     turned_down: tuple[TurnedDown, ...] = (),
     clock: PhaseClock | None = None,
+    transform: EdgeTransform | None = None,
 ) -> Lowered:
     """The decomposed `program` through the to_edge rewrites and each partitioner in turn. `keep`:
     the ops kept from decomposition, each with the partitioner that asked (a kept op left
     undelegated is a `KeptOpNotDelegatedError`); `turned_down`: the kept nodes decomposed after all;
-    `clock`: the call's phase clock (the report's `phases`), started by the caller."""
+    `clock`: the call's phase clock (the report's `phases`), started by the caller; `transform`:
+    run on the to_edge form before the first partitioner (ExecuTorch's `transform_passes`)."""
     keep = keep or {}
     clock = clock or PhaseClock()
     with clock.phase("to_edge"):
         program = to_partitionable(program)
+        if transform is not None:
+            program = transform(method, program)
     edge = program
     passes: list[tuple[str, object, tuple[DelegateReport, ...]]] = []
     for partitioner in partitioners:

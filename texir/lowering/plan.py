@@ -30,6 +30,7 @@ from texir.ir import (
     Ref,
     SubgraphMeta,
     TupleMeta,
+    UserOutput,
 )
 from texir.ir.analysis import node_inputs, node_key, walk_keyed_graphs
 from texir.ir.names import CALL_DELEGATE, GETITEM
@@ -37,7 +38,9 @@ from texir.lowering.convexity import check_acyclic
 from texir.lowering.errors import (
     DelegateClaimedError,
     MissingDelegationSpecError,
+    MutationAlsoOutputError,
     MutationOutsidePartitionError,
+    NoCopyConstantError,
     PlanArgumentError,
     PlanError,
     SharedConstantError,
@@ -85,6 +88,10 @@ class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
     ``duplicate`` (ExecuTorch's default) gives every partition using it its own copy (an untagged
     user keeps the parent's), ``pass_in`` keeps it in the parent and passes it to every delegate
     using it, ``error`` refuses the plan, naming every such user."""
+    no_copy: tuple[str, ...] = ()
+    """Tagged constants (node keys, sorted) the partitioner forbids copying whatever
+    `shared_constants` says (ExecuTorch's `node.meta["no_copy"]`): one used outside its partition
+    is a `NoCopyConstantError`."""
 
     def __post_init__(self) -> None:
         # msgspec checks field types only on decode: a dict given here would fail far away, on unpacking
@@ -104,6 +111,7 @@ class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
         ops_to_not_decompose: Sequence[str] = (),
         shared_constants: Literal["duplicate", "pass_in", "error"] = "duplicate",
         backend_meta: Sequence[BackendNodeMeta] = (),
+        no_copy: Sequence[str] = (),
     ) -> PartitionPlan:
         """A plan from mappings; tags (and notes) are stored sorted so equal plans compare equal."""
         spec_items = tuple(specs.items()) if isinstance(specs, Mapping) else tuple(specs)
@@ -117,6 +125,7 @@ class PartitionPlan(msgspec.Struct, frozen=True, kw_only=True):
             ops_to_not_decompose=tuple(ops_to_not_decompose),
             shared_constants=shared_constants,
             backend_meta=tuple(sorted(backend_meta, key=lambda m: (m.node, m.key))),
+            no_copy=tuple(sorted(set(no_copy))),
         )
 
     def tag_map(self) -> dict[str, str]:
@@ -308,6 +317,14 @@ def _shared_constant_policy(
             outside.setdefault(name, []).append((node.name, user_tag))
     if not outside:
         return tags, {}
+    for name in plan.no_copy:
+        if name in outside:
+            user, user_tag = outside[name][0]
+            raise NoCopyConstantError(
+                f"constant data node ({name}) is tagged with ({tags[name]}) but has user ({user}) which has "
+                f"tag ({user_tag}), and its partitioner marked it no_copy (each partition may not get its own "
+                "copy): tag that user with it too, or let the partitioner allow copies"
+            )
     if plan.shared_constants == "error":
         name, users = next(iter(outside.items()))
         listed = ", ".join(f"'{u}' ({'tag ' + repr(t) if t else 'not delegated'})" for u, t in users)
@@ -327,6 +344,27 @@ def _shared_constant_policy(
             if others:
                 copies[name] = tuple(others)
     return tags, copies
+
+
+def _check_mutation_only_output(program: Program, buffer: str, target: str, value: str, tag: str) -> None:
+    """A consumed buffer's update leaves its delegate as that update only (ExecuTorch's rule)."""
+    out = program.graph.nodes[-1]
+    others = [
+        "a user output" if isinstance(spec, UserOutput)
+        else f"the update of buffer {spec.target}" if isinstance(spec, BufferMutation)
+        else type(spec).__name__
+        for arg, spec in zip(out.args if isinstance(out, Output) else (), program.signature.outputs)
+        if isinstance(arg, Ref) and arg.name == value
+        and not (isinstance(spec, BufferMutation) and spec.target == target)
+    ]
+    if others:
+        raise MutationAlsoOutputError(
+            f"buffer '{buffer}' ({target}) is tagged '{tag}' (the delegate consumes it and owns its update) but "
+            f"its new value '{value}' is also returned as {', '.join(others)}; "
+            "a delegate returns a consumed buffer's update as that update only (ExecuTorch refuses this too, "
+            "and backends are built for that): leave the buffer untagged (the delegate then returns the new value "
+            "and the program writes it back)"
+        )
 
 
 def _check_graph(
@@ -404,6 +442,7 @@ def _check_graph(
                         f"is {'tagged ' + repr(tag_of[value]) if value in tag_of else 'not delegated'}; "
                         f"tag '{value}' with '{tag}' too, or leave the buffer untagged"
                     )
+                _check_mutation_only_output(program, node.name, spec.target, value, tag)
     succs, indegree = check_acyclic(graph, group_of, tag_of, where)
     users: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
     for node in graph.nodes:
