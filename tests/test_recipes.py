@@ -25,23 +25,13 @@ from texir.errors import RecipeError
 pytest.importorskip("executorch")
 
 
-class MLP(torch.nn.Module):
-    """Two linears of 64 input features (groups of 32 or 64 divide them)."""
+class TwoLinears(torch.nn.Module):
+    """64 -> hidden -> 16: with hidden 64 groups of 32 or 64 divide both linears' input features; with
+    48, groups of 32 do not divide fc2's."""
 
-    def __init__(self) -> None:
+    def __init__(self, hidden: int) -> None:
         super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(64, 64), torch.nn.Linear(64, 16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.relu(self.fc1(x)))
-
-
-class Odd(torch.nn.Module):
-    """A linear of 48 input features: groups of 32 do not divide it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(64, 48), torch.nn.Linear(48, 8)
+        self.fc1, self.fc2 = torch.nn.Linear(64, hidden), torch.nn.Linear(hidden, 16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(torch.relu(self.fc1(x)))
@@ -58,12 +48,12 @@ class Embedder(torch.nn.Module):
 
 def mlp() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
-    return MLP().eval(), (torch.randn(2, 64),)
+    return TwoLinears(64).eval(), (torch.randn(2, 64),)
 
 
 def odd() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
-    return Odd().eval(), (torch.randn(2, 64),)
+    return TwoLinears(48).eval(), (torch.randn(2, 64),)
 
 
 def embedder() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
