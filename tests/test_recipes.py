@@ -146,6 +146,14 @@ def test_calibration_file_is_what_the_pt2e_recipes_calibrate_on(
     assert ours != lower_cli(tmp_path, "tests.test_recipes:mlp", flags[:2], capsys)
 
 
+def test_executorchs_partitioner_lowers_a_recipe_to_the_same_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--partitioner executorch:xnnpack (ExecuTorch's partitioner and backend through the bridge) on the
+    quantized program writes the native backend's bytes."""
+    flags = ["--recipe", "xnnpack-int8-dynamic"]
+    native = lower_cli(tmp_path, "tests.test_recipes:mlp", flags, capsys)
+    assert lower_cli(tmp_path, "tests.test_recipes:mlp", [*flags, "--partitioner", "executorch:xnnpack"], capsys) == native
+
+
 @functools.lru_cache(maxsize=None)
 def optimum_reference(qlinear: str) -> bytes:
     """optimum-executorch 1.1.0's `--recipe xnnpack --qlinear 8da4w|8da8w` on the MLP: its
