@@ -56,6 +56,11 @@ def odd() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     return TwoLinears(48).eval(), (torch.randn(2, 64),)
 
 
+def mlp_any_batch() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], Any]:
+    module, args = mlp()
+    return module, args, ({0: torch.export.Dim("batch", min=1, max=8)},)
+
+
 def embedder() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
     return Embedder().eval(), (torch.tensor([[1, 2, 3]]),)
@@ -152,6 +157,24 @@ def test_executorchs_partitioner_lowers_a_recipe_to_the_same_file(tmp_path: Path
     flags = ["--recipe", "xnnpack-int8-dynamic"]
     native = lower_cli(tmp_path, "tests.test_recipes:mlp", flags, capsys)
     assert lower_cli(tmp_path, "tests.test_recipes:mlp", [*flags, "--partitioner", "executorch:xnnpack"], capsys) == native
+
+
+def test_a_dynamic_batch_survives_pt2e_quantization(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A MODEL with a dynamic batch (its third element): the module pt2e quantizes carries no shape
+    guards (as in ExecuTorch's QuantizeStage), so the export keeps the batch dynamic; the file is
+    ExecuTorch's and runs at other batch sizes."""
+    from executorch.backends.xnnpack.recipes import XNNPackRecipeType
+    from executorch.export import ExportRecipe, export
+
+    ours = lower_cli(tmp_path, "tests.test_recipes:mlp_any_batch", ["--recipe", "xnnpack-int8-dynamic"], capsys)
+    module, args, shapes = mlp_any_batch()
+    recipe = ExportRecipe.get_recipe(XNNPackRecipeType.PT2E_INT8_DYNAMIC_PER_CHANNEL)
+    theirs = bytes(export(copy.deepcopy(module), [args], export_recipe=recipe, dynamic_shapes=shapes)
+                   .get_executorch_program_manager().buffer)
+    assert_executorchs_program(ours, theirs)
+    for batch in (1, 5):
+        x = (torch.randn(batch, 64, generator=torch.Generator().manual_seed(batch)),)
+        assert torch.equal(run(ours, x)[0], run(theirs, x)[0]) and run(ours, x)[0].shape == (batch, 16)
 
 
 @functools.lru_cache(maxsize=None)

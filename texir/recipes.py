@@ -223,7 +223,10 @@ def _pt2e(module: torch.nn.Module, args: tuple[Any, ...], config: tuple[bool, bo
 
     per_channel, dynamic = config
     try:
-        captured = torch.export.export(module, args, strict=True).module()
+        # No `_guards_fn` call module: torch leaves it out when ExecuTorch's QuantizeStage calls
+        # `.module()` (torch's _ok_to_generate_guards_fn reads the caller's file name), and with it
+        # the quantized module keeps the example's shapes as guards, so a dynamic batch fails to export.
+        captured = torch.export.export(module, args, strict=True).module(check_guards=False)
     except Exception as exc:
         raise RecipeError(f"torch.export.export(strict=True), which pt2e quantization starts from, failed: "
                           f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
