@@ -303,11 +303,15 @@ def test_the_api_quantizes_a_copy_and_lowers() -> None:
                                executorch_pte("TORCHAO_INT8_DYNAMIC_ACT_INT4_WEIGHT_PER_TENSOR", {}))
 
 
-def test_the_clis_recipe_names_are_the_apis() -> None:
+def test_the_clis_recipe_names_are_the_apis_and_name_executorchs_recipes() -> None:
     from texir.cli.lower_recipe import RECIPE_NAMES
-    from texir.recipes import RECIPES
+    from texir.recipes import RECIPES as NAMES, Recipe
 
-    assert RECIPE_NAMES == tuple(RECIPES)
+    assert RECIPE_NAMES == tuple(NAMES)
+    for flags, member, kwargs in RECIPES:
+        recipe = Recipe(name=flags[1], group_size=int(flags[3]) if len(flags) > 2 else None)
+        assert recipe.executorch_recipe == member
+    assert Recipe(qlinear="8da4w").executorch_recipe is None  # optimum's flags, not an ExecuTorch recipe
 
 
 MISTAKES = [

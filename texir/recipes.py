@@ -200,8 +200,8 @@ def quantize(
     *,
     calibration: Sequence[tuple[Any, ...]] | None = None,
 ) -> torch.nn.Module:
-    """The quantized copy of `module` (never `module` itself) the recipe exports: unchanged for
-    `xnnpack`, torchao's `quantize_` for 8da4w and --qlinear/--qembedding, pt2e's prepare, calibrate on
+    """The module the recipe exports, never a changed `module`: `module` itself for `xnnpack`, a
+    quantized copy otherwise: torchao's `quantize_` for 8da4w and --qlinear/--qembedding, pt2e's prepare, calibrate on
     `calibration` (default: the example args) and convert for the int8 recipes."""
     if calibration is not None and not recipe.calibrates:
         raise RecipeError(f"--calibration is for the pt2e recipes (xnnpack-int8-*); {recipe.name} "
