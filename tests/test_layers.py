@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "texir.models": 6,  # the demo model: a torch module
     "texir.executorch": 7,  # the ExecuTorch bridge: its partitioners, backends, runtime, ETRecord
     "texir.orchestrate": 8,  # `texir.lower` from an ExportedProgram: decompose, then lowering
+    "texir.recipes": 8,  # quantization recipes (pt2e, torchao) on an eager module, then `texir.lower`
     "texir.compat": 9,  # ExecuTorch's public lowering API over texir.lower (bridge-like: may import executorch)
     "texir.viz": 9,
     "texir.cli": 9,

@@ -50,3 +50,8 @@ class ParseError(TexirError):
         self.line = line
         self.column = column
         self.expected = expected
+
+
+class RecipeError(TexirError):
+    """A quantization recipe (`texir.recipes`, `texir lower --recipe/--qlinear/--qembedding`) does not
+    fit the model or its options: the message names the option or the module and says what fits."""

@@ -17,6 +17,7 @@ from texir.errors import LoweringError, UsageError
 from texir.ir import CallFunction, Program
 from texir.ir.analysis import walk_keyed_graphs
 from texir.cli.lower_output import explain_rows, print_json, print_report
+from texir.cli.lower_recipe import add_recipe_arguments, lower_with_recipe, recipe_from_args
 from texir.cli.model_spec import is_snapshot_path, load_model, load_program
 from texir.cli.paths import Outputs, refuse_clobbering
 from texir.cli.progress import Progress
@@ -137,6 +138,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--allow-non-core", action="store_true",
                         help="keep ops outside core ATen (which ExecuTorch's to_edge refuses) instead of refusing "
                              "them; the runtime may lack their kernels")
+    add_recipe_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -275,6 +277,7 @@ def _declared(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
 
 def run(args: argparse.Namespace) -> int:
 
+    recipe = recipe_from_args(args)  # None without --recipe/--qlinear/--qembedding; sets --partitioner xnnpack
     opts = _options(args)
     for flag, given in (("--etrecord", args.etrecord is not None), ("--external-data", args.external_data)):
         if given and args.output is None:
@@ -290,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
         for flag, path in declared:  # every output checked before any work
             outputs.add(flag, path)
         if opts.mode == "executorch":
-            lowered, report, edge = _lower_executorch(args, opts, progress)
+            lowered, report, edge = _lower_executorch(args, opts, progress, recipe)
         else:
             lowered, report = _lower_texir(args, opts, progress)
             edge = None
@@ -326,9 +329,10 @@ def _lower_texir(args: argparse.Namespace, opts: LowerOptions, progress: Any) ->
 
 
 def _lower_executorch(
-    args: argparse.Namespace, opts: LowerOptions, progress: Any
+    args: argparse.Namespace, opts: LowerOptions, progress: Any, recipe: Any = None
 ) -> tuple[Program, LowerReport, Program]:
-    """An ExecuTorch partitioner, through `texir.lower` (as ExecuTorch's to_edge_transform_and_lower)."""
+    """An ExecuTorch partitioner, through `texir.lower` (as ExecuTorch's to_edge_transform_and_lower);
+    with a `recipe` (`texir.recipes.Recipe`), MODEL quantized by it first (`texir.cli.lower_recipe`)."""
     # lowering from an ExportedProgram imports torch: only this path pays for it
     from texir.orchestrate import lower
 
@@ -340,6 +344,8 @@ def _lower_executorch(
             scope.enter_context(module.registered())  # its backend, for this lowering only
         else:
             partitioner = executorch_partitioner_for(opts.partitioner)
+        if recipe is not None:
+            return lower_with_recipe(args, recipe, partitioner, progress, jobs=opts.jobs, cache=opts.cache)
         with progress.phase(f"loading {opts.model}"):
             source: Any = load_program(opts.model) if is_snapshot_path(opts.model) else load_model(opts.model)
         cache: Literal["default"] | None = "default" if opts.cache else None

@@ -55,6 +55,7 @@ __all__ = [
     "load_input",
     "load_model",
     "load_model_eager",
+    "load_model_source",
     "load_program",
     "load_value",
     "split_spec",
@@ -260,6 +261,16 @@ def load_model_eager(spec: str) -> tuple[ExportedProgram, Any, tuple[Any, ...], 
 
 
 def _load_model(spec: str) -> tuple[ExportedProgram, ExportRecipe | None]:
+    source = load_model_source(spec)
+    if isinstance(source, ExportRecipe):
+        return _export(source, spec.strip()), source
+    return source, None
+
+
+def load_model_source(spec: str) -> ExportedProgram | ExportRecipe:
+    """What a MODEL spec names before any export: an ExportedProgram (a `.pt2`, or a callable
+    returning one) or the module and example inputs a callable returns (for `texir lower --recipe`,
+    which quantizes the eager module). Raises `ModelSpecError`."""
     if not isinstance(spec, str) or not spec.strip():
         raise ModelSpecError("MODEL is empty; give FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE or FILE.pt2")
     spec = spec.strip()
@@ -269,7 +280,7 @@ def _load_model(spec: str) -> tuple[ExportedProgram, ExportRecipe | None]:
 
     make_torchvision_importable()  # a model module (or transformers) may import torchvision
     if spec.endswith(".pt2"):
-        return _load_pt2(Path(spec)), None
+        return _load_pt2(Path(spec))
     if is_snapshot_path(spec):
         raise ModelSpecError(
             f"{spec!r} is a snapshot, not a model; commands that read snapshots accept it directly"
@@ -284,7 +295,7 @@ def _load_model(spec: str) -> tuple[ExportedProgram, ExportRecipe | None]:
     import torch  # torch loads in ~2 s: only commands given a MODEL pay (texir show/diff of files never do)
 
     if isinstance(target, torch.export.ExportedProgram):
-        return target, None
+        return target
     if not callable(target):
         raise ModelSpecError(
             f"{spec} is {_a(type(target).__name__)}, not a callable; point MODEL at a function returning {_FORMS}"
@@ -299,9 +310,8 @@ def _load_model(spec: str) -> tuple[ExportedProgram, ExportRecipe | None]:
     except (Exception, SystemExit) as exc:
         raise ModelSpecError(f"calling {spec}() failed: {_one_line(exc)}") from exc
     if isinstance(value, torch.export.ExportedProgram):
-        return value, None
-    recipe = _recipe(value, spec)
-    return _export(recipe, spec), recipe
+        return value
+    return _recipe(value, spec)
 
 
 def check_model_path(spec: str) -> None:
