@@ -78,6 +78,25 @@ _DETACH_ = torch.ops.aten.detach_.default
 """An in-place detach: functionalization drops it (the value is its input's), whereas its functional
 twin `detach` stays a node (or becomes `alias` in the edge decomposition)."""
 
+_SYM_SIZE = torch.ops.aten.sym_size.int
+_SYM_STRIDE = torch.ops.aten.sym_stride.int
+_SYM_NUMEL = torch.ops.aten.sym_numel.default
+_SYM_STORAGE_OFFSET = torch.ops.aten.sym_storage_offset.default
+
+
+def _sym_name(op: OpOverload) -> str:
+    """The name the retrace's tracer gives a node of `op` (FX's, from the overload: `sym_size_int`)."""
+    return f"{op.overloadpacket.__name__}_{op._overloadname}" if op._overloadname != "default" else op.overloadpacket.__name__
+
+
+class _Size:
+    """A symbolic size a node of the program gives (its `sym_size`): no node of its own until it is
+    used, as after the retrace."""
+
+    def __init__(self, value: torch.SymInt) -> None:
+        self.value = value
+
+
 _INPUT_ORDER = {"PARAMETER": 0, "CONSTANT_TENSOR": 1, "BUFFER": 2, "USER_INPUT": 3}
 """The inputs this handles, in the order the retrace lifts them."""
 
@@ -106,10 +125,51 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.fresh: set[int] = set()  # ids of the tensors the current node's decomposition made
         self.inputs: dict[torch.fx.Node, Any] = {}  # weights' values without autograd state
         self.written: set[int] = set()  # ids of the values in-place ops (made functional) wrote
+        self.sym_nodes: dict[Any, torch.fx.Node] = {}  # a size's expression -> the node giving it
+        self.sym_sources: dict[Any, tuple[OpOverload, torch.fx.Node, tuple[int, ...]]] = {}  # ... -> an input's
 
     def bind(self, value: Any, node: torch.fx.Node) -> None:
         self.nodes[id(value)] = node
         self.alive.append(value)
+
+    def track_sizes(self, value: torch.Tensor, node: torch.fx.Node) -> None:
+        """Where each symbolic size of the input `value` can be read, unless an earlier input gives
+        it: the retrace's tracer notes the same of each input (sizes, strides, numel, storage
+        offset; the first wins) and makes the node reading one where it is first used."""
+        def note(size: Any, op: OpOverload, *index: int) -> None:
+            if isinstance(size, torch.SymInt) and size.node.maybe_as_int() is None:
+                self.sym_sources.setdefault(size.node.expr, (op, node, index))
+
+        for i, size in enumerate(value.shape):
+            note(size, _SYM_SIZE, i)
+        for i, stride in enumerate(value.stride()):
+            note(stride, _SYM_STRIDE, i)
+        note(value.numel(), _SYM_NUMEL)
+        note(value.storage_offset(), _SYM_STORAGE_OFFSET)
+
+    def record_size(self, op: OpOverload, args: tuple[Any, ...], val: torch.SymInt) -> None:
+        """A size node of the program itself, where it stands; it gives every later use of its
+        expression (the first node of an expression wins, as in the retrace's tracer)."""
+        node = self.graph.create_node("call_function", op, args, {}, name=self.graph._target_to_str(_sym_name(op)))
+        self.annotate(node, val)
+        self.sym_nodes.setdefault(val.node.expr, node)
+
+    def sym_node_of(self, size: torch.SymInt) -> Any:
+        """The node giving the symbolic `size` (a constant SymInt is its int); a size of an input
+        that no node gives yet gets its node here, where it is first used."""
+        constant = size.node.maybe_as_int()
+        if constant is not None:
+            return constant
+        expr = size.node.expr
+        found = self.sym_nodes.get(expr)
+        if found is not None:
+            return found
+        source = self.sym_sources.get(expr)
+        if source is None:
+            raise _Retrace(f"a size computed inside the program or a decomposition ({size})")
+        op, tensor, index = source
+        self.record_size(op, (tensor, *index), size)
+        return self.sym_nodes[expr]
 
     def node_of(self, value: Any) -> torch.fx.Node:
         node = self.nodes.get(id(value))
@@ -181,6 +241,9 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         if func._schema.is_mutable or (func in _FUNCTIONALIZED and func is not _ALIAS and not whole):
             raise _Retrace(f"{func} mutates, or is one functionalization rewrites")
         node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, self.node_of, (args, kwargs))
+        if any(isinstance(a, (torch.SymFloat, torch.SymBool)) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
+            raise _Retrace(f"{func} takes a symbolic float or bool")
+        node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.SymInt, self.sym_node_of, (node_args, node_kwargs))
         node = self.graph.create_node(
             "call_function", func, tuple(node_args), dict(node_kwargs),
             name=self.graph._target_to_str(func.overloadpacket.__name__),
@@ -276,6 +339,16 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         return parts[index]
     if not isinstance(target, OpOverload):
         raise _Retrace(f"{target} is not an ATen op")
+    if target is _SYM_SIZE:  # a node of the program reading a size: kept where it is
+        tensor, dim = node.args
+        source = env[cast(torch.fx.Node, tensor)]
+        if not isinstance(source, torch.fx.Node) or not isinstance(dim, int):
+            raise _Retrace("a size of a multi-result value")
+        val = source.meta["val"].shape[dim]
+        if not isinstance(val, torch.SymInt) or val.node.maybe_as_int() is not None:
+            raise _Retrace("sym_size of a static dimension")
+        rec.record_size(target, (source, dim), val)
+        return _Size(val)
     if target._schema.is_mutable and not torch._C._dispatch_has_kernel_for_dispatch_key(
         target.name(), "CompositeImplicitAutograd"  # type: ignore[no-untyped-call]  # OpOverload.name is untyped
     ):
@@ -297,6 +370,8 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         got = env[v]
         if isinstance(got, tuple):
             raise _Retrace("a multi-result value used whole")
+        if isinstance(got, _Size):
+            return got.value
         return rec.inputs.get(got, got.meta["val"])
 
     args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
@@ -320,14 +395,26 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
 
 
 def decompose_locally(
-    ep: ExportedProgram, keep: Sequence[str] = (), *, why: list[str] | None = None, functional_only: bool = False
+    ep: ExportedProgram,
+    keep: Sequence[str] = (),
+    *,
+    why: list[str] | None = None,
+    functional_only: bool = False,
+    exact_names: bool = True,
 ) -> ExportedProgram | None:
     """`ep` decomposed for the edge (`edge_decomposition_table`, keeping the ops named in `keep`)
     without torch's retrace, or None when it needs one (see the module docstring); then `why`, if
     given, receives the reason. With `functional_only`, decomposed as `ep.run_decompositions({})`
     decomposes it instead (what ExecuTorch shows partitioners' `ops_to_not_decompose`): only the
-    composite ops torch will not preserve, in-place ops made functional."""
+    composite ops torch will not preserve, in-place ops made functional.
+
+    A program with dynamic shapes is decomposed only without `exact_names`: the same nodes in the
+    same order with the same values, arguments and metadata as the retrace's, but other names where
+    the retrace numbered nodes of its symbolic-size arithmetic and then dropped them (`mul_2` for
+    `mul`). Names reach no `.pte` byte; they show in IR texts and reports."""
     try:
+        if exact_names and ep.range_constraints:
+            raise _Retrace("dynamic shapes (the retrace's node names are asked for)")
         with _as_the_retrace_decomposes(() if functional_only else keep):
             return _rewrite(ep, set(keep), functional_only=functional_only)
     except _Retrace as exc:
@@ -362,10 +449,10 @@ def _as_the_retrace_decomposes(keep: Iterable[str]) -> Iterator[None]:
 
 def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = False) -> ExportedProgram:
     sig = ep.graph_signature
-    if ep.range_constraints:
-        raise _Retrace("dynamic shapes")
-    if any(s.kind is not OutputKind.USER_OUTPUT for s in sig.output_specs):
-        raise _Retrace("the program mutates an input or buffer")
+    if any(s.kind not in (OutputKind.USER_OUTPUT, OutputKind.BUFFER_MUTATION) for s in sig.output_specs):
+        raise _Retrace("the program mutates an input or has outputs other than tensors and buffer updates")
+    if any(s.kind is OutputKind.BUFFER_MUTATION for s in sig.output_specs) and _mutates(ep.graph):
+        raise _Retrace("the program mutates a buffer in place (it is not functional yet)")
     if any(spec.kind.name not in _INPUT_ORDER for spec in sig.input_specs):
         raise _Retrace("inputs other than tensors (tokens, custom objects)")
     if has_subclass_state(ep):
@@ -396,12 +483,18 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
             last = list(node.users)[-1].meta.get("torch_fn")
             if last is not None:
                 p.meta["torch_fn"] = last
+        if spec.kind.name in ("PARAMETER", "BUFFER") and ep.dialect != "TRAINING":
+            # The retrace of a program past export gives its weights their old metadata back,
+            # all of it (a training-IR program's weights keep only what export recorded on them)
+            p.meta.update(node.meta)
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and val.requires_grad:
             with fake_mode:
                 val = val.detach()  # computed without autograd state, as the retrace computes
             rec.inputs[p] = val
         rec.bind(val, p)
+        if isinstance(val, torch.Tensor):
+            rec.track_sizes(val, p)
         env[node] = p
         renames.append((p, spec.arg.name))
     try:
@@ -445,10 +538,15 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     )
 
 
-def functional_program(ep: ExportedProgram) -> ExportedProgram:
+def _mutates(graph: torch.fx.Graph) -> bool:
+    return any(isinstance(n.target, OpOverload) and n.target._schema.is_mutable for n in graph.nodes)
+
+
+def functional_program(ep: ExportedProgram, *, why: list[str] | None = None) -> ExportedProgram:
     """`ep.run_decompositions({})`, what ExecuTorch shows partitioners' `ops_to_not_decompose`:
-    without the retrace where `decompose_locally(functional_only=True)` can (the same program)."""
-    local = decompose_locally(ep, functional_only=True)
+    without the retrace where `decompose_locally(functional_only=True)` can (the same program);
+    `why`, if given, receives the reason when it cannot."""
+    local = decompose_locally(ep, functional_only=True, why=why)
     if local is not None:
         return local
     return run_decompositions(ep, {})

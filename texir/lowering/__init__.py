@@ -13,7 +13,7 @@ from texir.lowering.backend import (
 )
 from texir.lowering.capability import maximal_partitions
 from texir.lowering.lower import lower_decomposed
-from texir.lowering.report import PHASES, DelegateReport, Lowered, LowerReport, Phase, TurnedDown, UndelegatedNode
+from texir.lowering.report import PHASES, DelegateReport, Lowered, LowerReport, Phase, Retrace, TurnedDown, UndelegatedNode
 from texir.lowering.delegate import (
     LoweringReport,
     NodeOrder,
@@ -75,6 +75,7 @@ __all__ = [
     "LoweringReport",
     "PHASES",
     "Phase",
+    "Retrace",
     "TurnedDown",
     "UndelegatedNode",
     "NodeOrder",
