@@ -18,13 +18,20 @@ tensor, `detach`) stays a node, and only one of a tensor the same decomposition 
 in-place `detach_` leaves no node; a kept node export wrote with keywords (`_assert_tensor_metadata`)
 gets the dispatcher's positional form.
 
-Anything it cannot do that way answers None (saying why) and the caller retraces: a mutated input
-or buffer, an in-place op on a value something else reads or on a view, a view of a value an
-in-place op wrote (functionalization replays it where it is read: a node named and attributed to
-its reader), in-place ops that functionalization rewrites specially (`resize_`), nested graphs,
-dynamic shapes, tensor-subclass weights, tensor constants made inside a decomposition,
-`lift_fresh_copy` inside a decomposition, ops returning neither tensors nor nothing. tests/test_opinfo_differential.py checks the result
-against ExecuTorch's `to_edge` over torch's operator database."""
+A functional program whose signature updates buffers (a static KV cache after
+`run_decompositions({})`) is rewritten too, and one with dynamic shapes when other node names are
+fine (`exact_names=False`; `texir.adapters.symbolic_sizes`: the retrace numbers the SymInt
+arithmetic of its tracing and drops it, so its names skip numbers these do not).
+
+Anything it cannot do that way answers None (saying why) and the caller retraces: an in-place
+write of an input or buffer, an in-place op on a value something else reads or on a view, a view
+of a value an in-place op wrote (functionalization replays it where it is read: a node named and
+attributed to its reader), in-place ops that functionalization rewrites specially (`resize_`),
+nested graphs, SymInt arithmetic, tensor-subclass weights, tensor constants made inside a
+decomposition, `lift_fresh_copy` inside a decomposition, ops returning neither tensors nor
+nothing. tests/test_opinfo_differential.py checks the result against ExecuTorch's `to_edge` over
+torch's operator database; tests/test_llm_local_decompose.py the Llama's `.pte` and `.ptd` bytes
+against the retrace's."""
 
 from __future__ import annotations
 
@@ -53,7 +60,8 @@ from texir.adapters.decompositions import (
     must_decompose_functionally,
 )
 from texir.adapters.fx_signature import signature_inputs, signature_outputs
-from texir.adapters.targets import canonical_target, resolve_target
+from texir.adapters.symbolic_sizes import SYM_SIZE, SizeNodes, SizeOf
+from texir.adapters.targets import canonical_target, dispatch_form, resolve_target
 from texir.adapters.torch_patches import run_decompositions
 
 __all__ = ["decompose_locally", "functional_program"]
@@ -77,25 +85,6 @@ _SPECIAL_FUNCTIONALIZATION = frozenset({"resize_", "resize_as_", "set_", "_resiz
 _DETACH_ = torch.ops.aten.detach_.default
 """An in-place detach: functionalization drops it (the value is its input's), whereas its functional
 twin `detach` stays a node (or becomes `alias` in the edge decomposition)."""
-
-_SYM_SIZE = torch.ops.aten.sym_size.int
-_SYM_STRIDE = torch.ops.aten.sym_stride.int
-_SYM_NUMEL = torch.ops.aten.sym_numel.default
-_SYM_STORAGE_OFFSET = torch.ops.aten.sym_storage_offset.default
-
-
-def _sym_name(op: OpOverload) -> str:
-    """The name the retrace's tracer gives a node of `op` (FX's, from the overload: `sym_size_int`)."""
-    return f"{op.overloadpacket.__name__}_{op._overloadname}" if op._overloadname != "default" else op.overloadpacket.__name__
-
-
-class _Size:
-    """A symbolic size a node of the program gives (its `sym_size`): no node of its own until it is
-    used, as after the retrace."""
-
-    def __init__(self, value: torch.SymInt) -> None:
-        self.value = value
-
 
 _INPUT_ORDER = {"PARAMETER": 0, "CONSTANT_TENSOR": 1, "BUFFER": 2, "USER_INPUT": 3}
 """The inputs this handles, in the order the retrace lifts them."""
@@ -125,51 +114,17 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.fresh: set[int] = set()  # ids of the tensors the current node's decomposition made
         self.inputs: dict[torch.fx.Node, Any] = {}  # weights' values without autograd state
         self.written: set[int] = set()  # ids of the values in-place ops (made functional) wrote
-        self.sym_nodes: dict[Any, torch.fx.Node] = {}  # a size's expression -> the node giving it
-        self.sym_sources: dict[Any, tuple[OpOverload, torch.fx.Node, tuple[int, ...]]] = {}  # ... -> an input's
+        self.sizes = SizeNodes(self.graph, self.annotate)  # which node gives each symbolic size
 
     def bind(self, value: Any, node: torch.fx.Node) -> None:
         self.nodes[id(value)] = node
         self.alive.append(value)
 
-    def track_sizes(self, value: torch.Tensor, node: torch.fx.Node) -> None:
-        """Where each symbolic size of the input `value` can be read, unless an earlier input gives
-        it: the retrace's tracer notes the same of each input (sizes, strides, numel, storage
-        offset; the first wins) and makes the node reading one where it is first used."""
-        def note(size: Any, op: OpOverload, *index: int) -> None:
-            if isinstance(size, torch.SymInt) and size.node.maybe_as_int() is None:
-                self.sym_sources.setdefault(size.node.expr, (op, node, index))
-
-        for i, size in enumerate(value.shape):
-            note(size, _SYM_SIZE, i)
-        for i, stride in enumerate(value.stride()):
-            note(stride, _SYM_STRIDE, i)
-        note(value.numel(), _SYM_NUMEL)
-        note(value.storage_offset(), _SYM_STORAGE_OFFSET)
-
-    def record_size(self, op: OpOverload, args: tuple[Any, ...], val: torch.SymInt) -> None:
-        """A size node of the program itself, where it stands; it gives every later use of its
-        expression (the first node of an expression wins, as in the retrace's tracer)."""
-        node = self.graph.create_node("call_function", op, args, {}, name=self.graph._target_to_str(_sym_name(op)))
-        self.annotate(node, val)
-        self.sym_nodes.setdefault(val.node.expr, node)
-
-    def sym_node_of(self, size: torch.SymInt) -> Any:
-        """The node giving the symbolic `size` (a constant SymInt is its int); a size of an input
-        that no node gives yet gets its node here, where it is first used."""
-        constant = size.node.maybe_as_int()
-        if constant is not None:
-            return constant
-        expr = size.node.expr
-        found = self.sym_nodes.get(expr)
-        if found is not None:
-            return found
-        source = self.sym_sources.get(expr)
-        if source is None:
+    def sym_node_of(self, size: torch.SymInt) -> torch.fx.Node | int:
+        found = self.sizes.node_of(size)
+        if found is None:
             raise _Retrace(f"a size computed inside the program or a decomposition ({size})")
-        op, tensor, index = source
-        self.record_size(op, (tensor, *index), size)
-        return self.sym_nodes[expr]
+        return found
 
     def node_of(self, value: Any) -> torch.fx.Node:
         node = self.nodes.get(id(value))
@@ -277,34 +232,6 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             node.meta["val"] = val
 
 
-def _dispatch_form(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """`args`, `kwargs` as the dispatcher hands them to the retrace: parameters that are not
-    keyword-only passed positionally (export writes some nodes, `_assert_tensor_metadata`, with
-    keywords), defaults in between filled in and trailing defaults left out."""
-    params = [a for a in func._schema.arguments if not a.kwarg_only]
-    named = [a for a in params[len(args):] if a.name in kwargs]
-    if not named:
-        return args, kwargs
-    out, rest = list(args), dict(kwargs)
-    for param in params[len(args):]:
-        if param.name in rest:
-            out.append(rest.pop(param.name))
-        elif param.has_default_value():
-            out.append(param.default_value)
-        else:  # pragma: no cover - a call without a required parameter does not trace
-            raise _Retrace(f"{func}: parameter {param.name!r} missing")
-    while len(out) > len(args) and _is_default(params[len(out) - 1], out[-1]):
-        out.pop()
-    return tuple(out), rest
-
-
-def _is_default(param: Any, value: Any) -> bool:
-    if not param.has_default_value() or isinstance(value, torch.Tensor):
-        return False
-    default = param.default_value
-    return value is default or (type(value) is type(default) and bool(value == default))
-
-
 def _preservable_composite(func: OpOverload) -> bool:
     return bool(_is_preservable_cia_op(func))
 
@@ -339,7 +266,7 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         return parts[index]
     if not isinstance(target, OpOverload):
         raise _Retrace(f"{target} is not an ATen op")
-    if target is _SYM_SIZE:  # a node of the program reading a size: kept where it is
+    if target is SYM_SIZE:  # a node of the program reading a size: kept where it is
         tensor, dim = node.args
         source = env[cast(torch.fx.Node, tensor)]
         if not isinstance(source, torch.fx.Node) or not isinstance(dim, int):
@@ -347,8 +274,8 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         val = source.meta["val"].shape[dim]
         if not isinstance(val, torch.SymInt) or val.node.maybe_as_int() is not None:
             raise _Retrace("sym_size of a static dimension")
-        rec.record_size(target, (source, dim), val)
-        return _Size(val)
+        rec.sizes.record(target, (source, dim), val)
+        return SizeOf(val)
     if target._schema.is_mutable and not torch._C._dispatch_has_kernel_for_dispatch_key(
         target.name(), "CompositeImplicitAutograd"  # type: ignore[no-untyped-call]  # OpOverload.name is untyped
     ):
@@ -370,13 +297,13 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         got = env[v]
         if isinstance(got, tuple):
             raise _Retrace("a multi-result value used whole")
-        if isinstance(got, _Size):
+        if isinstance(got, SizeOf):
             return got.value
         return rec.inputs.get(got, got.meta["val"])
 
     args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
     if rec.keeps(target) or rec.preserved(target) or target in (_ALIAS, _LIFT_FRESH_COPY):
-        val = rec.record(target, *_dispatch_form(target, args, kwargs), whole=True)  # kept whole (an alias or constant copy: the program's own)
+        val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True)  # kept whole (an alias or constant copy: the program's own)
     else:
         decomposition = rec.table.get(target)
         with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
@@ -408,10 +335,8 @@ def decompose_locally(
     decomposes it instead (what ExecuTorch shows partitioners' `ops_to_not_decompose`): only the
     composite ops torch will not preserve, in-place ops made functional.
 
-    A program with dynamic shapes is decomposed only without `exact_names`: the same nodes in the
-    same order with the same values, arguments and metadata as the retrace's, but other names where
-    the retrace numbered nodes of its symbolic-size arithmetic and then dropped them (`mul_2` for
-    `mul`). Names reach no `.pte` byte; they show in IR texts and reports."""
+    Dynamic shapes only without `exact_names`: the retrace's program but for some names (`mul` for
+    its `mul_2`), which reach no `.pte` byte."""
     try:
         if exact_names and ep.range_constraints:
             raise _Retrace("dynamic shapes (the retrace's node names are asked for)")
@@ -451,7 +376,9 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     sig = ep.graph_signature
     if any(s.kind not in (OutputKind.USER_OUTPUT, OutputKind.BUFFER_MUTATION) for s in sig.output_specs):
         raise _Retrace("the program mutates an input or has outputs other than tensors and buffer updates")
-    if any(s.kind is OutputKind.BUFFER_MUTATION for s in sig.output_specs) and _mutates(ep.graph):
+    if any(s.kind is OutputKind.BUFFER_MUTATION for s in sig.output_specs) and any(
+        isinstance(n.target, OpOverload) and n.target._schema.is_mutable for n in ep.graph.nodes
+    ):
         raise _Retrace("the program mutates a buffer in place (it is not functional yet)")
     if any(spec.kind.name not in _INPUT_ORDER for spec in sig.input_specs):
         raise _Retrace("inputs other than tensors (tokens, custom objects)")
@@ -494,7 +421,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
             rec.inputs[p] = val
         rec.bind(val, p)
         if isinstance(val, torch.Tensor):
-            rec.track_sizes(val, p)
+            rec.sizes.track(val, p)
         env[node] = p
         renames.append((p, spec.arg.name))
     try:
@@ -536,10 +463,6 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
         example_inputs=ep.example_inputs,
         constants=ep.constants,
     )
-
-
-def _mutates(graph: torch.fx.Graph) -> bool:
-    return any(isinstance(n.target, OpOverload) and n.target._schema.is_mutable for n in graph.nodes)
 
 
 def functional_program(ep: ExportedProgram, *, why: list[str] | None = None) -> ExportedProgram:
