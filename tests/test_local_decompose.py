@@ -14,6 +14,7 @@ from texir.adapters import from_exported_program
 from texir.adapters.decompositions import edge_decomposition_table
 from texir.adapters.local_decompose import decompose_locally
 from texir.ir import Program
+from texir.ir.canonical import canonicalize
 
 XNNPACK_KEEP = ("aten::linear.default",)
 """What ExecuTorch 1.5.1's XnnpackPartitioner asks to keep on these models."""
@@ -160,11 +161,33 @@ def test_in_place_ops_nothing_else_sees_become_functional(module: torch.nn.Modul
     torch.testing.assert_close(local.module()(*args), module(*fresh))
 
 
-def test_a_program_with_buffer_mutations_is_left_to_the_retrace() -> None:
+def test_a_functional_program_updating_buffers_decomposes_locally_and_equally() -> None:
+    """A program already functional (its buffer writes are outputs, as `run_decompositions({})`
+    leaves a static-KV-cache Llama) needs no retrace: the update outputs follow their nodes."""
     ep = cached_export("running_stats", decompose=True)  # functionalized: its writes are outputs
+    assert any(s.kind.name == "BUFFER_MUTATION" for s in ep.graph_signature.output_specs)
     why: list[str] = []
-    assert decompose_locally(ep, why=why) is None
-    assert why == ["the program mutates an input or buffer"]
+    local = decompose_locally(ep, why=why)
+    assert local is not None and why == []
+    assert _converted(local) == _converted(ep.run_decompositions(edge_decomposition_table(())))
+
+
+@pytest.mark.parametrize("name", ["dynamic_mlp", "dynamic_conv"])
+def test_dynamic_shapes_decompose_locally_when_names_may_differ(name: str) -> None:
+    """With symbolic sizes the program is the retrace's but for names (the retrace numbers the
+    symbolic-size arithmetic it then drops: its `mul_2` is `mul` here); asked for the retrace's
+    names, it steps aside."""
+    ep = cached_export(name, decompose=False)
+    local = decompose_locally(ep, exact_names=False)
+    assert local is not None
+    expected = _converted(ep.run_decompositions(edge_decomposition_table(())))
+    assert canonicalize(_converted(local)) == canonicalize(expected)
+
+
+def test_symbolic_size_arithmetic_is_left_to_the_retrace() -> None:
+    why: list[str] = []
+    assert decompose_locally(cached_export("dynamic_seq", decompose=False), exact_names=False, why=why) is None
+    assert len(why) == 1 and "is not an ATen op" in why[0], why  # operator.mul on the sequence length
 
 
 class _DetachInPlace(torch.nn.Module):

@@ -34,7 +34,7 @@ from texir.lowering.lower import CacheChoice, EdgeTransform, lower_edge, one_seq
 from texir.lowering.plan import Partitioner
 from texir.ir.analysis import node_key, walk_keyed_graphs
 from texir.lowering.preprocess import PreprocessCache
-from texir.lowering.report import Lowered, PhaseClock, TurnedDown
+from texir.lowering.report import Lowered, PhaseClock, Retrace, TurnedDown
 
 __all__ = ["CacheChoice", "Lowered", "Source", "lower"]
 
@@ -163,25 +163,30 @@ def _lower_one_memo(
     clock: PhaseClock,
     transform: EdgeTransform | None = None,
 ) -> Lowered:
+    retraced: list[Retrace] = []  # each step torch's retrace did, with why (the report's `retraced`)
     with clock.phase("import"):
-        aten, ep = _imported(method, source, partitioners, options)
+        aten, ep = _imported(method, source, partitioners, options, retraced)
     with clock.phase("decompose"):
         keep = _kept_ops(method, aten, partitioners)
-        program = _decomposed(ep, aten, sorted(keep), options.cache, allow_non_core)
-        program, turned_down = _decompose_turned_down(method, program, partitioners, keep)
+        program = _decomposed(ep, aten, sorted(keep), options.cache, retraced, allow_non_core)
+        program, turned_down = _decompose_turned_down(method, program, partitioners, keep, retraced)
     # The functional input (its FX graph and IR) is not read past here: let it go before the
     # to_edge rewrites and the partitioners run (on a Llama, ~3.5 MiB of Python objects a layer)
     if aten is not None:
         forget_exported(aten)
     del aten, ep
-    return lower_edge(
+    lowered = lower_edge(
         method, program, partitioners, options, order, keep=keep, turned_down=turned_down, clock=clock,
         transform=transform,
     )
+    if not retraced:
+        return lowered
+    return msgspec.structs.replace(lowered, report=msgspec.structs.replace(lowered.report, retraced=tuple(retraced)))
 
 
 def _imported(
-    method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions
+    method: str, source: Source, partitioners: tuple[Partitioner, ...], options: PreprocessOptions,
+    retraced: list[Retrace],
 ) -> tuple[Program | None, ExportedProgram | None]:
     """`source` made functional (as ExecuTorch's to_edge_transform_and_lower first does) after the
     partitioners' pre-decomposition hooks, as (its IR, the ExportedProgram it came from): the IR is
@@ -202,10 +207,11 @@ def _imported(
         # torchao's quantized weights unwrapped by ExecuTorch's first retrace, run_decompositions({}):
         # the program is functional after it, and a second such retrace would give it back unchanged
         ep, functional = functionalize(ep), True
+        retraced.append(Retrace(step="functionalize", reason="tensor-subclass weights (torchao's quantized tensors)"))
     aten, ep = _transformed_before_decomposition(method, aten, ep, partitioners)
     if ep is not None:
         if not functional:
-            ep = _functional(ep)  # ExecuTorch's to_edge_transform_and_lower always starts so
+            ep = _functional(ep, retraced)  # ExecuTorch's to_edge_transform_and_lower always starts so
         aten = None  # (the functional program is another program than the input)
     asks = any(getattr(p, "ops_to_not_decompose", None) is not None for p in partitioners)
     if asks or (options.cache is not None and ep is not None):
@@ -214,7 +220,7 @@ def _imported(
         # decomposition's reuse key is that program too: it is converted once for both.
         if ep is None:
             assert aten is not None  # one of the two is set above
-            ep = _functional(to_exported_program(aten))
+            ep = _functional(to_exported_program(aten), retraced)
         aten = from_exported_program(ep)
         if aten.dialect == "TRAINING":  # what run_decompositions gives back says "ATEN"
             aten = msgspec.structs.replace(aten, dialect="ATEN")
@@ -280,7 +286,7 @@ def _transformed_before_decomposition(
 
 def _decomposed(
     ep: ExportedProgram | None, aten: Program | None, keep: list[str], cache: PreprocessCache | None,
-    allow_non_core: bool = False,
+    retraced: list[Retrace], allow_non_core: bool = False,
 ) -> Program:
     """The program decomposed keeping `keep`; `aten` is `ep` converted when both are given. With a
     cache, the decomposition of a program of the same structure (weights aside) is reused
@@ -294,8 +300,13 @@ def _decomposed(
     if ep is None:
         if aten is None:  # pragma: no cover - _lower_one_memo sets one of the two
             raise PartitionerError("internal error: nothing to decompose; please report")
-        ep = _functional(to_exported_program(aten))
-    program = from_exported_program(ep, decompose=True, keep=keep, allow_non_core=allow_non_core)
+        ep = _functional(to_exported_program(aten), retraced)
+    # Node names may differ from the retrace's on a program with dynamic shapes (no .pte byte does)
+    why: list[str] = []
+    program = from_exported_program(
+        ep, decompose=True, keep=keep, allow_non_core=allow_non_core, exact_names=False, why=why
+    )
+    retraced.extend(Retrace(step="decompose", reason=reason) for reason in why)
     if cache is not None and key is not None and aten is not None and not allow_non_core:
         # (only programs that passed the core-ATen check are reused, so a reuse needs no check)
         template = template_of(program, aten)
@@ -304,18 +315,23 @@ def _decomposed(
     return program
 
 
-def _functional(ep: ExportedProgram) -> ExportedProgram:
+def _functional(ep: ExportedProgram, retraced: list[Retrace]) -> ExportedProgram:
     """`ep` as ExecuTorch's to_edge_transform_and_lower first makes it (`run_decompositions({})`):
     functional, tensor-subclass weights unwrapped, the composites torch does not preserve
     (contiguous, reshape) run through their kernels. The decomposition proper starts from it, as
     ExecuTorch's does: decomposing the exported program at once gives other nodes (a `contiguous`
     after an op that the decomposition makes contiguous leaves no clone), other names and other
-    debug handles. Without the retrace where `texir.adapters.local_decompose` can."""
-    return functional_program(ep)
+    debug handles. Without the retrace where `texir.adapters.local_decompose` can; where it cannot,
+    `retraced` receives why."""
+    why: list[str] = []
+    functional = functional_program(ep, why=why)
+    retraced.extend(Retrace(step="functionalize", reason=reason) for reason in why)
+    return functional
 
 
 def _decompose_turned_down(
-    method: str, program: Program, partitioners: tuple[Partitioner, ...], keep: Mapping[str, str]
+    method: str, program: Program, partitioners: tuple[Partitioner, ...], keep: Mapping[str, str],
+    retraced: list[Retrace],
 ) -> tuple[Program, tuple[TurnedDown, ...]]:
     """`program` with the nodes of kept ops that a partitioner turns down (its optional
     `nodes_to_decompose(program)`, node keys) decomposed after all, as ExecuTorch does with the
@@ -352,4 +368,5 @@ def _decompose_turned_down(
     notes = tuple(TurnedDown(node=n, target=kept[n], partitioner=p) for n, p in sorted(turned_down.items()))
     # the partitioners' hooks converted `program` already (decompose_nodes restores what it changes)
     decomposed = decompose_nodes(exported_program_of(program), sorted(turned_down), sorted(keep))
+    retraced.append(Retrace(step="decompose_turned_down", reason=f"{len(turned_down)} kept node(s) turned down"))
     return from_exported_program(decomposed), notes

@@ -335,18 +335,27 @@ def _symbol_hints(ep: ExportedProgram) -> dict[str, int]:
 
 
 def from_exported_program(
-    ep: ExportedProgram, *, decompose: bool = False, keep: Sequence[str] = (), allow_non_core: bool = False
+    ep: ExportedProgram,
+    *,
+    decompose: bool = False,
+    keep: Sequence[str] = (),
+    allow_non_core: bool = False,
+    exact_names: bool = True,
+    why: list[str] | None = None,
 ) -> ir.Program:
     """Convert an ExportedProgram to a Program. With `decompose`, first decompose it as
     ExecuTorch's edge lowering does (`edge_decomposition_table`: core ATen, plus the ops the
     ExecuTorch runtime has no kernel for), keeping the ops named in `keep`; then, unless
     `allow_non_core`, refuse an op ExecuTorch's `to_edge` refuses (`NonCoreOperatorError` naming
-    the node: `texir.adapters.core_aten`)."""
+    the node: `texir.adapters.core_aten`). Without `exact_names`, a program with dynamic shapes is
+    decomposed without torch's retrace too, some nodes named otherwise
+    (`texir.adapters.local_decompose.decompose_locally`); `why`, if given, receives the reason
+    when the retrace decomposes it."""
     if not isinstance(ep, ExportedProgram):
         raise ConversionError(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if decompose:
         # Without torch's retrace where a direct rewrite gives the same program (most models).
-        local = decompose_locally(ep, keep)
+        local = decompose_locally(ep, keep, exact_names=exact_names, why=why)
         if local is not None:
             ep = local
         else:

@@ -18,13 +18,20 @@ tensor, `detach`) stays a node, and only one of a tensor the same decomposition 
 in-place `detach_` leaves no node; a kept node export wrote with keywords (`_assert_tensor_metadata`)
 gets the dispatcher's positional form.
 
-Anything it cannot do that way answers None (saying why) and the caller retraces: a mutated input
-or buffer, an in-place op on a value something else reads or on a view, a view of a value an
-in-place op wrote (functionalization replays it where it is read: a node named and attributed to
-its reader), in-place ops that functionalization rewrites specially (`resize_`), nested graphs,
-dynamic shapes, tensor-subclass weights, tensor constants made inside a decomposition,
-`lift_fresh_copy` inside a decomposition, ops returning neither tensors nor nothing. tests/test_opinfo_differential.py checks the result
-against ExecuTorch's `to_edge` over torch's operator database."""
+A functional program whose signature updates buffers (a static KV cache after
+`run_decompositions({})`) is rewritten too, and one with dynamic shapes when other node names are
+fine (`exact_names=False`; `texir.adapters.symbolic_sizes`: the retrace numbers the SymInt
+arithmetic of its tracing and drops it, so its names skip numbers these do not).
+
+Anything it cannot do that way answers None (saying why) and the caller retraces: an in-place
+write of an input or buffer, an in-place op on a value something else reads or on a view, a view
+of a value an in-place op wrote (functionalization replays it where it is read: a node named and
+attributed to its reader), in-place ops that functionalization rewrites specially (`resize_`),
+nested graphs, SymInt arithmetic, tensor-subclass weights, tensor constants made inside a
+decomposition, `lift_fresh_copy` inside a decomposition, ops returning neither tensors nor
+nothing. tests/test_opinfo_differential.py checks the result against ExecuTorch's `to_edge` over
+torch's operator database; tests/test_llm_local_decompose.py the Llama's `.pte` and `.ptd` bytes
+against the retrace's."""
 
 from __future__ import annotations
 
@@ -55,7 +62,8 @@ from texir.adapters.decompositions import (
     must_decompose_functionally,
 )
 from texir.adapters.fx_signature import signature_inputs, signature_outputs
-from texir.adapters.targets import canonical_target, resolve_target
+from texir.adapters.symbolic_sizes import SYM_SIZE, SizeNodes, SizeOf
+from texir.adapters.targets import canonical_target, dispatch_form, resolve_target
 from texir.adapters.torch_patches import run_decompositions
 
 __all__ = ["decompose_locally", "functional_program"]
@@ -108,10 +116,17 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.fresh: set[int] = set()  # ids of the tensors the current node's decomposition made
         self.inputs: dict[torch.fx.Node, Any] = {}  # weights' values without autograd state
         self.written: set[int] = set()  # ids of the values in-place ops (made functional) wrote
+        self.sizes = SizeNodes(self.graph, self.annotate)  # which node gives each symbolic size
 
     def bind(self, value: Any, node: torch.fx.Node) -> None:
         self.nodes[id(value)] = node
         self.alive.append(value)
+
+    def sym_node_of(self, size: torch.SymInt) -> torch.fx.Node | int:
+        found = self.sizes.node_of(size)
+        if found is None:
+            raise _Retrace(f"a size computed inside the program or a decomposition ({size})")
+        return found
 
     def node_of(self, value: Any) -> torch.fx.Node:
         node = self.nodes.get(id(value))
@@ -183,6 +198,9 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         if func._schema.is_mutable or (func in _FUNCTIONALIZED and func is not _ALIAS and not whole):
             raise _Retrace(f"{func} mutates, or is one functionalization rewrites")
         node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, self.node_of, (args, kwargs))
+        if any(isinstance(a, (torch.SymFloat, torch.SymBool)) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
+            raise _Retrace(f"{func} takes a symbolic float or bool")
+        node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.SymInt, self.sym_node_of, (node_args, node_kwargs))
         node = self.graph.create_node(
             "call_function", func, tuple(node_args), dict(node_kwargs),
             name=self.graph._target_to_str(func.overloadpacket.__name__),
@@ -214,34 +232,6 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         node.meta["from_node"] = [NodeSource(source, "texir.local_decompose", NodeSourceAction.CREATE)]
         if val is not None:  # an assertion has no value, and no entry
             node.meta["val"] = val
-
-
-def _dispatch_form(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """`args`, `kwargs` as the dispatcher hands them to the retrace: parameters that are not
-    keyword-only passed positionally (export writes some nodes, `_assert_tensor_metadata`, with
-    keywords), defaults in between filled in and trailing defaults left out."""
-    params = [a for a in func._schema.arguments if not a.kwarg_only]
-    named = [a for a in params[len(args):] if a.name in kwargs]
-    if not named:
-        return args, kwargs
-    out, rest = list(args), dict(kwargs)
-    for param in params[len(args):]:
-        if param.name in rest:
-            out.append(rest.pop(param.name))
-        elif param.has_default_value():
-            out.append(param.default_value)
-        else:  # pragma: no cover - a call without a required parameter does not trace
-            raise _Retrace(f"{func}: parameter {param.name!r} missing")
-    while len(out) > len(args) and _is_default(params[len(out) - 1], out[-1]):
-        out.pop()
-    return tuple(out), rest
-
-
-def _is_default(param: Any, value: Any) -> bool:
-    if not param.has_default_value() or isinstance(value, torch.Tensor):
-        return False
-    default = param.default_value
-    return value is default or (type(value) is type(default) and bool(value == default))
 
 
 def _preservable_composite(func: OpOverload) -> bool:
@@ -278,6 +268,16 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         return parts[index]
     if not isinstance(target, OpOverload):
         raise _Retrace(f"{target} is not an ATen op")
+    if target is SYM_SIZE:  # a node of the program reading a size: kept where it is
+        tensor, dim = node.args
+        source = env[cast(torch.fx.Node, tensor)]
+        if not isinstance(source, torch.fx.Node) or not isinstance(dim, int):
+            raise _Retrace("a size of a multi-result value")
+        val = source.meta["val"].shape[dim]
+        if not isinstance(val, torch.SymInt) or val.node.maybe_as_int() is not None:
+            raise _Retrace("sym_size of a static dimension")
+        rec.sizes.record(target, (source, dim), val)
+        return SizeOf(val)
     if target._schema.is_mutable and not torch._C._dispatch_has_kernel_for_dispatch_key(
         target.name(), "CompositeImplicitAutograd"  # type: ignore[no-untyped-call]  # OpOverload.name is untyped
     ):
@@ -299,11 +299,13 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         got = env[v]
         if isinstance(got, tuple):
             raise _Retrace("a multi-result value used whole")
+        if isinstance(got, SizeOf):
+            return got.value
         return rec.inputs.get(got, got.meta["val"])
 
     args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
     if rec.keeps(target) or rec.preserved(target) or target in (_ALIAS, _LIFT_FRESH_COPY):
-        val = rec.record(target, *_dispatch_form(target, args, kwargs), whole=True)  # kept whole (an alias or constant copy: the program's own)
+        val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True)  # kept whole (an alias or constant copy: the program's own)
     else:
         decomposition = rec.table.get(target)
         with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
@@ -322,14 +324,24 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
 
 
 def decompose_locally(
-    ep: ExportedProgram, keep: Sequence[str] = (), *, why: list[str] | None = None, functional_only: bool = False
+    ep: ExportedProgram,
+    keep: Sequence[str] = (),
+    *,
+    why: list[str] | None = None,
+    functional_only: bool = False,
+    exact_names: bool = True,
 ) -> ExportedProgram | None:
     """`ep` decomposed for the edge (`edge_decomposition_table`, keeping the ops named in `keep`)
     without torch's retrace, or None when it needs one (see the module docstring); then `why`, if
     given, receives the reason. With `functional_only`, decomposed as `ep.run_decompositions({})`
     decomposes it instead (what ExecuTorch shows partitioners' `ops_to_not_decompose`): only the
-    composite ops torch will not preserve, in-place ops made functional."""
+    composite ops torch will not preserve, in-place ops made functional.
+
+    Dynamic shapes only without `exact_names`: the retrace's program but for some names (`mul` for
+    its `mul_2`), which reach no `.pte` byte."""
     try:
+        if exact_names and ep.range_constraints:
+            raise _Retrace("dynamic shapes (the retrace's node names are asked for)")
         with _as_the_retrace_decomposes(() if functional_only else keep):
             return _rewrite(ep, set(keep), functional_only=functional_only)
     except _Retrace as exc:
@@ -364,10 +376,12 @@ def _as_the_retrace_decomposes(keep: Iterable[str]) -> Iterator[None]:
 
 def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = False) -> ExportedProgram:
     sig = ep.graph_signature
-    if ep.range_constraints:
-        raise _Retrace("dynamic shapes")
-    if any(s.kind is not OutputKind.USER_OUTPUT for s in sig.output_specs):
-        raise _Retrace("the program mutates an input or buffer")
+    if any(s.kind not in (OutputKind.USER_OUTPUT, OutputKind.BUFFER_MUTATION) for s in sig.output_specs):
+        raise _Retrace("the program mutates an input or has outputs other than tensors and buffer updates")
+    if any(s.kind is OutputKind.BUFFER_MUTATION for s in sig.output_specs) and any(
+        isinstance(n.target, OpOverload) and n.target._schema.is_mutable for n in ep.graph.nodes
+    ):
+        raise _Retrace("the program mutates a buffer in place (it is not functional yet)")
     if any(spec.kind.name not in _INPUT_ORDER for spec in sig.input_specs):
         raise _Retrace("inputs other than tensors (tokens, custom objects)")
     if has_subclass_state(ep):
@@ -398,12 +412,18 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
             last = list(node.users)[-1].meta.get("torch_fn")
             if last is not None:
                 p.meta["torch_fn"] = last
+        if spec.kind.name in ("PARAMETER", "BUFFER") and ep.dialect != "TRAINING":
+            # The retrace of a program past export gives its weights their old metadata back,
+            # all of it (a training-IR program's weights keep only what export recorded on them)
+            p.meta.update(node.meta)
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and val.requires_grad:
             with fake_mode:
                 val = val.detach()  # computed without autograd state, as the retrace computes
             rec.inputs[p] = val
         rec.bind(val, p)
+        if isinstance(val, torch.Tensor):
+            rec.sizes.track(val, p)
         env[node] = p
         renames.append((p, spec.arg.name))
     try:
@@ -443,10 +463,11 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     )
 
 
-def functional_program(ep: ExportedProgram) -> ExportedProgram:
+def functional_program(ep: ExportedProgram, *, why: list[str] | None = None) -> ExportedProgram:
     """`ep.run_decompositions({})`, what ExecuTorch shows partitioners' `ops_to_not_decompose`:
-    without the retrace where `decompose_locally(functional_only=True)` can (the same program)."""
-    local = decompose_locally(ep, functional_only=True)
+    without the retrace where `decompose_locally(functional_only=True)` can (the same program);
+    `why`, if given, receives the reason when it cannot."""
+    local = decompose_locally(ep, functional_only=True, why=why)
     if local is not None:
         return local
     return run_decompositions(ep, {})

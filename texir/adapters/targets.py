@@ -15,7 +15,7 @@ from texir.adapters.foreign import foreign_target
 from texir.errors import UnsupportedError
 from texir.ir.names import CALL_DELEGATE
 
-__all__ = ["canonical_target", "resolve_target"]
+__all__ = ["canonical_target", "dispatch_form", "resolve_target"]
 
 # --------------------------------------------------------------------------------------------------
 # Call targets: canonical spellings, both ways
@@ -100,3 +100,29 @@ def resolve_target(name: str) -> Any:
     return target
 
 
+def dispatch_form(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`args`, `kwargs` as the dispatcher hands them to the retrace: parameters that are not
+    keyword-only passed positionally (export writes some nodes, `_assert_tensor_metadata`, with
+    keywords), defaults in between filled in and trailing defaults left out."""
+    params = [a for a in func._schema.arguments if not a.kwarg_only]
+    named = [a for a in params[len(args):] if a.name in kwargs]
+    if not named:
+        return args, kwargs
+    out, rest = list(args), dict(kwargs)
+    for param in params[len(args):]:
+        if param.name in rest:
+            out.append(rest.pop(param.name))
+        elif param.has_default_value():
+            out.append(param.default_value)
+        else:  # pragma: no cover - a call without a required parameter does not trace
+            raise ValueError(f"{func}: parameter {param.name!r} missing")
+    while len(out) > len(args) and _is_default(params[len(out) - 1], out[-1]):
+        out.pop()
+    return tuple(out), rest
+
+
+def _is_default(param: Any, value: Any) -> bool:
+    if not param.has_default_value() or isinstance(value, torch.Tensor):
+        return False
+    default = param.default_value
+    return value is default or (type(value) is type(default) and bool(value == default))

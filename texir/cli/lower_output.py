@@ -75,6 +75,8 @@ def print_report(out: TextIO, report: LowerReport, explained: Sequence[dict[str,
     if report.turned_down:
         out.write(f"\ndecomposed after the partitioner's node filter turned them down: "
                   f"{', '.join(f'{t.node} ({t.target})' for t in report.turned_down)}\n")
+    for r in report.retraced:
+        out.write(f"\ntorch's whole-program retrace ({r.step}): {r.reason}\n")
     if report.phases:
         out.write("\n" + phase_line(report) + "\n")
     if explained is not None:

@@ -13,7 +13,7 @@ from texir.lowering.backend import (
 )
 from texir.lowering.capability import maximal_partitions
 from texir.lowering.lower import lower_decomposed
-from texir.lowering.report import PHASES, AppliedPlan, DelegateReport, Lowered, LowerReport, Phase, TurnedDown, UndelegatedNode
+from texir.lowering.report import PHASES, AppliedPlan, DelegateReport, Lowered, LowerReport, Phase, Retrace, TurnedDown, UndelegatedNode
 from texir.lowering.delegate import NodeOrder, PreprocessOptions
 from texir.lowering.preprocess import CACHE_DIR_ENV, PreprocessCache, default_cache
 from texir.lowering.errors import (
@@ -72,6 +72,7 @@ __all__ = [
     "Lowered",
     "PHASES",
     "Phase",
+    "Retrace",
     "TurnedDown",
     "UndelegatedNode",
     "NodeOrder",

@@ -28,6 +28,7 @@ __all__ = [
     "PHASES",
     "Phase",
     "PhaseClock",
+    "Retrace",
     "TurnedDown",
     "UndelegatedNode",
     "UndelegatedReason",
@@ -117,6 +118,18 @@ class TurnedDown(msgspec.Struct, frozen=True, kw_only=True):
     partitioner: str
 
 
+class Retrace(msgspec.Struct, frozen=True, kw_only=True):
+    """A step of `texir.lower` that torch's whole-program retrace (`run_decompositions`) did,
+    because texir's node-by-node rewrite (`texir.adapters.local_decompose`) could not show its
+    program equal to the retrace's."""
+
+    step: Literal["functionalize", "decompose", "decompose_turned_down"]
+    """Making the input functional (ExecuTorch's `run_decompositions({})`), decomposing it to core
+    ATen, or decomposing the kept nodes a partitioner turned down (always the retrace)."""
+    reason: str
+    """Why the rewrite stepped aside, naming the node where it is one."""
+
+
 PHASES: Final = (
     "import", "decompose", "to_edge", "partition", "preprocess_cached", "preprocess_compiled", "apply", "total",
 )
@@ -185,6 +198,9 @@ class LowerReport(msgspec.Struct, frozen=True, kw_only=True):
     phases: tuple[Phase, ...] = ()
     """Seconds per phase of the `lower` call, in `PHASES` order, the last the total (empty for a
     report built without `lower`)."""
+    retraced: tuple[Retrace, ...] = ()
+    """The steps torch's whole-program retrace did, in order, each with why (empty: none; a
+    decomposition reused from the cache runs none)."""
 
 
 class Lowered(msgspec.Struct, frozen=True, kw_only=True):
