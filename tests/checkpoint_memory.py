@@ -10,6 +10,7 @@ reading it every millisecond (a copy of a weight that lives longer than that is 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -25,16 +26,23 @@ def rss_anon() -> int:
 
 
 class AnonPeak:
-    """The largest RssAnon seen while the block runs (sampled each millisecond, and at both ends)."""
+    """The largest RssAnon seen while the block runs (sampled each millisecond, and at both ends).
+    `limit` (bytes, 0: none): past it the process ends at once (exit 3), before the machine runs
+    out of memory: a benchmark's guard where RLIMIT_AS cannot be (mapped files count in it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = 0) -> None:
         self.peak = 0
+        self.limit = limit
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
         while not self._stop.wait(0.001):
             self.peak = max(self.peak, rss_anon())
+            if self.limit and self.peak > self.limit:
+                print(f"RssAnon {self.peak / 2**30:.2f} GiB passed the limit {self.limit / 2**30:.2f} GiB: out of memory",
+                      file=sys.stderr, flush=True)
+                os._exit(3)
 
     def __enter__(self) -> "AnonPeak":
         self.peak = rss_anon()
