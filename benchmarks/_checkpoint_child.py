@@ -5,7 +5,6 @@ timing each stage and watching anonymous memory (RssAnon) and total RSS."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -13,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from _child import ROOT, STAGE  # benchmarks/ is on sys.path when a bench runs
+from _child import ROOT, STAGE, sha256_file  # benchmarks/ is on sys.path when a bench runs
 from _memory import reset_peak, status
 
 TAG = "_default_external_constant"
@@ -69,14 +68,6 @@ def write_checkpoint(spec: dict[str, Any]) -> dict[str, Any]:
     (out / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2), encoding="utf-8")
     return {"seconds": time.perf_counter() - start, "bytes": total, "files": len(names)}
-
-
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def lower_checkpoint(spec: dict[str, Any]) -> dict[str, Any]:
@@ -135,4 +126,4 @@ def lower_checkpoint(spec: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": seconds, "anon": anon, "anon_base": base, "total_peak": status("VmHWM"),
             "weights": sum(p.stat().st_size for p in directory.glob("*.safetensors")),
             "sizes": {f: (out / f).stat().st_size for f in files},
-            "pte_sha256": _digest(out / "model.pte")}
+            "pte_sha256": sha256_file(out / "model.pte")}
