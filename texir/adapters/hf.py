@@ -50,9 +50,6 @@ class TextGeneration:
 
 
 def _config(directory: Path) -> Any:
-    # transformers loads in seconds: only a checkpoint directory pays for it
-    import transformers
-
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint directory {str(directory)!r} does not exist")
     path = directory / "config.json"
@@ -70,6 +67,9 @@ def _config(directory: Path) -> Any:
             f"{path}: model_type {kind!r} is not supported for text-generation; supported: "
             f"{', '.join(f'{k} ({v})' for k, v in ARCHITECTURES.items())}"
         )
+    # transformers loads in seconds: only a checkpoint directory that passed the checks above pays for it
+    import transformers
+
     try:
         return transformers.AutoConfig.from_pretrained(str(directory))
     except Exception as exc:  # transformers' own validation of the config's fields

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from texir.cli.lower_output import print_json, print_report
+from texir.cli.lower_output import explain_rows, print_json, print_report
 from texir.cli.paths import Outputs, refuse_clobbering
 from texir.cli.progress import Progress
 from texir.errors import CheckpointError, UsageError
@@ -72,10 +72,11 @@ def run_checkpoint(args: argparse.Namespace) -> int:
         done, metadata = _lower(directory, args, progress)
         written = _write(args.output, done.program, metadata, outputs, progress) if args.output is not None else []
         outputs.commit()
+    explained = explain_rows(done.report, list(done.seen)) if args.explain else None
     if args.json:
-        print_json(sys.stdout, done.report, None, written)
+        print_json(sys.stdout, done.report, explained, written)
     else:
-        print_report(sys.stdout, done.report, None)
+        print_report(sys.stdout, done.report, explained)
     for name, kind, size in written:
         print(f"wrote {name} ({size:,} bytes, {kind})", file=sys.stderr)
     return 0
