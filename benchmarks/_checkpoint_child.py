@@ -109,9 +109,10 @@ def lower_checkpoint(spec: dict[str, Any]) -> dict[str, Any]:
 
     def lowering() -> Any:
         with xnnpack.registered():
-            return lower(model.program, [xnnpack.partitioner()], cache=None).program
+            return lower(model.program, [xnnpack.partitioner()], cache=None)
 
-    program = stage("lower", lowering)
+    done = stage("lower", lowering)
+    program = done.program
     emitted = stage("emit", lambda: emit(program, EmitOptions(external_constants=True, external_named_data=TAG,
                                                               emit_mutable_buffer_names=True),
                                          constant_methods=constant_methods(model.metadata)))
@@ -123,7 +124,7 @@ def lower_checkpoint(spec: dict[str, Any]) -> dict[str, Any]:
 
     stage("write", write)
     files = sorted(p.name for p in out.iterdir() if p.suffix in (".pte", ".ptd"))
-    return {"seconds": seconds, "anon": anon, "anon_base": base, "total_peak": status("VmHWM"),
+    return {"seconds": seconds, "phases": {p.name: p.seconds for p in done.report.phases}, "anon": anon, "anon_base": base, "total_peak": status("VmHWM"),
             "weights": sum(p.stat().st_size for p in directory.glob("*.safetensors")),
             "sizes": {f: (out / f).stat().st_size for f in files},
             "pte_sha256": sha256_file(out / "model.pte")}

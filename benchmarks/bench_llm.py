@@ -255,6 +255,7 @@ def checkpoint(sizes: list[str], anon_limit: int, workdir: Path | None) -> None:
         print(f"  {size:<5} native      export {sec['export']:.1f} s  lower {sec['lower']:.1f} s  emit {sec['emit']:.1f} s  "
               f"write {sec['write']:.1f} s  e2e {e2e:.1f} s (wall {wall:.0f} s with the child's imports); floor "
               f"{floor:.1f} s = export + {files / GIB:.2f} GiB at {speed / MIB:.0f} MiB/s; e2e - floor {e2e - floor:.1f} s")
+        print(f"  {size:<5} native      lowering phases: " + ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items()))
         print(f"  {size:<5} native      RssAnon peak over the start {max(r['anon'].values()) / GIB:.2f} GiB ("
               + ", ".join(f"{k} {v / GIB:.2f}" for k, v in r["anon"].items())
               + f"; {max(r['anon'].values()) / r['weights']:.1%} of the weights; start {r['anon_base'] / GIB:.2f} GiB), "
