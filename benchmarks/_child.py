@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -18,6 +19,15 @@ def spawn(script: str, args: list[str], label: str) -> dict[str, Any]:
         raise SystemExit(f"{label} failed:\n{proc.stderr[-3000:]}")
     parsed: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return parsed
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file, read 16 MiB at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 STAGE = "bench stage: "

@@ -8,7 +8,6 @@ runtime check after the measurements).
 
 from __future__ import annotations
 
-import hashlib
 import resource
 import sys
 import time
@@ -16,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from _child import ROOT, STAGE, time_backend_preprocess  # benchmarks/ is on sys.path when a bench runs
+from _child import ROOT, STAGE, sha256_file, time_backend_preprocess  # benchmarks/ is on sys.path when a bench runs
 from _memory import reset_peak, status
 
 TAG = "_default_external_constant"
@@ -216,14 +215,6 @@ def _preprocess_timer(side: str) -> list[float]:
     return time_backend_preprocess(XnnpackBackend)  # ExecuTorch's own, which the bridge also calls
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Measure one side; `spec`: config, max_cache, dtype, quant, metadata, out, limit (bytes of
     address space, 0: none), logits (run one prefill in the runtime afterwards), weightless (export
@@ -263,7 +254,7 @@ def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
         "export_peak": export_peak, "run_peak": max(export_peak, st.base - model_rss + max(st.peak.values())),
         "weightless": bool(spec.get("weightless", False)),
         "sizes": {f: (out / f).stat().st_size for f in files},
-        "digests": {f: _digest(out / f) for f in files},
+        "digests": {f: sha256_file(out / f) for f in files},
         "executorch_imported_before_check": any(m.split(".")[0] == "executorch" for m in sys.modules),
     }
     if spec.get("logits"):

@@ -26,8 +26,19 @@ KV cache, built on the meta device and materialised block by block), ExecuTorch 
 a subprocess under RLIMIT_AS, so that running out of memory ends that run only: sizes tried, peak
 RSS, times. Tried in order; a side that fails is not tried on larger sizes.
 
+--checkpoint (not in `make bench`): a Llama-shaped fp16 checkpoint directory (random weights, the
+13B shape by default: ~26 GB, more than this machine's RAM) written by a child process shard by
+shard, then lowered natively from the directory as `texir lower hf:DIR --task text-generation`
+does (weights memory-mapped from safetensors, weightless export), in a fresh process: seconds per
+stage, the peak of anonymous memory (RssAnon, sampled each millisecond; past --anon-limit the run
+ends) and of total RSS (file-backed pages of the mapping included), end to end beside its floor
+(export + writing the files at this disk's speed). ExecuTorch's side is recorded as not started:
+its pipeline lowers a model built in memory (--scale measures it there). The checkpoint and the
+files are deleted afterwards.
+
 Run: .venv/bin/python benchmarks/bench_llm.py [--quick | --config NAME] [--quant fp32|8da4w|both]
      .venv/bin/python benchmarks/bench_llm.py --scale [--scale-sizes 1b,3b,8b] [--scale-sides executorch,native] [--mem-limit GIB]
+     .venv/bin/python benchmarks/bench_llm.py --checkpoint [--checkpoint-sizes 13b] [--anon-limit GIB] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -56,6 +67,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
                num_attention_heads=24, num_key_value_heads=8, tie_word_embeddings=True),
     "8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False),
+    # Llama-2-13B's shape (13.0B parameters, 24.2 GiB in fp16): for --checkpoint
+    "13b": dict(vocab_size=32000, hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+                num_attention_heads=40, num_key_value_heads=40, tie_word_embeddings=False),
     # ~150M parameters: where the memory goes, within minutes on 2 cores
     "mid": dict(vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=8,
                 num_attention_heads=16, num_key_value_heads=4, tie_word_embeddings=True),
@@ -205,6 +219,52 @@ def scale(sizes: list[str], limit: int, sides: tuple[str, ...] = ("executorch", 
                   f"{'weightless' if r['weightless'] else 'plain'} export)  files {files / GIB:.2f} GiB")
 
 
+def _mem_total() -> int:
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def checkpoint(sizes: list[str], anon_limit: int, workdir: Path | None) -> None:
+    """Each size's fp16 checkpoint written, then lowered natively from it (weights memory-mapped)."""
+    ram = _mem_total()
+    print(f"Checkpoints: Llama-shaped fp16 safetensors checkpoints (random weights, one shard per block), lowered "
+          f"natively from the directory (texir lower hf:DIR: weights memory-mapped, weightless export, static KV cache "
+          f"{MAX_CACHE}), XNNPACK, .pte + .ptd; RAM {ram / GIB:.1f} GiB; RssAnon guard {anon_limit / GIB:.1f} GiB")
+    for size in sizes:
+        with tempfile.TemporaryDirectory(prefix="bench_llm_ckpt_", dir=workdir) as tmp:
+            ckpt, out = Path(tmp) / "checkpoint", Path(tmp) / "out"
+            wrote = spawn(__file__, ["--child", "write", json.dumps({"config": CONFIGS[size], "out": str(ckpt)})],
+                          f"writing the {size} checkpoint")
+            start = time.perf_counter()
+            r, why = try_spawn(__file__, ["--child", "checkpoint", json.dumps(
+                {"checkpoint": str(ckpt), "out": str(out), "max_seq_len": MAX_CACHE, "anon_limit": anon_limit})])
+            wall = time.perf_counter() - start
+            print(f"  {size:<5} checkpoint {wrote['bytes'] / GIB:.2f} GiB in {wrote['files']} shards, written in "
+                  f"{wrote['seconds']:.0f} s")
+            if r is None:
+                print(f"  {size:<5} native FAILED after {wall:.0f} s: {why.splitlines()[-1:] if why else '?'}")
+                continue
+            files = sum(r["sizes"].values())
+            speed = write_speed(Path(tmp), max(256 * MIB, min(2 * GIB, files)))
+        sec = r["seconds"]
+        e2e = sum(sec.values())
+        floor = sec["export"] + files / speed
+        print(f"  {size:<5} native      export {sec['export']:.1f} s  lower {sec['lower']:.1f} s  emit {sec['emit']:.1f} s  "
+              f"write {sec['write']:.1f} s  e2e {e2e:.1f} s (wall {wall:.0f} s with the child's imports); floor "
+              f"{floor:.1f} s = export + {files / GIB:.2f} GiB at {speed / MIB:.0f} MiB/s; e2e - floor {e2e - floor:.1f} s")
+        print(f"  {size:<5} native      lowering phases: " + ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items()))
+        print(f"  {size:<5} native      RssAnon peak over the start {max(r['anon'].values()) / GIB:.2f} GiB ("
+              + ", ".join(f"{k} {v / GIB:.2f}" for k, v in r["anon"].items())
+              + f"; {max(r['anon'].values()) / r['weights']:.1%} of the weights; start {r['anon_base'] / GIB:.2f} GiB), "
+              f"total RSS peak {r['total_peak'] / GIB:.2f} GiB (file-backed pages of the mapping included)")
+        print(f"  {size:<5} ExecuTorch  not started: its pipeline lowers a model built in memory "
+              f"({r['weights'] / GIB:.1f} GiB of weights{' > ' if r['weights'] > ram else ', '}RAM {ram / GIB:.1f} GiB); "
+              "--scale measures it on models built in memory")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the ~25M-parameter config (--config quick)")
@@ -216,14 +276,35 @@ def main(argv: list[str] | None = None) -> int:
                         help="sides --scale runs (executorch, native; default both)")
     parser.add_argument("--mem-limit", type=float, default=22.0, metavar="GIB",
                         help="RLIMIT_AS of each --scale subprocess (default 22 GiB)")
+    parser.add_argument("--checkpoint", action="store_true",
+                        help="lower fp16 checkpoints from disk, weights memory-mapped (see above)")
+    parser.add_argument("--checkpoint-sizes", default="13b", metavar="NAME,...", help="sizes --checkpoint writes and lowers")
+    parser.add_argument("--anon-limit", type=float, default=8.0, metavar="GIB",
+                        help="--checkpoint ends a lowering whose RssAnon passes this (default 8 GiB)")
+    parser.add_argument("--workdir", type=Path, default=None, metavar="DIR",
+                        help="where --checkpoint writes its checkpoint and files (default: the temp directory)")
     parser.add_argument("--child", nargs=2, metavar=("SIDE", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child and args.child[0] in ("write", "checkpoint"):
+        sys.path.insert(0, ROOT)
+        from _checkpoint_child import lower_checkpoint, write_checkpoint  # the child's imports stay out of the parent
+
+        work = write_checkpoint if args.child[0] == "write" else lower_checkpoint
+        print(json.dumps(work(json.loads(args.child[1]))))
+        return 0
     if args.child:
         from _llm_child import run  # the child's imports stay out of the parent
 
         print(json.dumps(run(args.child[0], json.loads(args.child[1]))))
         return 0
     sys.path.insert(0, ROOT)
+    if args.checkpoint:
+        sizes = args.checkpoint_sizes.split(",")
+        unknown = [s for s in sizes if s not in CONFIGS]
+        if unknown:
+            parser.error(f"unknown --checkpoint-sizes {unknown}; choose from {sorted(CONFIGS)}")
+        checkpoint(sizes, int(args.anon_limit * GIB), args.workdir)
+        return 0
     if args.scale:
         sizes = args.scale_sizes.split(",")
         unknown = [s for s in sizes if s not in CONFIGS]

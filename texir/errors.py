@@ -36,6 +36,11 @@ class ModelSpecError(TexirError):
     """A MODEL argument (file.py:callable, module:callable or .pt2 file) could not be loaded."""
 
 
+class CheckpointError(ModelSpecError):
+    """A checkpoint directory (transformers' config.json + safetensors weights) could not be read,
+    or holds an architecture texir cannot export."""
+
+
 class UsageError(TexirError):
     """A command-line mistake texir can tell before doing any work (e.g. an output that would
     overwrite an input)."""

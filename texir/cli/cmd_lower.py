@@ -16,6 +16,7 @@ import texir.backends  # noqa: F401  (registers texir-reference and the demo bac
 from texir.errors import LoweringError, UsageError
 from texir.ir import CallFunction, Program
 from texir.ir.analysis import walk_keyed_graphs
+from texir.cli.cmd_lower_hf import add_checkpoint_arguments, check_checkpoint_arguments, is_checkpoint, run_checkpoint
 from texir.cli.lower_output import explain_rows, print_json, print_report
 from texir.cli.lower_recipe import add_recipe_arguments, lower_with_recipe, recipe_from_args
 from texir.cli.model_spec import is_snapshot_path, load_model, load_program
@@ -40,6 +41,7 @@ examples:
   texir lower texir.models:conv_relu_tan --partitioner xnnpack -o model.pte     # texir's native XNNPACK
   texir lower texir.models:conv_relu_tan --partitioner executorch:xnnpack -o model.pte  # ExecuTorch's
   texir lower model.pt2 --partitioner my_pkg.parts:MyEtPartitioner --jobs 2 -o model.pte
+  texir lower hf:path/to/llama --task text-generation --max-seq-len 256 -o llama.pte   # + llama.ptd
 
 --partitioner MODULE:NAME (or FILE.py:NAME) with --backend ID: a texir partitioner; a class is
 instantiated with the backend id, any other callable is used as the partitioner itself
@@ -56,7 +58,10 @@ count, inputs, outputs, parameters/buffers/constants it consumed, blob size, nam
 preprocess cache had it, seconds. The nodes left undelegated follow, by op and reason (turned_down: a
 partitioner that supports the op refused the node; no_partitioner: none supports it; --explain: each
 node and why), then, with --partitioner xnnpack or an ExecuTorch partitioner, the seconds of each
-phase of the lowering. --json prints the same report. Every output (-o, its .ptd, --snapshot, --etrecord) is checked
+phase of the lowering. hf:DIR, a transformers checkpoint directory (config.json + safetensors), is
+lowered for ExecuTorch's LLM runner with texir's native XNNPACK: static KV cache of --max-seq-len
+positions, weights memory-mapped (never read into memory as a whole), X.pte + X.ptd with the
+runner's constant methods. --json prints the same report. Every output (-o, its .ptd, --snapshot, --etrecord) is checked
 before any work and written all together at the end: an error or Ctrl-C leaves none of them.
 """
 
@@ -115,7 +120,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("model", metavar="MODEL", help="FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE, FILE.pt2 or a snapshot")
+    parser.add_argument("model", metavar="MODEL", help="FILE.py:CALLABLE, PACKAGE.MODULE:CALLABLE, FILE.pt2, a snapshot or "
+                        "hf:DIR (a transformers checkpoint directory)")
     parser.add_argument("--backend", metavar="ID", default=None, help="registered backend id")
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--whole", action="store_true", help="delegate the whole program as one partition")
@@ -139,6 +145,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="keep ops outside core ATen (which ExecuTorch's to_edge refuses) instead of refusing "
                              "them; the runtime may lack their kernels")
     add_recipe_arguments(parser)
+    add_checkpoint_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -277,6 +284,14 @@ def _declared(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
 
 def run(args: argparse.Namespace) -> int:
 
+    if is_checkpoint(args.model):
+        if getattr(args, "recipe", None) or getattr(args, "qlinear", None) or getattr(args, "qembedding", None):
+            raise UsageError(
+                "--recipe/--qlinear/--qembedding do not apply to hf:DIR yet; lower the checkpoint in float "
+                "(texir lower hf:DIR --task text-generation) or quantize a MODEL file that builds the model"
+            )
+        return run_checkpoint(args)
+    check_checkpoint_arguments(args)
     recipe = recipe_from_args(args)  # None without --recipe/--qlinear/--qembedding; sets --partitioner xnnpack
     opts = _options(args)
     for flag, given in (("--etrecord", args.etrecord is not None), ("--external-data", args.external_data)):

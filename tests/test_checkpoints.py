@@ -1,0 +1,173 @@
+"""Checkpoints on disk (issues #41 and #42): `texir lower hf:DIR --task text-generation` on
+transformers checkpoint directories written by the tests (save_pretrained, safetensors). The
+weights are memory-mapped: the files equal lowering the same weights loaded into memory, the
+process's anonymous memory stays far below the weights' size, and the program runs in ExecuTorch's
+runtime with the transformers model's logits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.real_models import ensure_torchvision_ops
+from texir.cli.main import main
+
+pytest.importorskip("executorch", reason="the executorch test extra (pip install -e '.[test]')")
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_SEQ_LEN = 16
+PROMPT = [3, 7, 11, 5]
+TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
+# fp16, untied, in three shards: ~160 MiB of weights, most of it the embedding and the output projection
+WIDE = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2048, num_hidden_layers=2, num_attention_heads=8,
+            num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=1,
+            eos_token_id=[2, 3])
+
+
+def _save(directory: Path, config: dict[str, Any], dtype: torch.dtype, **save: Any) -> Path:
+    ensure_torchvision_ops()
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).to(dtype).eval()
+    model.save_pretrained(directory, **save)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _save(tmp_path_factory.mktemp("tiny"), TINY, torch.float32)
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _save(tmp_path_factory.mktemp("wide"), WIDE, torch.float16, max_shard_size="60MB")
+
+
+def _lower(directory: Path, out: Path, *extra: str) -> int:
+    return main(["lower", f"hf:{directory}", "--task", "text-generation", "--max-seq-len", str(MAX_SEQ_LEN),
+                 "-o", str(out), *extra])
+
+
+def _eager(directory: Path) -> Any:
+    """transformers' own loading of the checkpoint (into memory), wrapped for export as the CLI does."""
+    import transformers
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory).eval()
+    model.generation_config.use_cache = True
+    model.generation_config.cache_implementation = "static"
+    model.config._attn_implementation = "sdpa"
+    return TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=MAX_SEQ_LEN).eval()
+
+
+def test_runs_in_executorch_with_the_transformers_models_logits(tiny: Path, tmp_path: Path) -> None:
+    from executorch.runtime import Runtime
+
+    from texir.executorch.runtime import load_method
+
+    assert _lower(tiny, tmp_path / "llama.pte") == 0
+    method = load_method(tmp_path / "llama.pte", data_path=str(tmp_path / "llama.ptd"))
+    eager = _eager(tiny)
+    ids, pos = torch.tensor([PROMPT]), torch.arange(len(PROMPT))
+    for step in range(4):  # the prompt, then greedy decoding through the cache
+        with torch.no_grad():
+            expected = eager.model(input_ids=ids, cache_position=pos)
+        (got,) = method.execute([ids, pos])
+        assert got.shape == (1, ids.shape[1], TINY["vocab_size"]), step
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5, msg=f"step {step}")
+        ids, pos = expected[:, -1:].argmax(-1), torch.tensor([len(PROMPT) + step])
+    program = Runtime.get().load_program(tmp_path / "llama.pte", data_path=str(tmp_path / "llama.ptd"))
+    answers = {name: program.load_method(name).execute([]) for name in (
+        "get_max_seq_len", "get_max_context_len", "get_vocab_size", "use_kv_cache", "enable_dynamic_shape",
+        "get_bos_id", "get_eos_ids")}
+    assert answers == {"get_max_seq_len": [MAX_SEQ_LEN], "get_max_context_len": [MAX_SEQ_LEN], "get_vocab_size": [64],
+                       "use_kv_cache": [True], "enable_dynamic_shape": [True], "get_bos_id": [1], "get_eos_ids": [2]}
+
+
+def _in_memory(directory: Path, out: Path) -> None:
+    """What the CLI writes, from transformers' in-memory model and a plain (not weightless) export."""
+    from texir.adapters import constant_methods
+    from texir.adapters.hf import text_generation_metadata
+    from texir.backends import xnnpack
+    from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit
+    from texir.orchestrate import lower
+    from texir.serialize import pte
+
+    exportable = _eager(directory)
+    seq = torch.export.Dim("seq", min=1, max=MAX_SEQ_LEN - 1)
+    ep = exportable.export(input_ids=torch.tensor([[1, 2, 3, 4]]), cache_position=torch.arange(4), strict=True,
+                           dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}})
+    with xnnpack.registered():
+        lowered = lower(ep, [xnnpack.partitioner()], cache=None).program
+    program = emit(lowered, EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG,
+                                        emit_mutable_buffer_names=True),
+                   constant_methods=constant_methods(text_generation_metadata(exportable.model.model.config,
+                                                                              MAX_SEQ_LEN)))
+    (data,) = program.external
+    pte.dump_ptd(data, out.with_suffix(".ptd"))
+    pte.dump(program, out)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads RssAnon from Linux's /proc")
+def test_mapped_checkpoint_lowers_byte_equal_with_little_anonymous_memory(tiny: Path, wide: Path,
+                                                                         tmp_path: Path) -> None:
+    """In a fresh process (after a warm-up lowering), lowering the sharded fp16 checkpoint raises
+    RssAnon by a fraction of its weights (a copy of the embedding alone would be 39%), and the files
+    equal lowering transformers' in-memory model of the same checkpoint."""
+    assert len(list(wide.glob("*.safetensors"))) == 3 and (wide / "model.safetensors.index.json").is_file()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "tests.checkpoint_memory", str(tiny), str(wide), str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    memory = json.loads(done.stdout.strip().splitlines()[-1])
+    assert memory["code"] == 0 and memory["weights"] > 150 * 2**20
+    assert memory["peak"] - memory["before"] < 0.25 * memory["weights"], memory
+    _in_memory(wide, tmp_path / "memory.pte")
+    assert (tmp_path / "model.ptd").read_bytes() == (tmp_path / "memory.ptd").read_bytes()
+    assert (tmp_path / "model.pte").read_bytes() == (tmp_path / "memory.pte").read_bytes()
+
+
+def _config(directory: Path, fields: dict[str, Any] | None) -> Path:
+    """A directory holding `fields` as its config.json (None: no config.json) and no weights."""
+    directory.mkdir()
+    if fields is not None:
+        (directory / "config.json").write_text(json.dumps(fields), encoding="utf-8")
+    return directory
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("missing", "does not exist"),
+    ("no_config", "no config.json"),
+    ("gpt2", "model_type 'gpt2' is not supported for text-generation; supported: llama"),
+    ("no_weights", "no safetensors weights"),
+    ("too_long", "at most the model's max_position_embeddings, 64"),
+])
+def test_checkpoint_mistakes_are_one_line_errors(case: str, expected: str, tiny: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    if case in ("missing", "too_long"):
+        directory = tmp_path / "nowhere" if case == "missing" else tiny
+    else:
+        fields = {"no_config": None, "gpt2": {"model_type": "gpt2"},
+                  "no_weights": json.loads((tiny / "config.json").read_text())}[case]
+        directory = _config(tmp_path / "d", fields)
+    extra = ["--max-seq-len", "65"] if case == "too_long" else []
+    assert _lower(directory, tmp_path / "out.pte", *extra) == 2
+    err = capsys.readouterr().err
+    assert "texir lower: error: " in err and expected in err, err
+    assert not (tmp_path / "out.pte").exists() and not (tmp_path / "out.ptd").exists()
+
+
+def test_checkpoint_options_need_a_checkpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lower", "texir.models:conv_relu_tan", "--task", "text-generation"]) == 2
+    assert "--task is for a checkpoint directory MODEL (hf:DIR)" in capsys.readouterr().err
+    assert main(["lower", "hf:.", "--backend", "texir-reference", "--whole"]) == 2
+    assert "--backend, --whole: not with hf:DIR" in capsys.readouterr().err

@@ -1,0 +1,126 @@
+"""`texir lower hf:DIR --task text-generation [--max-seq-len N] [-o X.pte]`: a local transformers
+checkpoint directory (config.json + safetensors) lowered with texir's native XNNPACK for ExecuTorch's
+LLM runner: static KV cache, weights memory-mapped from the checkpoint (a model larger than RAM
+lowers), `X.pte` + its weights in `X.ptd`, and the runner's constant methods."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from texir.cli.lower_output import explain_rows, print_json, print_report
+from texir.cli.paths import Outputs, refuse_clobbering
+from texir.cli.progress import Progress
+from texir.errors import CheckpointError, UsageError
+
+__all__ = ["HF_PREFIX", "TASKS", "add_checkpoint_arguments", "is_checkpoint", "run_checkpoint"]
+
+HF_PREFIX: Final = "hf:"
+TASKS: Final = ("text-generation",)
+_PARTITIONERS: Final = (None, "xnnpack")
+"""What `--partitioner` may be with hf:DIR: texir's native XNNPACK (the default)."""
+
+
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """`texir lower`'s options for an hf:DIR MODEL."""
+    parser.add_argument("--task", choices=TASKS, default=None,
+                        help="with hf:DIR: what to export the checkpoint for (default text-generation)")
+    parser.add_argument("--max-seq-len", type=int, default=None, metavar="N",
+                        help="with hf:DIR: positions of the static KV cache (default 128, at most the model's "
+                        "max_position_embeddings)")
+
+
+def is_checkpoint(model: str) -> bool:
+    """True when MODEL names a checkpoint directory (`hf:DIR`)."""
+    return model.strip().startswith(HF_PREFIX)
+
+
+def check_checkpoint_arguments(args: argparse.Namespace) -> None:
+    """--task/--max-seq-len only with hf:DIR, and hf:DIR only with the options it honours."""
+    if not is_checkpoint(args.model):
+        given = [flag for flag, value in (("--task", args.task), ("--max-seq-len", args.max_seq_len)) if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} is for a checkpoint directory MODEL (hf:DIR)")
+        return
+    refused = [flag for flag, value in (
+        ("--backend", args.backend), ("--whole", args.whole), ("--ops", args.ops), ("--tag-constants", args.tag_constants),
+        ("--tag-mutated-buffers", args.tag_mutated_buffers), ("--snapshot", args.snapshot), ("--etrecord", args.etrecord),
+    ) if value]
+    if refused:
+        raise UsageError(f"{', '.join(refused)}: not with hf:DIR, which lowers with texir's native XNNPACK")
+    if args.partitioner not in _PARTITIONERS:
+        raise UsageError(f"--partitioner {args.partitioner}: hf:DIR lowers with texir's native XNNPACK (--partitioner xnnpack)")
+    if args.max_seq_len is not None and args.max_seq_len < 1:
+        raise UsageError(f"--max-seq-len {args.max_seq_len}: give a positive number of positions")
+
+
+def run_checkpoint(args: argparse.Namespace) -> int:
+    """Export, lower and write the checkpoint `args.model` names; print the lowering report."""
+    check_checkpoint_arguments(args)
+    directory = Path(args.model.strip()[len(HF_PREFIX):]).expanduser()
+    if not str(directory) or not directory.is_dir():
+        raise CheckpointError(f"MODEL {args.model!r}: checkpoint directory {str(directory)!r} does not exist")
+    ptd = args.output.with_suffix(".ptd") if args.output is not None else None
+    declared = [("--external-data", ptd), ("-o", args.output)]
+    refuse_clobbering("texir lower", [], declared)
+    with Outputs() as outputs, Progress("texir lower") as progress:
+        for flag, path in declared:  # every output checked before any work
+            outputs.add(flag, path)
+        done, metadata = _lower(directory, args, progress)
+        written = _write(args.output, done.program, metadata, outputs, progress) if args.output is not None else []
+        outputs.commit()
+    explained = explain_rows(done.report, list(done.seen)) if args.explain else None
+    if args.json:
+        print_json(sys.stdout, done.report, explained, written)
+    else:
+        print_report(sys.stdout, done.report, explained)
+    for name, kind, size in written:
+        print(f"wrote {name} ({size:,} bytes, {kind})", file=sys.stderr)
+    return 0
+
+
+def _lower(directory: Path, args: argparse.Namespace, progress: Progress) -> tuple[Any, dict[str, object]]:
+    # the adapters and transformers import torch (seconds): only a MODEL pays for it
+    from texir.adapters.hf import export_text_generation
+    from texir.adapters.torch_patches import make_torchvision_importable
+    from texir.backends import xnnpack
+    from texir.orchestrate import lower
+
+    make_torchvision_importable()  # transformers imports torchvision
+    with progress.phase(f"exporting {directory} (weights memory-mapped)"):
+        model = export_text_generation(directory, max_seq_len=args.max_seq_len)
+    # no preprocess cache: its entries would copy every weight (the named data) into it
+    with progress.phase("lowering with texir's native XNNPACK"), xnnpack.registered():
+        done = lower(model.program, [xnnpack.partitioner()], cache=None, jobs=args.jobs)
+    return done, model.metadata
+
+
+def _write(output: Path, lowered: Any, metadata: dict[str, object], outputs: Outputs,
+           progress: Progress) -> list[tuple[str, str, int]]:
+    # the emitter loads only when -o asks for a file
+    from texir.adapters import constant_methods
+    from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit
+    from texir.serialize import pte
+
+    options = EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG,
+                          emit_mutable_buffer_names=True)
+    written: list[tuple[str, str, int]] = []
+    with progress.phase(f"writing {output}"):
+        program = emit(lowered, options, constant_methods=constant_methods(metadata))
+        ptd = output.with_suffix(".ptd")  # one tag, DEFAULT_EXTERNAL_TAG: X.ptd beside X.pte
+        for data in program.external:
+            outputs.write(ptd, functools.partial(_dump_ptd, data))
+            written.append((str(ptd), f".ptd: {len(data.entries)} entries", outputs.size(ptd)))
+        outputs.write(output, lambda tmp: pte.dump(program, tmp))
+        written.append((str(output), ".pte", outputs.size(output)))
+    return written
+
+
+def _dump_ptd(data: Any, path: Path) -> None:
+    # the serializer loads only when -o asks for a file
+    from texir.serialize import pte
+
+    pte.dump_ptd(data, path)
