@@ -72,7 +72,7 @@ def run_checkpoint(args: argparse.Namespace) -> int:
         done, metadata = _lower(directory, args, progress)
         written = _write(args.output, done.program, metadata, outputs, progress) if args.output is not None else []
         outputs.commit()
-    explained = explain_rows(done.report, list(done.seen)) if args.explain else None
+    explained = explain_rows(done.report) if args.explain else None
     if args.json:
         print_json(sys.stdout, done.report, explained, written)
     else:
