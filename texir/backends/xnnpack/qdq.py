@@ -28,12 +28,21 @@ from texir.backends.xnnpack.serialize import Serializer
 __all__ = ["QDQ_VISITORS"]
 
 
-def _dequantize(ser: Serializer, n: XNode) -> None:
-    check_scales_zero_points(n, n.args[1], n.args[2], n.args[-1])  # implicit or not, as ExecuTorch's visitor
+def _implicit(ser: Serializer, n: XNode) -> bool:
+    """Check a q/dq node's parameters (implicit or not, as ExecuTorch's visitor); an implicit one
+    only shares its input's value id, and this says so."""
+    check_scales_zero_points(n, n.args[1], n.args[2], n.args[-1])
+    if not n.implicit:
+        return False
     src = n.args[0]
-    if n.implicit:
-        if id(src) in ser.ids:
-            ser.ids[id(n)] = ser.ids[id(src)]
+    if id(src) in ser.ids:
+        ser.ids[id(n)] = ser.ids[id(src)]
+    return True
+
+
+def _dequantize(ser: Serializer, n: XNode) -> None:
+    src = n.args[0]
+    if _implicit(ser, n):
         return
     if n.target != DQ_PER_TENSOR:
         raise XnnpackUnsupportedError(f"'{n.name}': a per-channel dequantize must feed a GEMM's weight",
@@ -45,11 +54,8 @@ def _dequantize(ser: Serializer, n: XNode) -> None:
 
 
 def _quantize(ser: Serializer, n: XNode) -> None:
-    check_scales_zero_points(n, n.args[1], n.args[2], n.args[-1])  # implicit or not, as ExecuTorch's visitor
     src = n.args[0]
-    if n.implicit:
-        if id(src) in ser.ids:
-            ser.ids[id(n)] = ser.ids[id(src)]
+    if _implicit(ser, n):
         return
     if n.target != Q_PER_TENSOR:
         raise XnnpackUnsupportedError(f"'{n.name}': per-channel quantize of an activation", node=n.name,
