@@ -11,6 +11,7 @@ executorch; texir/ir imports neither flatbuffers nor sympy.
 Imports stand at module level: one inside a function carries a comment saying why, on its line or
 the line above (an optional extra, a slow import only some commands need). No module is over 500
 lines.
+No two texir modules import each other, directly or round a circle (TYPE_CHECKING imports included).
 """
 
 from __future__ import annotations
@@ -275,3 +276,51 @@ def test_the_walker_sees_hidden_imports(tmp_path: Path, source: str, bad: str) -
     path.write_text(source, encoding="utf-8")
     found = [t for _, t in imports(path, package="texir.serialize")]
     assert any(t == bad or t.startswith(bad + ".") for t in found), found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """texir module -> the texir modules it imports, wherever the import stands (TYPE_CHECKING too).
+    An import of an enclosing package is left out: Python runs a package before its modules anyway."""
+    graph: dict[str, set[str]] = {}
+    for path in SOURCES:
+        here = module_name(path)
+        graph[here] = {
+            target
+            for _, target in imports(path)
+            if target.startswith("texir") and _texir_module_exists(target)
+            and target != here and not here.startswith(target + ".")
+        }
+    return graph
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle in the graph (its modules, first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target]
+            if target not in state and (found := visit(target)) is not None:
+                return found
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)) is not None:
+            return found
+    return None
+
+
+def test_find_cycle_finds_a_circle() -> None:
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_circle_in_texir() -> None:
+    cycle = _find_cycle(_import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or ())

@@ -1,31 +1,28 @@
 """int8 in the serializer: the quantization parameters of a value as ExecuTorch 1.5.1's
-`QuantParams` derives them from the q/dq nodes around it, the int32 bias XNNPACK needs, and the
-q/dq visitors (an implicit q/dq node only shares its input's value id; a dynamic quantize is a
-Convert to qdint8, a dynamic dequantize shares its input's id)."""
+`QuantParams` derives them from the q/dq nodes around it, and the int32 bias XNNPACK needs (the
+q/dq visitors are in `qdq.py`)."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 
 from texir.backends.xnnpack import schema as s
-from texir.backends.xnnpack.checks import check_per_channel_counts, check_scales_zero_points, refuse
+from texir.backends.xnnpack.checks import check_per_channel_counts, refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
-from texir.backends.xnnpack.graph import XNode
+from texir.backends.xnnpack.graph import XGraph, XNode
 from texir.backends.xnnpack.int4 import bf16_bytes
 from texir.backends.xnnpack.quant_partition import (
     AFFINE,
     CHOOSE_QPARAMS,
-    DQ_AFFINE,
     DQ_PER_CHANNEL,
     DQ_PER_TENSOR,
     DYNAMIC_DQ,
     DYNAMIC_Q,
     GETITEM,
-    Q_AFFINE,
     Q_PER_CHANNEL,
     Q_PER_TENSOR,
     params_at,
@@ -33,14 +30,20 @@ from texir.backends.xnnpack.quant_partition import (
 from texir.ir import DType
 from texir.ir.blob import Blob
 
-if TYPE_CHECKING:
-    from texir.backends.xnnpack.serialize import Serializer
-
-__all__ = ["QDQ_VISITORS", "QuantParams", "bias_params", "from_inputs", "from_outputs", "from_weights"]
+__all__ = ["QuantParams", "Serializer", "bias_params", "from_inputs", "from_outputs", "from_weights"]
 
 QUANTS: Final = (Q_PER_TENSOR, Q_PER_CHANNEL, *sorted(DYNAMIC_Q))
 DEQUANTS: Final = (DQ_PER_TENSOR, DQ_PER_CHANNEL, *sorted(DYNAMIC_DQ))
 _INT32_RANGE: Final = (-(2**31), 2**31 - 1)
+
+
+class Serializer(Protocol):
+    """What the parameters read of `serialize.Serializer`: a protocol, so this module does not
+    import the serializer that imports it."""
+
+    g: XGraph
+
+    def add_constant(self, blob: Blob, sha256: str | None, prefix: str = "") -> int: ...
 
 
 @dataclass(frozen=True)
@@ -281,103 +284,3 @@ def swapped_axis(qp: QuantParams, rank: int) -> QuantParams:
     if not qp.per_channel:
         return qp
     return replace(qp, axis=rank - 1 if qp.axis == 0 else 0 if qp.axis == 1 else qp.axis)
-
-
-def _dequantize(ser: Serializer, n: XNode) -> None:
-    check_scales_zero_points(n, n.args[1], n.args[2], n.args[-1])  # implicit or not, as ExecuTorch's visitor
-    src = n.args[0]
-    if n.implicit:
-        if id(src) in ser.ids:
-            ser.ids[id(n)] = ser.ids[id(src)]
-        return
-    if n.target != DQ_PER_TENSOR:
-        raise XnnpackUnsupportedError(f"'{n.name}': a per-channel dequantize must feed a GEMM's weight",
-                                      node=n.name, op=n.target)
-    qp = replace(from_q_dq(ser, n), is_output=False)
-    out = ser.define(n, quant=None)
-    ser.define(src, quant=qp)
-    ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
-
-
-def _quantize(ser: Serializer, n: XNode) -> None:
-    check_scales_zero_points(n, n.args[1], n.args[2], n.args[-1])  # implicit or not, as ExecuTorch's visitor
-    src = n.args[0]
-    if n.implicit:
-        if id(src) in ser.ids:
-            ser.ids[id(n)] = ser.ids[id(src)]
-        return
-    if n.target != Q_PER_TENSOR:
-        raise XnnpackUnsupportedError(f"'{n.name}': per-channel quantize of an activation", node=n.name,
-                                      op=n.target)
-    qp = replace(from_q_dq(ser, n), q_input=n, is_input=False)
-    ser.define(src, quant=None)
-    out = ser.define(n, quant=qp)
-    ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
-
-
-def _not_dynamic(n: XNode) -> XnnpackUnsupportedError:
-    return XnnpackUnsupportedError(
-        f"'{n.name}': {n.target} with a scale and zero point that are not a choose_qparams's outputs is not "
-        "supported by the native XNNPACK backend (dynamic quantization only); leave it out of the partition",
-        node=n.name, op=n.target)
-
-
-def _check_per_token(ser: Serializer, n: XNode) -> None:
-    """torchao's affine q/dq of an activation must be per token: blocks of one row."""
-    if n.target not in AFFINE:
-        return
-    block, shape = n.args[1], n.args[0].tensor.shape
-    if not isinstance(block, list) or len(block) != len(shape) or any(b != 1 for b in block[:-1]) or (
-            block[-1] != shape[-1]):
-        raise XnnpackUnsupportedError(
-            f"'{n.name}': a dynamically quantized activation must be quantized per token (block_size [1, ..., 1, "
-            f"{shape[-1]}]), got {block}", node=n.name, op=n.target)
-
-
-def _dynamic_quantize(ser: Serializer, n: XNode) -> None:
-    """A Convert from the float input to a qdint8 value, whatever the tag."""
-    if not is_dynamic(n):
-        raise _not_dynamic(n)
-    _check_per_token(ser, n)
-    src = n.args[0]
-    ser.define(src, quant=None)
-    qp = replace(from_q_dq(ser, n), q_input=n, is_input=False)
-    out = ser.define(n, quant=qp)
-    ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
-
-
-def _dynamic_dequantize(ser: Serializer, n: XNode) -> None:
-    """Always implicit: the value is its quantize's qdint8 one (torchao's affine dequantize of a
-    static group-wise weight: nothing, its GEMM stores the weight)."""
-    src = n.args[0]
-    if n.target == DQ_AFFINE and not is_dynamic(n) and isinstance(src, XNode) and src.const is not None:
-        return
-    if not is_dynamic(n):
-        raise _not_dynamic(n)
-    _check_per_token(ser, n)
-    if id(src) in ser.ids:
-        ser.ids[id(n)] = ser.ids[id(src)]
-
-
-def _choose_qparams(ser: Serializer, n: XNode) -> None:
-    """Run time params of a dynamic quantize: nothing to serialize (XNNPACK computes them)."""
-
-
-def _getitem(ser: Serializer, n: XNode) -> None:
-    src = n.args[0]
-    if not isinstance(src, XNode) or src.target not in CHOOSE_QPARAMS:
-        raise XnnpackUnsupportedError(
-            f"'{n.name}': a getitem of {getattr(src, 'target', src)!r} cannot be serialized by the native XNNPACK "
-            "backend (only a choose_qparams's outputs, which it skips)", node=n.name, op=n.target)
-
-
-QDQ_VISITORS: Final = {
-    Q_PER_TENSOR: _quantize,
-    DQ_PER_TENSOR: _dequantize,
-    Q_PER_CHANNEL: _quantize,
-    DQ_PER_CHANNEL: _dequantize,
-    **dict.fromkeys(sorted(DYNAMIC_Q), _dynamic_quantize),
-    **dict.fromkeys(sorted(DYNAMIC_DQ), _dynamic_dequantize),
-    **dict.fromkeys(sorted(CHOOSE_QPARAMS), _choose_qparams),
-    GETITEM: _getitem,
-}

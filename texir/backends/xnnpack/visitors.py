@@ -11,7 +11,8 @@ from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.checks import refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import CHANNELS_LAST, CONTIGUOUS, XNode
-from texir.backends.xnnpack.quant import QDQ_VISITORS, QuantParams, bias_params, from_inputs, from_weights
+from texir.backends.xnnpack.qdq import QDQ_VISITORS
+from texir.backends.xnnpack.quant import QuantParams, bias_params, from_inputs, from_weights
 from texir.backends.xnnpack.serialize import KEEP_DIMS, NCHW_TO_NHWC, NHWC_TO_NCHW, Serializer
 from texir.ir.analysis import same_dim_order
 

@@ -1,0 +1,134 @@
+"""The q/dq visitors: an implicit q/dq node only shares its input's value id; a dynamic quantize
+is a Convert to qdint8, a dynamic dequantize shares its input's id."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Final
+
+from texir.backends.xnnpack import schema as s
+from texir.backends.xnnpack.checks import check_scales_zero_points
+from texir.backends.xnnpack.errors import XnnpackUnsupportedError
+from texir.backends.xnnpack.graph import XNode
+from texir.backends.xnnpack.quant import from_q_dq, is_dynamic
+from texir.backends.xnnpack.quant_partition import (
+    AFFINE,
+    CHOOSE_QPARAMS,
+    DQ_AFFINE,
+    DQ_PER_CHANNEL,
+    DQ_PER_TENSOR,
+    DYNAMIC_DQ,
+    DYNAMIC_Q,
+    GETITEM,
+    Q_PER_CHANNEL,
+    Q_PER_TENSOR,
+)
+from texir.backends.xnnpack.serialize import Serializer
+
+__all__ = ["QDQ_VISITORS"]
+
+
+def _implicit(ser: Serializer, n: XNode) -> bool:
+    """Check a q/dq node's parameters (implicit or not, as ExecuTorch's visitor); an implicit one
+    only shares its input's value id, and this says so."""
+    check_scales_zero_points(n, n.args[1], n.args[2], n.args[-1])
+    if not n.implicit:
+        return False
+    src = n.args[0]
+    if id(src) in ser.ids:
+        ser.ids[id(n)] = ser.ids[id(src)]
+    return True
+
+
+def _dequantize(ser: Serializer, n: XNode) -> None:
+    src = n.args[0]
+    if _implicit(ser, n):
+        return
+    if n.target != DQ_PER_TENSOR:
+        raise XnnpackUnsupportedError(f"'{n.name}': a per-channel dequantize must feed a GEMM's weight",
+                                      node=n.name, op=n.target)
+    qp = replace(from_q_dq(ser, n), is_output=False)
+    out = ser.define(n, quant=None)
+    ser.define(src, quant=qp)
+    ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
+
+
+def _quantize(ser: Serializer, n: XNode) -> None:
+    src = n.args[0]
+    if _implicit(ser, n):
+        return
+    if n.target != Q_PER_TENSOR:
+        raise XnnpackUnsupportedError(f"'{n.name}': per-channel quantize of an activation", node=n.name,
+                                      op=n.target)
+    qp = replace(from_q_dq(ser, n), q_input=n, is_input=False)
+    ser.define(src, quant=None)
+    out = ser.define(n, quant=qp)
+    ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
+
+
+def _not_dynamic(n: XNode) -> XnnpackUnsupportedError:
+    return XnnpackUnsupportedError(
+        f"'{n.name}': {n.target} with a scale and zero point that are not a choose_qparams's outputs is not "
+        "supported by the native XNNPACK backend (dynamic quantization only); leave it out of the partition",
+        node=n.name, op=n.target)
+
+
+def _check_per_token(ser: Serializer, n: XNode) -> None:
+    """torchao's affine q/dq of an activation must be per token: blocks of one row."""
+    if n.target not in AFFINE:
+        return
+    block, shape = n.args[1], n.args[0].tensor.shape
+    if not isinstance(block, list) or len(block) != len(shape) or any(b != 1 for b in block[:-1]) or (
+            block[-1] != shape[-1]):
+        raise XnnpackUnsupportedError(
+            f"'{n.name}': a dynamically quantized activation must be quantized per token (block_size [1, ..., 1, "
+            f"{shape[-1]}]), got {block}", node=n.name, op=n.target)
+
+
+def _dynamic_quantize(ser: Serializer, n: XNode) -> None:
+    """A Convert from the float input to a qdint8 value, whatever the tag."""
+    if not is_dynamic(n):
+        raise _not_dynamic(n)
+    _check_per_token(ser, n)
+    src = n.args[0]
+    ser.define(src, quant=None)
+    qp = replace(from_q_dq(ser, n), q_input=n, is_input=False)
+    out = ser.define(n, quant=qp)
+    ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
+
+
+def _dynamic_dequantize(ser: Serializer, n: XNode) -> None:
+    """Always implicit: the value is its quantize's qdint8 one (torchao's affine dequantize of a
+    static group-wise weight: nothing, its GEMM stores the weight)."""
+    src = n.args[0]
+    if n.target == DQ_AFFINE and not is_dynamic(n) and isinstance(src, XNode) and src.const is not None:
+        return
+    if not is_dynamic(n):
+        raise _not_dynamic(n)
+    _check_per_token(ser, n)
+    if id(src) in ser.ids:
+        ser.ids[id(n)] = ser.ids[id(src)]
+
+
+def _choose_qparams(ser: Serializer, n: XNode) -> None:
+    """Run time params of a dynamic quantize: nothing to serialize (XNNPACK computes them)."""
+
+
+def _getitem(ser: Serializer, n: XNode) -> None:
+    src = n.args[0]
+    if not isinstance(src, XNode) or src.target not in CHOOSE_QPARAMS:
+        raise XnnpackUnsupportedError(
+            f"'{n.name}': a getitem of {getattr(src, 'target', src)!r} cannot be serialized by the native XNNPACK "
+            "backend (only a choose_qparams's outputs, which it skips)", node=n.name, op=n.target)
+
+
+QDQ_VISITORS: Final = {
+    Q_PER_TENSOR: _quantize,
+    DQ_PER_TENSOR: _dequantize,
+    Q_PER_CHANNEL: _quantize,
+    DQ_PER_CHANNEL: _dequantize,
+    **dict.fromkeys(sorted(DYNAMIC_Q), _dynamic_quantize),
+    **dict.fromkeys(sorted(DYNAMIC_DQ), _dynamic_dequantize),
+    **dict.fromkeys(sorted(CHOOSE_QPARAMS), _choose_qparams),
+    GETITEM: _getitem,
+}
