@@ -12,6 +12,7 @@ import tokenize
 import pytest
 
 from texir.backends.xnnpack import ops
+from texir.backends.xnnpack.graph import XGraph, XNode
 from texir.backends.xnnpack.visitors import VISITORS
 
 _BACKEND = pathlib.Path(ops.__file__).parent
@@ -83,8 +84,7 @@ def test_rewritten_ops_reach_their_visitors_in_a_real_lowering() -> None:
     from torch import nn
 
     from texir.backends.xnnpack import partitioner, registered
-    from texir.backends.xnnpack.channels_last import run_passes
-    from texir.backends.xnnpack.graph import XGraph
+    from texir.backends.xnnpack.passes import run_passes
     from texir.orchestrate import lower
 
     class Rewritten(nn.Module):
@@ -111,3 +111,47 @@ def test_rewritten_ops_reach_their_visitors_in_a_real_lowering() -> None:
     assert not rewritten & after
     assert {ops.SPECS[t].lowered_to for t in rewritten} <= after
     assert after <= set(VISITORS)
+
+
+# -- the backend's passes as a named pipeline --------------------------------------------------------
+
+
+def _graph(*calls: tuple[str, str, dict[str, object]]) -> XGraph:
+    """A working graph: input x, then each (name, target, kwargs) call on the previous node, output."""
+    nodes = [XNode("x", "placeholder", user_input=True)]
+    for name, target, kwargs in calls:
+        nodes.append(XNode(name, target, [nodes[-1]], dict(kwargs)))
+    nodes.append(XNode("output", "output", [[nodes[-1]]]))
+    return XGraph(nodes, {}, {})
+
+
+def test_a_node_a_pass_refuses_names_the_pass() -> None:
+    from texir.backends.xnnpack.errors import XnnpackUnsupportedError
+    from texir.backends.xnnpack.passes import run_passes
+
+    g = _graph(("copy", ops.TO_DIM_ORDER_COPY, {"dim_order": [0, 2, 1, 3]}))
+    with pytest.raises(XnnpackUnsupportedError, match=r"no memory format \[XNNPACK backend pass revert_dim_order_copies\]"
+                       ) as info:
+        run_passes(g)
+    assert info.value.pass_name == "revert_dim_order_copies" and info.value.node == "copy"
+
+
+def test_a_failing_or_graph_breaking_pass_is_named() -> None:
+    from texir.backends.xnnpack.errors import XnnpackPassError
+    from texir.backends.xnnpack.passes import PASSES, XnnpackPass, run_passes
+
+    assert len({p.name for p in PASSES}) == len(PASSES)
+
+    def crash(g: XGraph) -> None:
+        raise KeyError("boom")
+
+    def reverse(g: XGraph) -> None:
+        g.nodes.reverse()
+
+    g = _graph(("r", ops.RELU, {}))
+    with pytest.raises(XnnpackPassError, match="pass crash .*Stand-in.*KeyError: 'boom'") as info:
+        run_passes(g, (XnnpackPass("crash", crash, "Stand-in"),))
+    assert info.value.pass_name == "crash"
+    with pytest.raises(XnnpackPassError, match="pass reverse .*not well formed: .*output node must be last"):
+        run_passes(g, (XnnpackPass("reverse", reverse, "Stand-in"),), check=True)
+    run_passes(g, (XnnpackPass("reverse", reverse, "Stand-in"),), check=False)

@@ -1,24 +1,12 @@
 """ExecuTorch 1.5.1's ChannelsLastTaggedReshapePass and RemoveRedundantCopyPass on the working
 graph, with their quantized forms (a copy between q/dq nodes gets its own implicit q/dq pair), and
-the pass list `run_passes`."""
+RemoveGetItemPass (max.dim as amax). `passes.PASSES` runs them."""
 
 from __future__ import annotations
 
 from texir.backends.xnnpack.checks import refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
-from texir.backends.xnnpack.graph import (
-    CHANNELS_LAST,
-    CONTIGUOUS,
-    XGraph,
-    XNode,
-    conv1d_as_conv2d,
-    fuse_activations,
-    split_concatenations,
-    remove_clones,
-    revert_dim_order_copies,
-)
-from texir.backends.xnnpack.batch_norm import decompose_batch_norm, fuse_batch_norm
-from texir.backends.xnnpack.pad_qdq import insert_pad_qdq
+from texir.backends.xnnpack.graph import CHANNELS_LAST, CONTIGUOUS, XGraph, XNode
 from texir.backends.xnnpack.ops import (
     AMAX,
     BROADCAST_OPS,
@@ -33,7 +21,7 @@ from texir.backends.xnnpack.ops import (
 )
 from texir.ir import TensorMeta
 
-__all__ = ["run_passes"]
+__all__ = ["max_dims_as_amax", "remove_redundant_copies", "tag_channels_last"]
 
 
 def _is_nhwc_meta(meta: TensorMeta) -> bool:
@@ -242,7 +230,7 @@ class _ChannelsLast:
                 self._drop(dead)
 
 
-def _max_dims_as_amax(g: XGraph) -> None:
+def max_dims_as_amax(g: XGraph) -> None:
     """RemoveGetItemPass: a max.dim whose one user takes its values becomes an amax (the max.dim's
     debug handle) in that user's place."""
     for n in [n for n in g.nodes if n.target == MAX_DIM]:
@@ -258,18 +246,11 @@ def _max_dims_as_amax(g: XGraph) -> None:
         g._users = None
 
 
-def run_passes(g: XGraph) -> XGraph:
-    """ExecuTorch 1.5.1's default XNNPACK pass list, as far as this backend implements it."""
-    remove_clones(g)
-    revert_dim_order_copies(g)
-    fuse_batch_norm(g)
-    decompose_batch_norm(g)
-    fuse_activations(g)
-    split_concatenations(g)
-    _max_dims_as_amax(g)
-    insert_pad_qdq(g)
-    conv1d_as_conv2d(g)
-    cl = _ChannelsLast(g)
-    cl.tag()
-    cl.remove_redundant()
-    return g
+def tag_channels_last(g: XGraph) -> None:
+    """ChannelsLastTaggedReshapePass: NHWC ops tagged, copies inserted where a layout changes."""
+    _ChannelsLast(g).tag()
+
+
+def remove_redundant_copies(g: XGraph) -> None:
+    """RemoveRedundantCopyPass: back-to-back copies that undo each other go."""
+    _ChannelsLast(g).remove_redundant()

@@ -260,6 +260,23 @@ class XGraph:
             result.append(bound)
         return result
 
+    def problem(self) -> str | None:
+        """The first way the graph is not well formed (None: it is): node names unique, each node's
+        inputs listed before it, the output node last and only there."""
+        seen: set[int] = set()
+        names: set[str] = set()
+        for i, n in enumerate(self.nodes):
+            if n.name in names:
+                return f"two nodes are named '{n.name}'"
+            if (n.target == "output") != (i == len(self.nodes) - 1):
+                return f"node '{n.name}' ({n.target}) at {i} of {len(self.nodes)}: the output node must be last"
+            missing = [x.name for x in n.inputs() if id(x) not in seen]
+            if missing:
+                return f"node '{n.name}' reads {missing}, which are not before it in the graph"
+            names.add(n.name)
+            seen.add(id(n))
+        return None
+
     # -- edits -----------------------------------------------------------------------------------
 
     def replace_input(self, user: XNode, old: XNode, new: XNode) -> None:
