@@ -111,7 +111,7 @@ def test_executorchs_sdpa_patterns_hold_ops_no_xnnpack_config_takes(sdpa_matches
     from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
 
     from texir.adapters.targets import canonical_target
-    from texir.backends.xnnpack.op_checks import CHECKS
+    from texir.backends.xnnpack.ops import CHECKS
 
     configs = {c.target_name for c in ALL_PARTITIONER_CONFIGS}
     patterns = sdpa.get_graphs()

@@ -9,7 +9,7 @@ from typing import Final
 
 from texir.backends.xnnpack.errors import XnnpackCompileSpecError, XnnpackUnsupportedError
 from texir.backends.xnnpack.flatbuffer import encode_blob
-from texir.backends.xnnpack.channels_last import run_passes
+from texir.backends.xnnpack.passes import run_passes
 from texir.backends.xnnpack.graph import XGraph
 from texir.backends.xnnpack.schema import XNNGraph
 from texir.backends.xnnpack.serialize import Serializer

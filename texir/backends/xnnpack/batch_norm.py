@@ -12,8 +12,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from texir.backends.xnnpack.graph import BN, CONV, GETITEM, LINEAR, Const, XGraph, XNode
+from texir.backends.xnnpack.graph import Const, XGraph, XNode
+from texir.backends.xnnpack.ops import BN, CONV, LINEAR, SQUEEZE, UNSQUEEZE
 from texir.ir import DType, TensorMeta
+from texir.ir.names import GETITEM
 
 __all__ = ["decompose_batch_norm", "fuse_batch_norm"]
 
@@ -124,11 +126,11 @@ def decompose_batch_norm(g: XGraph) -> None:
         if rank == 2:
             shape = (*x.tensor.shape, 1)
             meta3 = msgspec.structs.replace(x.tensor, shape=shape, strides=_strides(tuple(int(d) for d in shape)))
-            source = XNode(f"{bn.name}_unsqueeze", "aten::unsqueeze_copy.default", [x, 2], {}, meta3)
+            source = XNode(f"{bn.name}_unsqueeze", UNSQUEEZE, [x, 2], {}, meta3)
         conv = XNode(f"{bn.name}_conv", CONV, [source, weight, bias, [1] * spatial, [0] * spatial, [1] * spatial,
                                               False, [0] * spatial, channels], {},
                      source.meta if rank == 2 else out_meta)
-        new = [conv] if rank != 2 else [source, conv, XNode(f"{bn.name}_squeeze", "aten::squeeze_copy.dim", [conv, 2],
+        new = [conv] if rank != 2 else [source, conv, XNode(f"{bn.name}_squeeze", SQUEEZE, [conv, 2],
                                                             {}, out_meta)]
         at = g.nodes.index(bn)
         g.nodes[at + 1:at + 1] = new

@@ -1,41 +1,27 @@
 """ExecuTorch 1.5.1's ChannelsLastTaggedReshapePass and RemoveRedundantCopyPass on the working
 graph, with their quantized forms (a copy between q/dq nodes gets its own implicit q/dq pair), and
-the pass list `run_passes`."""
+RemoveGetItemPass (max.dim as amax). `passes.PASSES` runs them."""
 
 from __future__ import annotations
 
 from texir.backends.xnnpack.checks import refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
-from texir.backends.xnnpack.graph import (
-    CHANNELS_LAST,
-    CONTIGUOUS,
-    CONV,
-    LINEAR,
+from texir.backends.xnnpack.graph import CHANNELS_LAST, CONTIGUOUS, XGraph, XNode
+from texir.backends.xnnpack.ops import (
+    AMAX,
+    BROADCAST_OPS,
+    DEQUANTIZE,
+    DQ_PER_TENSOR,
+    MAX_DIM,
+    NCHW_OPS,
+    NHWC_OPS,
+    Q_PER_TENSOR,
+    QUANTIZE,
     TO_COPY,
-    XGraph,
-    XNode,
-    conv1d_as_conv2d,
-    fuse_activations,
-    split_concatenations,
-    remove_clones,
-    revert_dim_order_copies,
 )
-from texir.backends.xnnpack.batch_norm import decompose_batch_norm, fuse_batch_norm
-from texir.backends.xnnpack.pad_qdq import insert_pad_qdq
-from texir.backends.xnnpack.quant_partition import DQ_PER_CHANNEL, DQ_PER_TENSOR, Q_PER_CHANNEL, Q_PER_TENSOR
 from texir.ir import TensorMeta
 
-__all__ = ["run_passes"]
-
-_QUANTS = (Q_PER_TENSOR, Q_PER_CHANNEL)
-_DEQUANTS = (DQ_PER_TENSOR, DQ_PER_CHANNEL)
-
-_NHWC_OPS = {
-    CONV, "aten::upsample_bilinear2d.vec", "aten::mean.dim", "aten::max_pool2d.default", "aten::amax.default",
-    "aten::max.dim", "aten::avg_pool2d.default", "aten::prelu.default",
-}
-_NCHW_OPS = {"aten::squeeze_copy.dim", "aten::unsqueeze_copy.default", LINEAR, "aten::view_copy.default"}
-_BROADCAST = {"aten::add.Tensor", "aten::mul.Tensor", "aten::sub.Tensor", "aten::div.Tensor"}
+__all__ = ["max_dims_as_amax", "remove_redundant_copies", "tag_channels_last"]
 
 
 def _is_nhwc_meta(meta: TensorMeta) -> bool:
@@ -144,7 +130,7 @@ class _ChannelsLast:
             if node.target == "output":
                 for out in node.args[0]:
                     self.to_format(out, node, isinstance(out.meta, TensorMeta) and _is_nhwc_meta(out.meta))
-            elif node.target in _NHWC_OPS:
+            elif node.target in NHWC_OPS:
                 first = node.args[0]
                 for arg in first if isinstance(first, list) else [first]:
                     if isinstance(arg, XNode):
@@ -155,7 +141,7 @@ class _ChannelsLast:
                                      "channels-last graph input or weight", "make that tensor contiguous (a model "
                                      "moved to channels_last has channels-last weights)")
                 node.nhwc = True
-            elif node.target in _NCHW_OPS:
+            elif node.target in NCHW_OPS:
                 for i in node.inputs():
                     self.to_format(i, node, False)
             elif node.target == TO_COPY:
@@ -176,7 +162,7 @@ class _ChannelsLast:
             n.partner = None
         reconverged = False
         for node in list(g.nodes):
-            if node.target not in _BROADCAST or len(node.inputs()) != 2:
+            if node.target not in BROADCAST_OPS or len(node.inputs()) != 2:
                 continue
             a, b = node.inputs()
             if self.is_nhwc(a) == self.is_nhwc(b):
@@ -197,7 +183,7 @@ class _ChannelsLast:
             if node.target != TO_COPY or node not in g.nodes:
                 continue
             src = node.args[0]
-            if src.target in _DEQUANTS:
+            if src.target in DEQUANTIZE:
                 self.remove_quantized(node)
             elif src.target == TO_COPY and (not src.nhwc) != (not node.nhwc) and len(g.users(src)) == 1:
                 g.replace_all_uses(node, src.args[0])
@@ -218,18 +204,18 @@ class _ChannelsLast:
         same format: the second copy and its q/dq go."""
         g = self.g
         users = g.users(node)
-        if len(users) != 1 or users[0].target not in _QUANTS:
+        if len(users) != 1 or users[0].target not in QUANTIZE:
             return
         q, dq = users[0], node.args[0]
         if len(dq.inputs()) != 1:
             return
         prev_q = dq.args[0]
-        if prev_q.target not in _QUANTS or len(prev_q.inputs()) != 1:
+        if prev_q.target not in QUANTIZE or len(prev_q.inputs()) != 1:
             return
         prev_copy = prev_q.args[0]
         if prev_copy.target == TO_COPY and bool(prev_copy.nhwc) != bool(node.nhwc) and len(g.users(prev_copy)) == 1:
             prev_dq = prev_copy.args[0]
-            if prev_dq.target not in _DEQUANTS or len(prev_dq.inputs()) != 1:
+            if prev_dq.target not in DEQUANTIZE or len(prev_dq.inputs()) != 1:
                 return
             original = prev_dq.args[0]
             for user in g.users(q):
@@ -244,15 +230,15 @@ class _ChannelsLast:
                 self._drop(dead)
 
 
-def _max_dims_as_amax(g: XGraph) -> None:
+def max_dims_as_amax(g: XGraph) -> None:
     """RemoveGetItemPass: a max.dim whose one user takes its values becomes an amax (the max.dim's
     debug handle) in that user's place."""
-    for n in [n for n in g.nodes if n.target == "aten::max.dim"]:
+    for n in [n for n in g.nodes if n.target == MAX_DIM]:
         users = g.users(n)
         if len(users) != 1 or users[0].args[1] != 0:
             raise XnnpackUnsupportedError(f"'{n.name}': max.dim's indices are read (XNNPACK computes the values only)",
                                           node=n.name, op=n.target)
-        amax = XNode(n.name, "aten::amax.default", list(n.args), dict(n.kwargs), users[0].meta, n.handle)
+        amax = XNode(n.name, AMAX, list(n.args), dict(n.kwargs), users[0].meta, n.handle)
         g.nodes[g.nodes.index(n)] = amax
         g._users = None
         g.replace_all_uses(users[0], amax)
@@ -260,18 +246,11 @@ def _max_dims_as_amax(g: XGraph) -> None:
         g._users = None
 
 
-def run_passes(g: XGraph) -> XGraph:
-    """ExecuTorch 1.5.1's default XNNPACK pass list, as far as this backend implements it."""
-    remove_clones(g)
-    revert_dim_order_copies(g)
-    fuse_batch_norm(g)
-    decompose_batch_norm(g)
-    fuse_activations(g)
-    split_concatenations(g)
-    _max_dims_as_amax(g)
-    insert_pad_qdq(g)
-    conv1d_as_conv2d(g)
-    cl = _ChannelsLast(g)
-    cl.tag()
-    cl.remove_redundant()
-    return g
+def tag_channels_last(g: XGraph) -> None:
+    """ChannelsLastTaggedReshapePass: NHWC ops tagged, copies inserted where a layout changes."""
+    _ChannelsLast(g).tag()
+
+
+def remove_redundant_copies(g: XGraph) -> None:
+    """RemoveRedundantCopyPass: back-to-back copies that undo each other go."""
+    _ChannelsLast(g).remove_redundant()

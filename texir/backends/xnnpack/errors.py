@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from texir.lowering.errors import BackendPreprocessError
 
-__all__ = ["XnnpackCheckError", "XnnpackCompileSpecError", "XnnpackUnsupportedError"]
+__all__ = ["XnnpackCheckError", "XnnpackCompileSpecError", "XnnpackPassError", "XnnpackUnsupportedError"]
 
 
 class XnnpackUnsupportedError(BackendPreprocessError):
@@ -14,6 +14,12 @@ class XnnpackUnsupportedError(BackendPreprocessError):
         super().__init__(message)
         self.node = node
         self.op = op
+        self.pass_name: str | None = None
+        """The backend pass that raised it (`passes.run_passes` sets it), or None (a visitor did)."""
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        return message if self.pass_name is None else f"{message} [XNNPACK backend pass {self.pass_name}]"
 
 
 class XnnpackCheckError(XnnpackUnsupportedError):
@@ -28,3 +34,12 @@ class XnnpackCheckError(XnnpackUnsupportedError):
 
 class XnnpackCompileSpecError(BackendPreprocessError):
     """A compile spec the native XNNPACK backend does not know."""
+
+
+class XnnpackPassError(XnnpackUnsupportedError):
+    """A backend pass failed other than by refusing a node, or (TEXIR_VERIFY=1) left a working graph
+    that is not well formed: a texir bug, named by its pass."""
+
+    def __init__(self, message: str, *, pass_name: str) -> None:
+        super().__init__(message)
+        self.pass_name = pass_name

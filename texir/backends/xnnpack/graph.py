@@ -8,8 +8,7 @@ place. The records never leave `preprocess`, which stays a pure function of its 
 from __future__ import annotations
 
 import ast
-import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -17,6 +16,20 @@ import msgspec
 import numpy as np
 
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
+from texir.backends.xnnpack.ops import (
+    ACTIVATION_BOUNDS,
+    CAT,
+    CLONE,
+    CLONE_DIM_ORDER,
+    CONV,
+    DEQUANTIZE,
+    FUSES,
+    QUANTIZE,
+    SQUEEZE,
+    TO_COPY,
+    TO_DIM_ORDER_COPY,
+    UNSQUEEZE,
+)
 from texir.ir import (
     BoolArg,
     BufferInput,
@@ -45,11 +58,6 @@ from texir.ir.blob import Blob
 __all__ = ["Const", "XGraph", "XNode", "conv1d_as_conv2d", "split_concatenations", "fuse_activations", "remove_clones",
            "revert_dim_order_copies"]
 
-CONV = "aten::convolution.default"
-LINEAR = "aten::linear.default"
-TO_COPY = "aten::_to_copy.default"
-GETITEM = "_operator::getitem"
-BN = "aten::_native_batch_norm_legit_no_training.default"
 CHANNELS_LAST = "channels_last"
 CONTIGUOUS = "contiguous_format"
 _NUMPY: dict[DType, Any] = {
@@ -252,6 +260,23 @@ class XGraph:
             result.append(bound)
         return result
 
+    def problem(self) -> str | None:
+        """The first way the graph is not well formed (None: it is): node names unique, each node's
+        inputs listed before it, the output node last and only there."""
+        seen: set[int] = set()
+        names: set[str] = set()
+        for i, n in enumerate(self.nodes):
+            if n.name in names:
+                return f"two nodes are named '{n.name}'"
+            if (n.target == "output") != (i == len(self.nodes) - 1):
+                return f"node '{n.name}' ({n.target}) at {i} of {len(self.nodes)}: the output node must be last"
+            missing = [x.name for x in n.inputs() if id(x) not in seen]
+            if missing:
+                return f"node '{n.name}' reads {missing}, which are not before it in the graph"
+            names.add(n.name)
+            seen.add(id(n))
+        return None
+
     # -- edits -----------------------------------------------------------------------------------
 
     def replace_input(self, user: XNode, old: XNode, new: XNode) -> None:
@@ -324,21 +349,16 @@ def _upper_bound(expr: str, bounds: Mapping[str, int]) -> int | None:
 # -- passes ----------------------------------------------------------------------------------------
 
 
-_DEQUANTIZE = ("quantized_decomposed::dequantize_per_tensor.default",
-               "quantized_decomposed::dequantize_per_channel.default")
-_QUANTIZE = ("quantized_decomposed::quantize_per_tensor.default", "quantized_decomposed::quantize_per_channel.default")
-
-
 def remove_clones(g: XGraph) -> None:
     """XNNPACKRemoveCloneOpsTransform: an identity clone goes, except one copying an input to an
     output; a dq -> q pair the removal leaves (same params) is then bypassed."""
     outputs = g.outputs()
     dequants: list[XNode] = []
     for n in list(g.nodes):
-        if n.target not in ("aten::clone.default", "dim_order_ops::_clone_dim_order.default"):
+        if n.target not in (CLONE, CLONE_DIM_ORDER):
             continue
         src = n.args[0]
-        if n.target == "aten::clone.default":
+        if n.target == CLONE:
             if n.kwargs.get("memory_format") not in (None, "preserve_format"):
                 continue  # texir keeps torch's memory-format clones only where they change the layout
         elif not (isinstance(n.meta, TensorMeta) and isinstance(src.meta, TensorMeta)
@@ -347,11 +367,11 @@ def remove_clones(g: XGraph) -> None:
         if src.target == "placeholder" and n in outputs:
             continue
         g.replace_all_uses(n, src)
-        if src.target in _DEQUANTIZE:
+        if src.target in DEQUANTIZE:
             dequants.append(src)
     for dq in dequants:
         for user in g.users(dq):
-            if user.target in _QUANTIZE and user.args[1:] == dq.args[1:]:
+            if user.target in QUANTIZE and user.args[1:] == dq.args[1:]:
                 g.replace_all_uses(user, dq.args[0])
     g.erase_dead()
 
@@ -363,7 +383,7 @@ def revert_dim_order_copies(g: XGraph) -> None:
     """DimOrderOpsRevertPass: a `_to_dim_order_copy` becomes a `_to_copy` to the memory format of its
     dim order (contiguous, channels-last, or preserve when it gives none)."""
     for n in g.nodes:
-        if n.target != "dim_order_ops::_to_dim_order_copy.default":
+        if n.target != TO_DIM_ORDER_COPY:
             continue
         order = n.kwargs.get("dim_order")
         if order is None:
@@ -403,8 +423,8 @@ def conv1d_as_conv2d(g: XGraph) -> None:
                 w.const.array = w.const.array.reshape(w.const.shape)
             w.meta = _with_unit_dim(w.meta)
         x = n.args[0]
-        before = XNode(f"{n.name}_unsqueeze", "aten::unsqueeze_copy.default", [x, -1], {}, _with_unit_dim(x.meta))
-        after = XNode(f"{n.name}_squeeze", "aten::squeeze_copy.dim", [n, -1], {}, n.meta)
+        before = XNode(f"{n.name}_unsqueeze", UNSQUEEZE, [x, -1], {}, _with_unit_dim(x.meta))
+        after = XNode(f"{n.name}_squeeze", SQUEEZE, [n, -1], {}, n.meta)
         for user in g.users(n):
             user.replace_input(n, after)
         n.args = [before, *n.args[1:3], *([*n.args[i], extra] for i, extra in ((3, 1), (4, 0), (5, 1))), n.args[6],
@@ -415,7 +435,6 @@ def conv1d_as_conv2d(g: XGraph) -> None:
         g._users = None
 
 
-CAT = "aten::cat.default"
 MAX_CAT: Final = 5
 """XNNPACK's widest concatenation."""
 
@@ -452,23 +471,15 @@ def _contiguous(shape: list[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-_FUSABLE = {CONV, LINEAR, "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor"}
-_ACTIVATIONS: dict[str, Callable[[XNode], tuple[float, float]]] = {
-    "aten::relu.default": lambda n: (0.0, math.inf),
-    "aten::hardtanh.default": lambda n: (
-        float(n.args[1]) if len(n.args) > 1 else -1.0, float(n.args[2]) if len(n.args) > 2 else 1.0),
-}
-
-
 def fuse_activations(g: XGraph) -> None:
     """FuseActivationPass: relu/hardtanh after a single-user conv, linear, add, sub or mul is removed
     and its bounds go to the producer's `output_min_max`."""
-    for act in [n for n in g.nodes if n.target in _ACTIVATIONS]:
+    for act in [n for n in g.nodes if n.target in ACTIVATION_BOUNDS]:
         src = act.args[0]
-        if not isinstance(src, XNode) or src.target not in _FUSABLE or src.min_max is not None:
+        if not isinstance(src, XNode) or act.target not in FUSES.get(src.target, ()) or src.min_max is not None:
             continue
         if len(g.users(src)) != 1:
             continue
-        src.min_max = _ACTIVATIONS[act.target](act)
+        src.min_max = ACTIVATION_BOUNDS[act.target](act.args)
         g.replace_all_uses(act, src)
     g.erase_dead()

@@ -1,17 +1,17 @@
-"""The float ops the native XNNPACK partitioner takes (`CHECKS`), each with the conditions ExecuTorch
-1.5.1's partitioner configs put on it: a check returns None when XNNPACK takes the node, or the
-reason it does not. `common_check` is every config's first check."""
+"""The checks of the native XNNPACK partitioner, each with the conditions ExecuTorch 1.5.1's
+partitioner configs put on an op: a check returns None when XNNPACK takes the node, or the reason
+it does not. `common_check` is every config's first check. Which op has which check is data in
+`ops.OPS`; this module names no op."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from texir.backends.xnnpack.quant_partition import DQ_PER_TENSOR, Q_PER_TENSOR
 from texir.ir import CallFunction, DType, IntArg, ListArg, NoneArg, Ref, TensorMeta, ValueMeta
 from texir.ir.analysis import same_dim_order
 
-__all__ = ["CHECKS", "KEPT_OPS", "Check", "NodeView", "common_check", "refs"]
+__all__ = ["Check", "NodeView", "PatternCheck", "common_check", "refs", "same_qparams"]
 
 _FLOATS: Final = frozenset({DType.float32, DType.float16})
 _QDQ_DTYPES: Final = _FLOATS | {DType.int8}
@@ -45,11 +45,15 @@ class NodeView:
 Check = Callable[[NodeView], str | None]
 
 
-def common_check(n: NodeView) -> str | None:
-    """Every config's first check: float tensors (int8 on q/dq nodes too), one input dtype, no
-    empty or symbolic-only tensors."""
+PatternCheck = Callable[[CallFunction, CallFunction], str | None]
+"""A condition on an op's static-int8 pattern: the dequantize before the op and the quantize after it."""
+
+
+def common_check(n: NodeView, *, int8: bool = False) -> str | None:
+    """Every config's first check: float tensors (int8 too when `int8`, for the q/dq nodes), one
+    input dtype, no empty or symbolic-only tensors."""
     dtypes = set()
-    allowed = _QDQ_DTYPES if n.node.target in (Q_PER_TENSOR, DQ_PER_TENSOR) else _FLOATS
+    allowed = _QDQ_DTYPES if int8 else _FLOATS
     for ref in refs(n.node):
         meta = n.metas.get(ref)
         if isinstance(meta, TensorMeta):
@@ -81,11 +85,11 @@ def refs(node: CallFunction) -> list[str]:
     return names
 
 
-def _ok(n: NodeView) -> str | None:
+def ok(n: NodeView) -> str | None:
     return None
 
 
-def _linear(n: NodeView) -> str | None:
+def linear(n: NodeView) -> str | None:
     if not n.is_constant(1):
         return "weight is not a parameter, buffer or constant (XNNPACK needs static weights)"
     if n.arg(2) is not None and not isinstance(n.arg(2), NoneArg) and not n.is_constant(2):
@@ -93,7 +97,7 @@ def _linear(n: NodeView) -> str | None:
     return None
 
 
-def _addmm(n: NodeView) -> str | None:
+def addmm(n: NodeView) -> str | None:
     if not n.is_constant(2):
         return "weight is not static"
     if not n.is_constant(0):
@@ -104,11 +108,11 @@ def _addmm(n: NodeView) -> str | None:
     return None
 
 
-def _mm(n: NodeView) -> str | None:
+def mm(n: NodeView) -> str | None:
     return None if n.is_constant(1) else "weight is not static"
 
 
-def _conv(n: NodeView) -> str | None:
+def conv(n: NodeView) -> str | None:
     if not n.is_constant(1):
         return "weight is not static"
     if not isinstance(n.arg(2), NoneArg) and not n.is_constant(2):
@@ -120,17 +124,17 @@ def _conv(n: NodeView) -> str | None:
     return None
 
 
-def _prelu(n: NodeView) -> str | None:
+def prelu(n: NodeView) -> str | None:
     return None if n.is_constant(1) else "prelu weight is not a parameter"
 
 
-def _static_output(n: NodeView) -> str | None:
+def static_output(n: NodeView) -> str | None:
     out = n.metas.get(n.node.name)
     static = isinstance(out, TensorMeta) and all(isinstance(d, int) for d in out.shape)
     return None if static else "dynamic output sizes"
 
 
-def _alpha_one(n: NodeView) -> str | None:
+def alpha_one(n: NodeView) -> str | None:
     alpha = dict(n.node.kwargs).get("alpha")
     if alpha is not None and getattr(alpha, "value", 1) != 1:
         return "alpha != 1"
@@ -139,11 +143,11 @@ def _alpha_one(n: NodeView) -> str | None:
     return None
 
 
-def _two_tensors(n: NodeView) -> str | None:
+def two_tensors(n: NodeView) -> str | None:
     return None if isinstance(n.arg(1), Ref) else "scalar operand"
 
 
-def _cat(n: NodeView) -> str | None:
+def cat(n: NodeView) -> str | None:
     a = n.arg(0)
     count = len(a.items) if isinstance(a, ListArg) else 0
     if len(set(refs(n.node))) < 2:
@@ -154,7 +158,7 @@ def _cat(n: NodeView) -> str | None:
     return None
 
 
-def _max_pool(n: NodeView) -> str | None:
+def max_pool(n: NodeView) -> str | None:
     kernel = n.ints(1) or []
     stride = n.ints(2) or kernel
     if len(kernel) == 1:
@@ -166,7 +170,7 @@ def _max_pool(n: NodeView) -> str | None:
     return None
 
 
-def _avg_pool(n: NodeView) -> str | None:
+def avg_pool(n: NodeView) -> str | None:
     args = n.node.args
     ceil = len(args) > 4 and getattr(args[4], "value", False)
     include_pad = len(args) <= 5 or getattr(args[5], "value", True)
@@ -181,7 +185,7 @@ def _avg_pool(n: NodeView) -> str | None:
     return None
 
 
-def _view(n: NodeView) -> str | None:
+def view(n: NodeView) -> str | None:
     shape = n.ints(1)
     if shape is None:
         return "symbolic shape"
@@ -190,7 +194,7 @@ def _view(n: NodeView) -> str | None:
     return None
 
 
-def _mean(n: NodeView) -> str | None:
+def mean(n: NodeView) -> str | None:
     x = n.tensor(0)
     dims = n.ints(1) or []
     keep = len(n.node.args) > 2 and getattr(n.node.args[2], "value", False)
@@ -201,24 +205,24 @@ def _mean(n: NodeView) -> str | None:
     return None
 
 
-def _softmax(n: NodeView) -> str | None:
+def softmax(n: NodeView) -> str | None:
     x = n.tensor(0)
     dim = n.arg(1)
     rank = len(x.shape) if x is not None else 0
     return None if isinstance(dim, IntArg) and dim.value in (-1, rank - 1) else "softmax over a dim that is not the last"
 
 
-def _gelu(n: NodeView) -> str | None:
+def gelu(n: NodeView) -> str | None:
     x = n.tensor(0)
     return "float16 gelu" if x is not None and x.dtype == DType.float16 else None
 
 
-def _pad(n: NodeView) -> str | None:
+def pad(n: NodeView) -> str | None:
     pads = n.ints(1)
     return None if pads is not None and all(p >= 0 for p in pads) else "negative or symbolic padding"
 
 
-def _slice(n: NodeView) -> str | None:
+def slice_copy(n: NodeView) -> str | None:
     step = n.arg(4)
     if step is not None and getattr(step, "value", 1) != 1:
         return "step != 1"
@@ -229,88 +233,42 @@ def _slice(n: NodeView) -> str | None:
     return None
 
 
-def _unsqueeze(n: NodeView) -> str | None:
+def unsqueeze(n: NodeView) -> str | None:
     x, dim = n.tensor(0), n.arg(1)
     rank = len(x.shape) if x is not None else -2
     return None if isinstance(dim, IntArg) and dim.value in (-1, rank) else "unsqueeze of a dim that is not the last"
 
 
-def _square(n: NodeView) -> str | None:
+def square(n: NodeView) -> str | None:
     exponent = n.arg(1)
     return None if getattr(exponent, "value", None) == 2 else "exponent is not 2"
 
 
-def _clone(n: NodeView) -> str | None:
+def clone(n: NodeView) -> str | None:
+    """aten's clone: XNNPACK copies a tensor as it is (no memory-format change)."""
     fmt = dict(n.node.kwargs).get("memory_format")
-    if n.node.target == "aten::clone.default":
-        return None if fmt is None or getattr(fmt, "value", None) == "preserve_format" else "memory format changes"
+    return None if fmt is None or getattr(fmt, "value", None) == "preserve_format" else "memory format changes"
+
+
+def clone_dim_order(n: NodeView) -> str | None:
+    """The dim-order clone: XNNPACK copies a tensor as it is (the same dim order out as in)."""
     x, out = n.tensor(0), n.metas.get(n.node.name)
     if x is None or not isinstance(out, TensorMeta) or not same_dim_order(x, out):
         return "dim order changes"
     return None
 
 
-def _same_dtype(n: NodeView) -> str | None:
+def same_dtype(n: NodeView) -> str | None:
     x, out = n.tensor(0), n.metas.get(n.node.name)
     if x is None or not isinstance(out, TensorMeta) or x.dtype != out.dtype:
         return "dtype conversion (XNNPACK takes memory-format copies only)"
     return None
 
 
-CHECKS: Final[dict[str, Check]] = {
-    Q_PER_TENSOR: _ok,
-    DQ_PER_TENSOR: _ok,
-    "aten::clamp.default": _ok,
-    "aten::pow.Tensor_Scalar": _square,
-    "aten::constant_pad_nd.default": _pad,
-    "aten::slice_copy.Tensor": _slice,
-    "aten::unsqueeze_copy.default": _unsqueeze,
-    "aten::clone.default": _clone,
-    "dim_order_ops::_clone_dim_order.default": _clone,
-    "dim_order_ops::_to_dim_order_copy.default": _same_dtype,
-    "aten::linear.default": _linear,
-    "aten::convolution.default": _conv,
-    "aten::addmm.default": _addmm,
-    "aten::mm.default": _mm,
-    "aten::add.Tensor": _alpha_one,
-    "aten::sub.Tensor": _alpha_one,
-    "aten::mul.Tensor": _two_tensors,
-    "aten::div.Tensor": _two_tensors,
-    "aten::minimum.default": _ok,
-    "aten::maximum.default": _ok,
-    "aten::bmm.default": _ok,
-    "aten::relu.default": _ok,
-    "aten::hardtanh.default": _ok,
-    "aten::sigmoid.default": _ok,
-    "aten::tanh.default": _ok,
-    "aten::gelu.default": _gelu,
-    "aten::abs.default": _ok,
-    "aten::neg.default": _ok,
-    "aten::floor.default": _ok,
-    "aten::ceil.default": _ok,
-    "aten::sqrt.default": _ok,
-    "aten::rsqrt.default": _ok,
-    "aten::exp.default": _ok,
-    "aten::log.default": _ok,
-    "aten::sin.default": _ok,
-    "aten::cos.default": _ok,
-    "aten::hardswish.default": _ok,
-    "aten::leaky_relu.default": _ok,
-    "aten::prelu.default": _prelu,
-    "aten::upsample_bilinear2d.vec": _static_output,
-    "aten::_softmax.default": _softmax,
-    "aten::max_pool2d.default": _max_pool,
-    "aten::avg_pool2d.default": _avg_pool,
-    "aten::mean.dim": _mean,
-    "aten::view_copy.default": _view,
-    "aten::permute_copy.default": _ok,
-    "aten::cat.default": _cat,
-}
-"""The float ops the native partitioner takes, with the conditions ExecuTorch's configs put on them."""
-
-KEPT_OPS: Final = (
-    "aten::hardswish.default", "aten::linear.default", "aten::max_pool2d.default", "aten::prelu.default",
-    "aten::upsample_bilinear2d.vec",
-)
-"""Ops kept undecomposed when the partitioner takes them (ExecuTorch's `get_original_aten`, those
-this backend supports)."""
+def same_qparams(dq: CallFunction, q: CallFunction) -> str | None:
+    """XNNPACK's static slice keeps the quantization of its input: the quantize after it must have the
+    dequantize's parameters (scale, zero point, bounds, dtype; a tensor parameter the same constant)."""
+    if dq.target.replace("dequantize", "quantize") == q.target and dq.args[1:] == q.args[1:]:
+        return None
+    return ("XNNPACK's static-int8 slice needs the quantize after it to have its input's quantization "
+            "parameters (the quantizer shares them when it annotates the slice)")

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 from texir.backends.xnnpack.graph import XGraph, XNode
 from texir.backends.xnnpack.quant import QUANTS
-from texir.backends.xnnpack.quant_partition import DQ_PER_TENSOR, Q_PER_TENSOR
+from texir.backends.xnnpack.ops import DQ_PER_TENSOR, PAD, Q_PER_TENSOR
 
 __all__ = ["insert_pad_qdq"]
-
-_PAD = "aten::constant_pad_nd.default"
 
 
 def insert_pad_qdq(g: XGraph) -> None:
     for pad in list(g.nodes):
-        if pad.target != _PAD or not isinstance(pad.args[0], XNode) or pad.args[0].target != DQ_PER_TENSOR:
+        if pad.target != PAD or not isinstance(pad.args[0], XNode) or pad.args[0].target != DQ_PER_TENSOR:
             continue
         value = pad.args[2] if len(pad.args) > 2 else 0.0
         if value != 0.0 or any(p < 0 for p in pad.args[1]) or any(u.target in QUANTS for u in g.users(pad)):

@@ -1,7 +1,7 @@
 """`partitioner(**options)`: ExecuTorch 1.5.1's XnnpackPartitioner (float, static-int8 and
 dynamic-int8 configs) computed on the IR.
 
-Each supported op has a check (`op_checks.CHECKS`) that returns None when XNNPACK takes the node, or
+Each supported op has a check (`ops.CHECKS`, from `ops.OPS`) that returns None when XNNPACK takes the node, or
 the reason it does not; int8 patterns (`quant_partition`) add the q/dq nodes and quantized weights
 around their op and tag the q/dq implicit. Partitions are then the maximal ones torch's
 CapabilityBasedPartitioner proposes (`OpSupportPartitioner`), with the constants they read, as
@@ -16,16 +16,11 @@ from typing import Final
 import pydantic
 
 from texir.backends.xnnpack.backend import BACKEND_ID
-from texir.backends.xnnpack.op_checks import CHECKS, KEPT_OPS, NodeView, common_check, refs
+from texir.backends.xnnpack.op_checks import NodeView, common_check, refs
+from texir.backends.xnnpack.ops import BN, CHECKS, CLAIMS, CONV, INT8_IO, KEPT_OPS, LINEAR, MAX_DIM, TUPLE_OPS
 from texir.backends.xnnpack.partition_order import executorch_partition_ids
 from texir.backends.xnnpack.per_op import per_op_groups
-from texir.backends.xnnpack.quant_partition import (
-    DQ_PER_TENSOR,
-    IMPLICIT_KEY,
-    Q_PER_TENSOR,
-    QuantPlan,
-    quant_patterns,
-)
+from texir.backends.xnnpack.quant_partition import IMPLICIT_KEY, QuantPlan, quant_patterns
 from texir.ir import (
     BackendNodeMeta,
     BufferInput,
@@ -42,6 +37,7 @@ from texir.ir import (
     ValueMeta,
 )
 from texir.ir.analysis import value_metas, walk_graphs
+from texir.ir.names import GETITEM
 from texir.lowering.errors import PartitionerError
 from texir.lowering.partitioners import OpSupportPartitioner
 from texir.lowering.plan import DelegationSpec, PartitionPlan
@@ -50,7 +46,6 @@ __all__ = ["CHECKS", "KEPT_OPS", "XnnpackNativePartitioner", "partitioner"]
 
 
 _PRECISIONS: Final = ("fp32", "static_int8", "dynamic_int8")
-_BN: Final = "aten::_native_batch_norm_legit_no_training.default"
 
 
 class _Options(pydantic.BaseModel):
@@ -172,9 +167,9 @@ class XnnpackNativePartitioner:
         # a partition reads becomes a delegate input, as with ExecuTorch's partitioner.
         for node in program.graph.nodes:
             tag = tags.get(node.name)
-            if tag is None or not isinstance(node, CallFunction) or node.target not in _CLAIMS:
+            if tag is None or not isinstance(node, CallFunction) or node.target not in CLAIMS:
                 continue
-            for i in _CLAIMS[node.target]:
+            for i in CLAIMS[node.target]:
                 a = node.args[i] if len(node.args) > i else None
                 if isinstance(a, Ref) and a.name in constants:
                     tags.setdefault(a.name, tag)
@@ -212,7 +207,7 @@ class XnnpackNativePartitioner:
             if node.name in tuple_ops:
                 checked.add(node.name)
                 return True
-            has_config = node.target in CHECKS or node.target in _TUPLE_OPS
+            has_config = node.target in CHECKS or node.target in TUPLE_OPS
             why = _verdict(node, metas, constants, quant) if has_config else _no_config(node.target)
             if has_config:
                 checked.add(node.name)
@@ -229,41 +224,22 @@ class XnnpackNativePartitioner:
         return PartitionPlan.build(tags, [(f"tag{i}", spec) for i in range(len(groups))], backend_meta=notes)
 
 
-_CLAIMS: Final[dict[str, tuple[int, ...]]] = {
-    "aten::linear.default": (1, 2),
-    "aten::convolution.default": (1, 2),
-    "aten::addmm.default": (2, 0),
-    "aten::mm.default": (1,),
-    "aten::prelu.default": (1,),
-    "aten::_native_batch_norm_legit_no_training.default": (1, 2, 3, 4),
-}
-
-
 def _verdict(node: CallFunction, metas: Mapping[str, ValueMeta], constants: frozenset[str],
              quant: QuantPlan) -> str | None:
     refused = quant.refused.get(node.name)
     if refused is not None:
         return refused
     if node.name in quant.gemms:
-        return common_check(NodeView(node, metas, constants))
+        return common_check(NodeView(node, metas, constants), int8=node.target in INT8_IO)
     if node.name in quant.deps:
         return None  # part of a static-int8 pattern its anchor op takes
-    if not quant.static and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR):
+    if not quant.static and node.target in INT8_IO:
         return "static_int8 is not in config_precisions"
     check = CHECKS.get(node.target)
     if check is None:
-        return _TUPLE_OPS.get(node.target, _no_config(node.target))
+        return TUPLE_OPS.get(node.target, _no_config(node.target))
     n = NodeView(node, metas, constants)
-    return common_check(n) or check(n)
-
-
-_TUPLE_OPS: Final = {
-    _BN: ("a batch norm the preprocess can neither fold into a static convolution or linear nor make a depthwise "
-          "convolution (a rank 2-4 float input with static channels, constant statistics and parameters, only "
-          "its output read)"),
-    "aten::max.dim": "max.dim of other than a 4-D float tensor, or its indices are read",
-}
-"""The ops taken with their getitems (`_batch_norms`, `_max_dims`): why one is turned down."""
+    return common_check(n, int8=node.target in INT8_IO) or check(n)
 
 
 def _no_config(target: str) -> str:
@@ -294,19 +270,19 @@ def _batch_norms(program: Program, constants: frozenset[str]) -> set[str]:
 
     found: set[str] = set()
     for n in nodes.values():
-        if n.target != _BN or common_check(NodeView(n, metas, constants)) is not None:
+        if n.target != BN or common_check(NodeView(n, metas, constants)) is not None:
             continue
         getitems = users.get(n.name, [])
-        if not all(u.target == "_operator::getitem" and getattr(u.args[1], "value", None) == 0 for u in getitems):
+        if not all(u.target == GETITEM and getattr(u.args[1], "value", None) == 0 for u in getitems):
             continue
         src = n.args[0]
         x = metas.get(src.name) if isinstance(src, Ref) else None
         rank = len(x.shape) if isinstance(x, TensorMeta) else 0
         before = nodes.get(src.name) if isinstance(src, Ref) else None
         fusable = (
-            before is not None and before.target in ("aten::convolution.default", "aten::linear.default")
+            before is not None and before.target in (CONV, LINEAR)
             and static(before.args[1], False) and static(n.args[1], False)
-            and (before.target != "aten::convolution.default" or rank in (3, 4))
+            and (before.target != CONV or rank in (3, 4))
         )
         decomposable = (
             rank in (2, 3, 4) and isinstance(x, TensorMeta) and isinstance(x.shape[1], int)
@@ -326,7 +302,7 @@ def _max_dims(program: Program) -> set[str]:
     calls = [n for n in program.graph.nodes if isinstance(n, CallFunction)]
     found: set[str] = set()
     for n in calls:
-        if n.target != "aten::max.dim" or not isinstance(n.args[0], Ref):
+        if n.target != MAX_DIM or not isinstance(n.args[0], Ref):
             continue
         x, out = metas.get(n.args[0].name), metas.get(n.name)
         values = out.items[0] if isinstance(out, TupleMeta) and out.items else None
@@ -335,7 +311,7 @@ def _max_dims(program: Program) -> set[str]:
         if not isinstance(values, TensorMeta) or values.dtype != x.dtype:
             continue
         getitems = [u for u in calls if n.name in refs(u)]
-        if all(u.target == "_operator::getitem" and getattr(u.args[1], "value", None) == 0 for u in getitems):
+        if all(u.target == GETITEM and getattr(u.args[1], "value", None) == 0 for u in getitems):
             found.add(n.name)
             found.update(u.name for u in getitems)
     return found

@@ -8,27 +8,13 @@ group becomes one partition, numbered in the order of its first member; no other
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from typing import Final
 
+from texir.backends.xnnpack.ops import GEMMS, PARAMS
 from texir.backends.xnnpack.quant_partition import QuantPlan
 from texir.ir import CallFunction, NoneArg, Program, Ref
+from texir.ir.names import GETITEM
 
 __all__ = ["per_op_groups"]
-
-_GEMMS: Final[dict[str, tuple[int, int | None]]] = {
-    # op: (weight, bias) argument positions
-    "aten::linear.default": (1, 2),
-    "aten::convolution.default": (1, 2),
-    "aten::addmm.default": (2, 0),
-    "aten::mm.default": (1, None),
-}
-_GEMM_ACTS: Final = frozenset({"aten::relu.default", "aten::hardtanh.default"})
-_WITH_PARAMS: Final[dict[str, tuple[int, ...]]] = {
-    "aten::_native_batch_norm_legit_no_training.default": (1, 2, 3, 4),
-    "aten::prelu.default": (1,),
-    "aten::max.dim": (),
-}
-"""Ops whose config takes constant arguments (and, for tuple results, the getitems) with the node."""
 
 
 def _ref(node: CallFunction, i: int | None) -> str | None:
@@ -54,7 +40,7 @@ def per_op_groups(program: Program, constants: Collection[str], quant: QuantPlan
         return parent[x]
 
     for n in calls:
-        if n.target == "_operator::getitem" or not taken(n):
+        if n.target == GETITEM or not taken(n):
             continue
         match = [n.name, *_deps(n, quant, users)]
         match = [m for i, m in enumerate(match) if m not in match[:i]]
@@ -74,16 +60,16 @@ def per_op_groups(program: Program, constants: Collection[str], quant: QuantPlan
 def _deps(n: CallFunction, quant: QuantPlan, users: Mapping[str, list[CallFunction]]) -> list[str]:
     if n.name in quant.members:
         return list(quant.members[n.name])
-    if n.target in _GEMMS:
-        w, b = _GEMMS[n.target]
-        deps = [d for d in (_ref(n, b), _ref(n, w)) if d is not None]
+    gemm = GEMMS.get(n.target)
+    if gemm is not None:
+        deps = [d for d in (_ref(n, gemm.bias), _ref(n, gemm.weight)) if d is not None]
         after = users.get(n.name, [])
-        if len(after) == 1 and after[0].target in _GEMM_ACTS:
+        if len(after) == 1 and after[0].target in gemm.config_acts:
             deps.append(after[0].name)
         return deps
-    if n.target in _WITH_PARAMS:
-        deps = [d for d in (_ref(n, i) for i in _WITH_PARAMS[n.target]) if d is not None]
-        return deps + [u.name for u in users.get(n.name, []) if u.target == "_operator::getitem"]
+    if n.target in PARAMS:
+        deps = [d for d in (_ref(n, i) for i in PARAMS[n.target]) if d is not None]
+        return deps + [u.name for u in users.get(n.name, []) if u.target == GETITEM]
     return []
 
 

@@ -3,6 +3,7 @@ is a Convert to qdint8, a dynamic dequantize shares its input's id."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Final
 
@@ -10,19 +11,8 @@ from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.checks import check_scales_zero_points
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import XNode
+from texir.backends.xnnpack.ops import AFFINE, CHOOSE_QPARAMS, DQ_AFFINE, DQ_PER_TENSOR, Q_PER_TENSOR, VisitorName
 from texir.backends.xnnpack.quant import from_q_dq, is_dynamic
-from texir.backends.xnnpack.quant_partition import (
-    AFFINE,
-    CHOOSE_QPARAMS,
-    DQ_AFFINE,
-    DQ_PER_CHANNEL,
-    DQ_PER_TENSOR,
-    DYNAMIC_DQ,
-    DYNAMIC_Q,
-    GETITEM,
-    Q_PER_CHANNEL,
-    Q_PER_TENSOR,
-)
 from texir.backends.xnnpack.serialize import Serializer
 
 __all__ = ["QDQ_VISITORS"]
@@ -122,13 +112,12 @@ def _getitem(ser: Serializer, n: XNode) -> None:
             "backend (only a choose_qparams's outputs, which it skips)", node=n.name, op=n.target)
 
 
-QDQ_VISITORS: Final = {
-    Q_PER_TENSOR: _quantize,
-    DQ_PER_TENSOR: _dequantize,
-    Q_PER_CHANNEL: _quantize,
-    DQ_PER_CHANNEL: _dequantize,
-    **dict.fromkeys(sorted(DYNAMIC_Q), _dynamic_quantize),
-    **dict.fromkeys(sorted(DYNAMIC_DQ), _dynamic_dequantize),
-    **dict.fromkeys(sorted(CHOOSE_QPARAMS), _choose_qparams),
-    GETITEM: _getitem,
+QDQ_VISITORS: Final[Mapping[VisitorName, Callable[[Serializer, XNode], None]]] = {
+    "quantize": _quantize,
+    "dequantize": _dequantize,
+    "dynamic_quantize": _dynamic_quantize,
+    "dynamic_dequantize": _dynamic_dequantize,
+    "choose_qparams": _choose_qparams,
+    "getitem": _getitem,
 }
+"""The q/dq visitors by the name an `ops.OPS` entry gives."""

@@ -15,19 +15,19 @@ from texir.backends.xnnpack.checks import check_per_channel_counts, refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import XGraph, XNode
 from texir.backends.xnnpack.int4 import bf16_bytes
-from texir.backends.xnnpack.quant_partition import (
+from texir.backends.xnnpack.ops import (
     AFFINE,
     CHOOSE_QPARAMS,
     DQ_PER_CHANNEL,
     DQ_PER_TENSOR,
     DYNAMIC_DQ,
     DYNAMIC_Q,
-    GETITEM,
     Q_PER_CHANNEL,
     Q_PER_TENSOR,
-    params_at,
 )
+from texir.backends.xnnpack.quant_partition import params_at
 from texir.ir import DType
+from texir.ir.names import GETITEM
 from texir.ir.blob import Blob
 
 __all__ = ["QuantParams", "Serializer", "bias_params", "from_inputs", "from_outputs", "from_weights"]

@@ -16,63 +16,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from texir.backends.xnnpack.ops import (
+    AFFINE,
+    CHOOSE_QPARAMS,
+    CONV,
+    DQ_AFFINE,
+    DQ_PER_CHANNEL,
+    DQ_PER_TENSOR,
+    DYNAMIC_DQ,
+    DYNAMIC_Q,
+    INT8_GEMMS,
+    INT8_GENERIC,
+    LINEAR,
+    PAD,
+    PATTERN_CHECKS,
+    Q_PER_TENSOR,
+)
 from texir.ir import CallFunction, DType, DTypeArg, NoneArg, Program, Ref, TensorMeta
 from texir.ir.analysis import value_metas
+from texir.ir.names import GETITEM
 
-__all__ = [
-    "AFFINE", "CHOOSE_QPARAMS", "DQ_AFFINE", "DQ_PER_CHANNEL", "DQ_PER_TENSOR", "DYNAMIC_DQ", "DYNAMIC_Q", "GETITEM",
-    "IMPLICIT_KEY", "Q_AFFINE", "Q_PER_CHANNEL", "Q_PER_TENSOR", "QDQ_OPS", "QuantPlan", "quant_patterns",
-]
+__all__ = ["IMPLICIT_KEY", "QuantPlan", "params_at", "quant_patterns"]
 
-Q_PER_TENSOR: Final = "quantized_decomposed::quantize_per_tensor.default"
-DQ_PER_TENSOR: Final = "quantized_decomposed::dequantize_per_tensor.default"
-Q_PER_CHANNEL: Final = "quantized_decomposed::quantize_per_channel.default"
-DQ_PER_CHANNEL: Final = "quantized_decomposed::dequantize_per_channel.default"
-QDQ_OPS: Final = frozenset({Q_PER_TENSOR, DQ_PER_TENSOR, Q_PER_CHANNEL, DQ_PER_CHANNEL})
 IMPLICIT_KEY: Final = "IS_IMPLICIT_Q_DQ_TAG"
 """ExecuTorch's node-meta key for an implicit q/dq node (the note's value is "true")."""
-Q_AFFINE: Final = "torchao::quantize_affine.default"
-DQ_AFFINE: Final = "torchao::dequantize_affine.default"
-AFFINE: Final = frozenset({Q_AFFINE, DQ_AFFINE})
-"""torchao's q/dq (8da4w): (input, block_size, scale, zero_point, dtype, qmin, qmax[, output dtype])."""
-DYNAMIC_Q: Final = frozenset({
-    "quantized_decomposed::quantize_per_tensor.tensor", "quantized_decomposed::quantize_per_token.default", Q_AFFINE,
-})
-"""Quantizes whose params are computed at run time (when they come from a choose_qparams)."""
-DYNAMIC_DQ: Final = frozenset({
-    "quantized_decomposed::dequantize_per_tensor.tensor", "quantized_decomposed::dequantize_per_token.default",
-    DQ_AFFINE,
-})
-CHOOSE_QPARAMS: Final = frozenset({
-    "quantized_decomposed::choose_qparams.tensor",
-    "quantized_decomposed::choose_qparams_per_token_asymmetric.default",
-    "torchao::choose_qparams_affine.default",
-})
-GETITEM: Final = "_operator::getitem"
-_GEMMS: Final = {
-    # op: (activation, weight, bias) argument positions
-    "aten::linear.default": (0, 1, 2),
-    "aten::convolution.default": (0, 1, 2),
-}
-_GEMM_ACTS: Final = frozenset({"aten::relu.default", "aten::hardtanh.default"})
-GENERIC_STATIC: Final[dict[str, frozenset[str]]] = {
-    # op: the activations fused into it under quantization (ExecuTorch's `fused_act`)
-    "aten::add.Tensor": frozenset({"aten::relu.default"}),
-    "aten::mul.Tensor": frozenset(),
-    "aten::relu.default": frozenset(),
-    "aten::hardtanh.default": frozenset(),
-    "aten::max_pool2d.default": frozenset(),
-    "aten::mean.dim": frozenset(),
-    "aten::view_copy.default": frozenset(),
-    "aten::cat.default": frozenset(),
-    "aten::permute_copy.default": frozenset(),
-    "aten::sub.Tensor": frozenset(),
-    "aten::slice_copy.Tensor": frozenset(),
-    "aten::clamp.default": frozenset(),
-    "aten::unsqueeze_copy.default": frozenset(),
-    "dim_order_ops::_to_dim_order_copy.default": frozenset(),
-}
-"""Element-wise and shape ops the native backend serializes in their static-int8 form."""
 
 
 @dataclass
@@ -94,8 +61,8 @@ class QuantPlan:
     """False when the partitioner's options leave dynamic int8 out."""
 
 
-def _ref(node: CallFunction, i: int) -> str | None:
-    a = node.args[i] if len(node.args) > i else None
+def _ref(node: CallFunction, i: int | None) -> str | None:
+    a = node.args[i] if i is not None and len(node.args) > i else None
     return a.name if isinstance(a, Ref) else None
 
 
@@ -160,16 +127,17 @@ def quant_patterns(program: Program, constants: frozenset[str], accepts: Callabl
     g = _Graph(program)
     plan = QuantPlan(static=static, dynamic=dynamic)
     for node in g.calls.values():
-        if node.target in _GEMMS:
+        if node.target in INT8_GEMMS:
             _gemm(node, g, constants, plan)
-        elif static and node.target in GENERIC_STATIC and accepts(node):
+        elif static and node.target in INT8_GENERIC and accepts(node):
             inputs = list(dict.fromkeys(_walk(node.args)))
             if not inputs or any(g.target(i) not in (DQ_PER_TENSOR, DQ_PER_CHANNEL) for i in inputs):
                 continue
-            fused, q = g.tail(node.name, GENERIC_STATIC[node.target])
+            fused, q = g.tail(node.name, INT8_GENERIC[node.target])
             if q is None:
                 continue
-            why = _PATTERN_CHECKS[node.target](g.calls[inputs[0]], g.calls[q]) if node.target in _PATTERN_CHECKS else None
+            check = PATTERN_CHECKS.get(node.target)
+            why = check(g.calls[inputs[0]], g.calls[q]) if check is not None else None
             if why is not None:
                 plan.refused[node.name] = why
                 continue
@@ -180,23 +148,9 @@ def quant_patterns(program: Program, constants: frozenset[str], accepts: Callabl
     return plan
 
 
-def _same_params(dq: CallFunction, q: CallFunction) -> str | None:
-    """XNNPACK's static slice keeps the quantization of its input: the quantize after it must have the
-    dequantize's parameters (scale, zero point, bounds, dtype; a tensor parameter the same constant)."""
-    if dq.target.replace("dequantize", "quantize") == q.target and dq.args[1:] == q.args[1:]:
-        return None
-    return ("XNNPACK's static-int8 slice needs the quantize after it to have its input's quantization "
-            "parameters (the quantizer shares them when it annotates the slice)")
-
-
-_PATTERN_CHECKS: Final[dict[str, Callable[[CallFunction, CallFunction], str | None]]] = {
-    "aten::slice_copy.Tensor": _same_params,
-}
-"""Conditions a config puts on an op's q/dq pattern (the dequantize before it, the quantize after)."""
-
-
 def _gemm(node: CallFunction, g: _Graph, constants: frozenset[str], plan: QuantPlan) -> None:
-    act_i, w_i, b_i = _GEMMS[node.target]
+    spec = INT8_GEMMS[node.target]
+    act_i, w_i, b_i = spec.activation, spec.weight, spec.bias
     w_name = _ref(node, w_i)
     w_node = g.calls.get(w_name) if w_name is not None else None
     if w_node is None or w_node.target not in (DQ_PER_TENSOR, DQ_PER_CHANNEL, DQ_AFFINE):
@@ -217,7 +171,7 @@ def _gemm(node: CallFunction, g: _Graph, constants: frozenset[str], plan: QuantP
     fused: list[str] = []
     q: str | None = None
     if why is None:
-        fused, q = g.tail(node.name, _GEMM_ACTS)
+        fused, q = g.tail(node.name, spec.config_acts)
         if q is None:
             why = "a static-int8 GEMM must be followed by a quantize (through at most one relu/hardtanh)"
     if why is not None or act is None or q is None:
@@ -259,7 +213,7 @@ def _dynamic_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction
                      constants: frozenset[str]) -> tuple[str | None, list[str]]:
     """Why the native backend turns a dynamically quantized GEMM down (None: it takes it) and the
     activation's chain: dq, q, getitem, getitem, choose_qparams."""
-    if node.target != "aten::linear.default":
+    if node.target != LINEAR:
         return ("dynamically quantized convolutions are not yet supported by the native XNNPACK backend "
                 "(--partitioner executorch:xnnpack takes 2-D ones)"), []
     if _ref(w_node, 0) not in constants:
@@ -310,14 +264,11 @@ def _group_refusal(w_node: CallFunction, g: _Graph) -> str | None:
     return None
 
 
-_PAD: Final = "aten::constant_pad_nd.default"
-
-
 def _foldable_pad(conv: CallFunction, pad: CallFunction, g: _Graph) -> bool:
     """A zero padding of the spatial dims of a dequantized value, read by `conv` alone: ExecuTorch's
     convolution config takes it into a quantized convolution's pattern (its backend quantizes the pad
     with its input's params)."""
-    if conv.target != "aten::convolution.default" or pad.target != _PAD or g.only_user(pad.name) != conv.name:
+    if conv.target != CONV or pad.target != PAD or g.only_user(pad.name) != conv.name:
         return False
     if getattr(conv.args[6], "value", False):
         return False  # transposed
@@ -343,7 +294,7 @@ def _gemm_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction | 
     if _qdtype(w_node) != DType.int8 or (qmin, qmax) == (-8, 7):
         return "only int8 weights are supported by the native XNNPACK backend (no 4-bit)"
     if act is None or act.target != DQ_PER_TENSOR:
-        if act is not None and act.target == _PAD:
+        if act is not None and act.target == PAD:
             return ("a padding before a quantized convolution must pad the spatial dims of a dequantized value with "
                     "zeros, non-negative amounts, and feed only the convolution (XNNPACK then quantizes it)")
         return "the activation is not dequantized per tensor"
@@ -352,7 +303,7 @@ def _gemm_refusal(node: CallFunction, w_node: CallFunction, act: CallFunction | 
     b = node.args[2] if len(node.args) > 2 else None
     if b is not None and not isinstance(b, NoneArg) and _ref(node, 2) not in constants:
         return "bias is not static"
-    if node.target == "aten::convolution.default":
+    if node.target == CONV:
         transposed = getattr(node.args[6], "value", False)
         if transposed:
             return "quantized transposed convolution is not yet supported by the native XNNPACK backend"

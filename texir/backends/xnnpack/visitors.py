@@ -3,7 +3,6 @@ in ExecuTorch 1.5.1's order and emitting its XNNPACK node."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -11,6 +10,7 @@ from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.checks import refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
 from texir.backends.xnnpack.graph import CHANNELS_LAST, CONTIGUOUS, XNode
+from texir.backends.xnnpack.ops import OPS, UNSQUEEZE, Bounds, OpSpec, VisitorName
 from texir.backends.xnnpack.qdq import QDQ_VISITORS
 from texir.backends.xnnpack.quant import QuantParams, bias_params, from_inputs, from_weights
 from texir.backends.xnnpack.serialize import KEEP_DIMS, NCHW_TO_NHWC, NHWC_TO_NCHW, Serializer
@@ -115,11 +115,11 @@ def _binary(cls: type[Any], *, fused: bool) -> Visitor:
     return visit
 
 
-def _unary(cls: type[Any], bounds: Callable[[XNode], tuple[float, float]] | None = None) -> Visitor:
+def _unary(cls: type[Any], bounds: Bounds | None = None) -> Visitor:
     def visit(ser: Serializer, n: XNode) -> None:
         ser.io(n)
         ser.emit(n, cls(input_id=ser.id(n.args[0]), output_id=ser.id(n)),
-                 min_max=None if bounds is None else bounds(n))
+                 min_max=None if bounds is None else bounds(n.args))
 
     return visit
 
@@ -280,11 +280,6 @@ def _copy(ser: Serializer, n: XNode) -> None:
     ser.emit(n, s.XNNCopy(input_id=ser.id(n.args[0]), output_id=ser.id(n)))
 
 
-def _clamp(n: XNode) -> tuple[float, float]:
-    low, high = _arg(n, 1), _arg(n, 2)
-    return (-math.inf if low is None else float(low), math.inf if high is None else float(high))
-
-
 def _pad(ser: Serializer, n: XNode) -> None:
     ser.io(n)
     pads = list(n.args[1])
@@ -336,7 +331,7 @@ def _one_dynamic_size(n: XNode, shape: list[int]) -> None:
 def _squeeze(ser: Serializer, n: XNode) -> None:
     """(un)squeeze of the last dim as a reshape; the one symbolic size (if any) becomes 0."""
     dim, rank = _arg(n, 1), n.args[0].rank
-    last = rank if n.target == "aten::unsqueeze_copy.default" else rank - 1
+    last = rank if n.target == UNSQUEEZE else rank - 1
     if dim not in (-1, last):
         raise refuse("squeeze_last_dim", n, f"dim {dim} of a {rank}-D input is not the last",
                      "(un)squeeze the last dim, or leave the node out of the partition")
@@ -371,58 +366,40 @@ def _upsample_bilinear(ser: Serializer, n: XNode) -> None:
                                             output_id=ser.id(n), flags=ALIGN_CORNERS if _arg(n, 2) else 0))
 
 
-def _hardtanh(n: XNode) -> tuple[float, float]:
-    return (float(_arg(n, 1, -1.0)), float(_arg(n, 2, 1.0)))
-
-
-VISITORS: Final[dict[str, Visitor]] = {
-    "aten::linear.default": _linear,
-    "aten::convolution.default": _conv,
-    "aten::addmm.default": _addmm,
-    "aten::mm.default": _mm,
-    "aten::add.Tensor": _binary(s.XNNAdd, fused=True),
-    "aten::sub.Tensor": _binary(s.XNNSubtract, fused=True),
-    "aten::mul.Tensor": _binary(s.XNNMultiply, fused=True),
-    "aten::div.Tensor": _binary(s.XNNDiv, fused=False),
-    "aten::minimum.default": _binary(s.XNNMinimum, fused=False),
-    "aten::maximum.default": _binary(s.XNNMaximum, fused=False),
-    "aten::bmm.default": _binary(s.XNNBatchMatrixMultiply, fused=False),
-    "aten::relu.default": _unary(s.XNNClamp, lambda n: (0.0, math.inf)),
-    "aten::hardtanh.default": _unary(s.XNNClamp, _hardtanh),
-    "aten::sigmoid.default": _unary(s.XNNSigmoid),
-    "aten::tanh.default": _unary(s.XNNTanh),
-    "aten::gelu.default": _unary(s.XNNGelu),
-    "aten::abs.default": _unary(s.XNNAbs),
-    "aten::neg.default": _unary(s.XNNNegate),
-    "aten::floor.default": _unary(s.XNNFloor),
-    "aten::ceil.default": _unary(s.XNNCeiling),
-    "aten::sqrt.default": _unary(s.XNNSquareRoot),
-    "aten::rsqrt.default": _unary(s.XNNReciprocalSquareRoot),
-    "aten::exp.default": _unary(s.XNNExp),
-    "aten::log.default": _unary(s.XNNLog),
-    "aten::sin.default": _unary(s.XNNSin),
-    "aten::cos.default": _unary(s.XNNCos),
-    "aten::hardswish.default": _unary(s.XNNHardswish),
-    "aten::leaky_relu.default": _leaky_relu,
-    "aten::prelu.default": _binary(s.XNNPReLU, fused=False),
-    "aten::upsample_bilinear2d.vec": _upsample_bilinear,
-    "aten::_softmax.default": _softmax,
-    "aten::max_pool2d.default": _max_pool,
-    "aten::amax.default": _amax,
-    "aten::avg_pool2d.default": _avg_pool,
-    "aten::mean.dim": _mean,
-    "aten::view_copy.default": _view,
-    "aten::permute_copy.default": _permute,
-    "aten::_to_copy.default": _to_copy,
-    "aten::cat.default": _cat,
-    "aten::clamp.default": _unary(s.XNNClamp, _clamp),
-    "aten::constant_pad_nd.default": _pad,
-    "aten::slice_copy.Tensor": _slice,
-    "aten::squeeze_copy.dim": _squeeze,
-    "aten::unsqueeze_copy.default": _squeeze,
-    "aten::pow.Tensor_Scalar": _unary(s.XNNSquare),
-    "aten::clone.default": _copy,
-    "dim_order_ops::_clone_dim_order.default": _copy,
-    **QDQ_VISITORS,
+_BY_NAME: Final[dict[VisitorName, Callable[[OpSpec], Visitor]]] = {
+    "linear": lambda spec: _linear,
+    "conv": lambda spec: _conv,
+    "addmm": lambda spec: _addmm,
+    "mm": lambda spec: _mm,
+    "binary": lambda spec: _binary(_xnn(spec), fused=bool(spec.fuses)),
+    "unary": lambda spec: _unary(_xnn(spec), spec.bounds),
+    "leaky_relu": lambda spec: _leaky_relu,
+    "upsample_bilinear": lambda spec: _upsample_bilinear,
+    "softmax": lambda spec: _softmax,
+    "max_pool": lambda spec: _max_pool,
+    "amax": lambda spec: _amax,
+    "avg_pool": lambda spec: _avg_pool,
+    "mean": lambda spec: _mean,
+    "view": lambda spec: _view,
+    "permute": lambda spec: _permute,
+    "to_copy": lambda spec: _to_copy,
+    "cat": lambda spec: _cat,
+    "pad": lambda spec: _pad,
+    "slice": lambda spec: _slice,
+    "squeeze": lambda spec: _squeeze,
+    "copy": lambda spec: _copy,
+    **{name: (lambda visit: lambda spec: visit)(visit) for name, visit in QDQ_VISITORS.items()},
 }
-"""Node visitor per edge op (canonical op string); an op without one cannot be delegated."""
+"""How an `OpSpec.visitor` name becomes its visitor (the generic ones specialised by the entry)."""
+
+
+def _xnn(spec: OpSpec) -> type[Any]:
+    if spec.xnn is None:
+        raise XnnpackUnsupportedError(f"OPS entry {spec.target}: visitor '{spec.visitor}' needs the XNNPACK node "
+                                      "it emits (give the entry `xnn=`)", op=spec.target)
+    return spec.xnn
+
+
+VISITORS: Final[dict[str, Visitor]] = {spec.target: _BY_NAME[spec.visitor](spec) for spec in OPS
+                                       if spec.visitor is not None}
+"""Node visitor per edge op, from `ops.OPS`; an op without one cannot be delegated."""
