@@ -102,23 +102,32 @@ def test_runs_in_executorch_with_the_transformers_models_logits(tiny: Path, lowe
                        "use_kv_cache": [True], "enable_dynamic_shape": [True], "get_bos_id": [1], "get_eos_ids": [2]}
 
 
-def _optimum_quantized(directory: Path, qlinear: str) -> Any:
-    """`_eager` with its linears quantized as optimum-executorch's `quantize_model_` quantizes them
-    for `--qlinear 8da4w|8da8w` (torchao's Int8DynamicActivationIntxWeightConfig with hqq_scale_only
-    qparams; int4 weights in groups of 32, or int8 per output channel), spelled here independently."""
+def _quantized(directory: Path, case: str) -> Any:
+    """`_eager` with its linears quantized as the case's flags say, spelled here independently:
+    optimum-executorch's `quantize_model_` for `--qlinear 8da4w|8da8w` (torchao's
+    Int8DynamicActivationIntxWeightConfig with hqq_scale_only qparams; int4 weights in groups of 32, or
+    int8 per output channel), ExecuTorch's TORCHAO_INT8_DYNAMIC_ACT_INT4_WEIGHT recipe (the same
+    config, torchao's default qparams) for `--recipe xnnpack-8da4w`."""
     from torchao.quantization import quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 
     eager = _eager(directory)
-    weights = (getattr(torch, "int4"), PerGroup(32)) if qlinear == "8da4w" else (torch.int8, PerAxis(0))
-    config = Int8DynamicActivationIntxWeightConfig(weight_dtype=weights[0], weight_granularity=weights[1],
-                                                   intx_choose_qparams_algorithm="hqq_scale_only")
+    int4 = getattr(torch, "int4")
+    config = {
+        "8da4w": Int8DynamicActivationIntxWeightConfig(weight_dtype=int4, weight_granularity=PerGroup(32),
+                                                       intx_choose_qparams_algorithm="hqq_scale_only"),
+        "8da8w": Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0),
+                                                       intx_choose_qparams_algorithm="hqq_scale_only"),
+        "recipe": Int8DynamicActivationIntxWeightConfig(weight_dtype=int4, weight_granularity=PerGroup(32)),
+    }[case]
     quantize_(eager, config, lambda m, fqn: isinstance(m, torch.nn.Linear))
     return eager
 
 
-QUANTIZED_TOLERANCE = {"8da4w": 0.02, "8da8w": 0.002}
+QUANTIZED = {"8da4w": ["--qlinear", "8da4w"], "8da8w": ["--qlinear", "8da8w"],
+             "recipe": ["--recipe", "xnnpack-8da4w", "--group-size", "32"]}
+QUANTIZED_TOLERANCE = {"8da4w": 0.02, "8da8w": 0.002, "recipe": 0.02}
 """The largest difference to the eager quantized model's logits, as a fraction of their largest
 magnitude. Both sides compute the same integers: XNNPACK's int8 x int4/int8 dot products accumulate
 exactly in int32 whatever the CPU's instruction set (AVX2, AVX-512, VNNI), and its dynamic activation
@@ -129,21 +138,21 @@ no other), each within 2^-9 of torchao's fp32 scale: measured 0.8% of the logits
 tiny Llama, the budget 2.5 times it and still 1/5 of what quantization itself changes (below)."""
 
 
-@pytest.mark.parametrize("qlinear", ["8da4w", "8da8w"])
+@pytest.mark.parametrize("case", list(QUANTIZED))
 def test_qlinear_runs_in_executorch_with_the_quantized_models_logits(
-    qlinear: str, tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: str, tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--qlinear on hf:DIR: the program runs in ExecuTorch's runtime through a prefill and three
-    decode steps with the logits of the eager model quantized as optimum-executorch does, far closer
-    to them than to the float model's (so what runs is the quantized model). The CLI says the
-    quantized weights are not memory-mapped."""
+    """--qlinear (and ExecuTorch's 8da4w recipe) on hf:DIR: the program runs in ExecuTorch's runtime
+    through a prefill and three decode steps with the logits of the eager model quantized the same
+    way, far closer to them than to the float model's (so what runs is the quantized model). The CLI
+    says the quantized weights are not memory-mapped."""
     from texir.executorch.runtime import load_method
 
-    assert _lower(tiny, tmp_path / "q.pte", "--qlinear", qlinear) == 0
+    assert _lower(tiny, tmp_path / "q.pte", *QUANTIZED[case]) == 0
     err = capsys.readouterr().err
-    assert f"qlinear {qlinear}" in err and "held in memory, not memory-mapped from the checkpoint" in err, err
+    assert "held in memory, not memory-mapped from the checkpoint" in err, err
     method = load_method(tmp_path / "q.pte", data_path=str(tmp_path / "q.ptd"))
-    quantized, unquantized = _optimum_quantized(tiny, qlinear), _eager(tiny)
+    quantized, unquantized = _quantized(tiny, case), _eager(tiny)
     ids, pos = torch.tensor([PROMPT]), torch.arange(len(PROMPT))
     for step in range(4):
         with torch.no_grad():
@@ -152,7 +161,7 @@ def test_qlinear_runs_in_executorch_with_the_quantized_models_logits(
         (got,) = method.execute([ids, pos])
         assert got.shape == expected.shape == (1, ids.shape[1], TINY["vocab_size"]), step
         error = float((got - expected).abs().max())
-        assert error <= QUANTIZED_TOLERANCE[qlinear] * float(expected.abs().max()), (step, error)
+        assert error <= QUANTIZED_TOLERANCE[case] * float(expected.abs().max()), (step, error)
         assert error <= 0.2 * float((expected - floats).abs().max()), (step, error)
         ids, pos = expected[:, -1:].argmax(-1), torch.tensor([len(PROMPT) + step])
 
