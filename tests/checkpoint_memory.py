@@ -2,7 +2,9 @@
 watching the process's anonymous memory, after a warm-up lowering of another checkpoint (so the
 modules and caches every lowering loads are in place before the baseline).
 
-    python -m tests.checkpoint_memory WARMUP_DIR DIR OUT_DIR    # prints one JSON line
+    python -m tests.checkpoint_memory WARMUP_DIR DIR OUT_DIR [FLAG ...]   # prints one JSON line
+
+FLAGs go to both lowerings (e.g. `--qlinear 8da4w`).
 
 Measured: RssAnon (/proc/self/status) before, after, and its largest value seen by a thread
 reading it every millisecond (a copy of a weight that lives longer than that is seen)."""
@@ -55,10 +57,10 @@ class AnonPeak:
         self.peak = max(self.peak, rss_anon())
 
 
-def main(warmup: str, directory: str, out: str) -> dict[str, int]:
+def main(warmup: str, directory: str, out: str, *flags: str) -> dict[str, int]:
     from texir.cli.main import main as texir
 
-    lower = ["lower", "--task", "text-generation", "--max-seq-len", "16"]
+    lower = ["lower", "--task", "text-generation", "--max-seq-len", "16", *flags]
     if texir([*lower, f"hf:{warmup}", "-o", str(Path(out) / "warmup.pte")]) != 0:
         raise RuntimeError(f"the warm-up lowering of {warmup} failed (see stderr)")
     weights = sum(p.stat().st_size for p in Path(directory).glob("*.safetensors"))
@@ -69,4 +71,4 @@ def main(warmup: str, directory: str, out: str) -> dict[str, int]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(*sys.argv[1:4])))
+    print(json.dumps(main(*sys.argv[1:])))

@@ -2,7 +2,8 @@
 transformers checkpoint directories written by the tests (save_pretrained, safetensors). The
 weights are memory-mapped: the files equal lowering the same weights loaded into memory, the
 process's anonymous memory stays far below the weights' size, and the program runs in ExecuTorch's
-runtime with the transformers model's logits."""
+runtime with the transformers model's logits. With `--qlinear 8da4w|8da8w` it runs with the logits
+of the same checkpoint quantized in eager as optimum-executorch quantizes it."""
 
 from __future__ import annotations
 
@@ -69,12 +70,20 @@ def _eager(directory: Path) -> Any:
     return TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=MAX_SEQ_LEN).eval()
 
 
-def test_runs_in_executorch_with_the_transformers_models_logits(tiny: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def lowered_tiny(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint lowered in float (no recipe): llama.pte + llama.ptd."""
+    out = tmp_path_factory.mktemp("lowered") / "llama.pte"
+    assert _lower(tiny, out) == 0
+    return out
+
+
+def test_runs_in_executorch_with_the_transformers_models_logits(tiny: Path, lowered_tiny: Path) -> None:
     from executorch.runtime import Runtime
 
     from texir.executorch.runtime import load_method
 
-    assert _lower(tiny, tmp_path / "llama.pte") == 0
+    tmp_path = lowered_tiny.parent
     method = load_method(tmp_path / "llama.pte", data_path=str(tmp_path / "llama.ptd"))
     eager = _eager(tiny)
     ids, pos = torch.tensor([PROMPT]), torch.arange(len(PROMPT))
@@ -91,6 +100,102 @@ def test_runs_in_executorch_with_the_transformers_models_logits(tiny: Path, tmp_
         "get_bos_id", "get_eos_ids")}
     assert answers == {"get_max_seq_len": [MAX_SEQ_LEN], "get_max_context_len": [MAX_SEQ_LEN], "get_vocab_size": [64],
                        "use_kv_cache": [True], "enable_dynamic_shape": [True], "get_bos_id": [1], "get_eos_ids": [2]}
+
+
+def _quantized(directory: Path, case: str) -> Any:
+    """`_eager` with its linears quantized as the case's flags say, spelled here independently:
+    optimum-executorch's `quantize_model_` for `--qlinear 8da4w|8da8w` (torchao's
+    Int8DynamicActivationIntxWeightConfig with hqq_scale_only qparams; int4 weights in groups of 32, or
+    int8 per output channel), ExecuTorch's TORCHAO_INT8_DYNAMIC_ACT_INT4_WEIGHT recipe (the same
+    config, torchao's default qparams) for `--recipe xnnpack-8da4w`."""
+    from torchao.quantization import quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+    eager = _eager(directory)
+    int4 = getattr(torch, "int4")
+    config = {
+        "8da4w": Int8DynamicActivationIntxWeightConfig(weight_dtype=int4, weight_granularity=PerGroup(32),
+                                                       intx_choose_qparams_algorithm="hqq_scale_only"),
+        "8da8w": Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0),
+                                                       intx_choose_qparams_algorithm="hqq_scale_only"),
+        "recipe": Int8DynamicActivationIntxWeightConfig(weight_dtype=int4, weight_granularity=PerGroup(32)),
+    }[case]
+    quantize_(eager, config, lambda m, fqn: isinstance(m, torch.nn.Linear))
+    return eager
+
+
+QUANTIZED = {"8da4w": ["--qlinear", "8da4w"], "8da8w": ["--qlinear", "8da8w"],
+             "recipe": ["--recipe", "xnnpack-8da4w", "--group-size", "32"]}
+QUANTIZED_TOLERANCE = {"8da4w": 0.02, "8da8w": 0.002, "recipe": 0.02}
+"""The largest difference to the eager quantized model's logits, as a fraction of their largest
+magnitude. Both sides compute the same integers: XNNPACK's int8 x int4/int8 dot products accumulate
+exactly in int32 whatever the CPU's instruction set (AVX2, AVX-512, VNNI), and its dynamic activation
+quantization picks torchao's scales; what differs is float arithmetic around them. For 8da8w that
+is rounding order (measured: 2e-7 of the logits' magnitude, the budget is 10^4 times it). For 8da4w
+ExecuTorch's XNNPACK stores the per-group weight scales as bfloat16 (XNNPACK's blockwise int4 takes
+no other), each within 2^-9 of torchao's fp32 scale: measured 0.8% of the logits' magnitude on a
+tiny Llama, the budget 2.5 times it and still 1/5 of what quantization itself changes (below)."""
+
+
+@pytest.mark.parametrize("case", list(QUANTIZED))
+def test_qlinear_runs_in_executorch_with_the_quantized_models_logits(
+    case: str, tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--qlinear (and ExecuTorch's 8da4w recipe) on hf:DIR: the program runs in ExecuTorch's runtime
+    through a prefill and three decode steps with the logits of the eager model quantized the same
+    way, far closer to them than to the float model's (so what runs is the quantized model). The CLI
+    says the quantized weights are not memory-mapped."""
+    from texir.executorch.runtime import load_method
+
+    assert _lower(tiny, tmp_path / "q.pte", *QUANTIZED[case]) == 0
+    err = capsys.readouterr().err
+    assert "held in memory, not memory-mapped from the checkpoint" in err, err
+    method = load_method(tmp_path / "q.pte", data_path=str(tmp_path / "q.ptd"))
+    quantized, unquantized = _quantized(tiny, case), _eager(tiny)
+    ids, pos = torch.tensor([PROMPT]), torch.arange(len(PROMPT))
+    for step in range(4):
+        with torch.no_grad():
+            expected = quantized.model(input_ids=ids, cache_position=pos)
+            floats = unquantized.model(input_ids=ids, cache_position=pos)
+        (got,) = method.execute([ids, pos])
+        assert got.shape == expected.shape == (1, ids.shape[1], TINY["vocab_size"]), step
+        error = float((got - expected).abs().max())
+        assert error <= QUANTIZED_TOLERANCE[case] * float(expected.abs().max()), (step, error)
+        assert error <= 0.2 * float((expected - floats).abs().max()), (step, error)
+        ids, pos = expected[:, -1:].argmax(-1), torch.tensor([len(PROMPT) + step])
+
+
+def test_the_xnnpack_recipe_is_the_float_lowering(tiny: Path, lowered_tiny: Path, tmp_path: Path) -> None:
+    """--recipe xnnpack (ExecuTorch's FP32 recipe) on hf:DIR quantizes nothing: the same files as no
+    recipe, weights still memory-mapped."""
+    assert _lower(tiny, tmp_path / "llama.pte", "--recipe", "xnnpack") == 0
+    for suffix in (".pte", ".ptd"):
+        assert (tmp_path / "llama.pte").with_suffix(suffix).read_bytes() == lowered_tiny.with_suffix(suffix).read_bytes()
+
+
+RECIPE_MISTAKES = [
+    (["--qlinear", "8da4bit"], "--qlinear '8da4bit': give one of 8da4w, 8da8w"),
+    (["--qlinear", "8da4w", "--group-size", "64"],
+     "--group-size 64 does not divide the 32 input features of linear 'model.layers.0.self_attn.q_proj'; "
+     "sizes that do: 32; 0 quantizes per output channel, or --qlinear 8da4w,8da8w quantizes such linears per channel"),
+    (["--qlinear", "8da4w", "--group-size", "48"], "--group-size 48: XNNPACK's int4 kernels take groups of a multiple of 32"),
+    (["--qlinear", "8da4w", "--group-size", "32", "--qlinear-group-size", "32"], "drop one"),
+    (["--qembedding", "4w"], "--qembedding 4w: weight-only quantization is not supported"),
+    (["--recipe", "xnnpack-int8-dynamic"], "a checkpoint (hf:DIR) is quantized in place before its export: use --qlinear 8da8w"),
+    (["--qlinear", "8da4w", "--calibration", "c.pt"], "--calibration: hf:DIR is quantized with torchao"),
+]
+
+
+@pytest.mark.parametrize("flags, expected", RECIPE_MISTAKES, ids=[" ".join(f) for f, _ in RECIPE_MISTAKES])
+def test_a_bad_quantization_of_a_checkpoint_is_one_line_and_writes_nothing(
+    flags: list[str], expected: str, tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _lower(tiny, tmp_path / "out.pte", *flags) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("texir lower: ")]
+    assert len(lines) == 1 and lines[0].startswith("texir lower: error: ") and expected in lines[0], err
+    assert not (tmp_path / "out.pte").exists() and not (tmp_path / "out.ptd").exists()
 
 
 def _in_memory(directory: Path, out: Path) -> None:

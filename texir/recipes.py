@@ -34,7 +34,8 @@ from texir.lowering.plan import Partitioner
 from texir.lowering.report import Lowered
 from texir.orchestrate import lower as lower_program
 
-__all__ = ["QEMBEDDING", "QLINEAR", "RECIPES", "Recipe", "RecipeKind", "export", "load_calibration", "lower", "quantize"]
+__all__ = ["QEMBEDDING", "QLINEAR", "RECIPES", "Recipe", "RecipeKind", "check_in_place", "export", "load_calibration",
+           "lower", "quantize", "quantize_in_place"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ class Recipe:
     name: str = "xnnpack"
     group_size: int | None = None
     """`xnnpack-8da4w`: columns per weight group (a multiple of 32; None: ExecuTorch's 32; 0: one
-    group per output channel, ExecuTorch's PER_CHANNEL recipe)."""
+    group per output channel, ExecuTorch's PER_CHANNEL recipe). With `qlinear`, another spelling of
+    `qlinear_group_size`."""
     qlinear: str | None = None
     """'8da4w', '8da8w', '4w', '8w' or '8da4w,8da8w' (optimum-executorch's --qlinear)."""
     qlinear_group_size: int | None = None
@@ -100,9 +102,10 @@ class Recipe:
         kind = RECIPES.get(self.name)
         if kind is None:
             raise RecipeError(f"--recipe {self.name!r} is not a recipe; known: {', '.join(RECIPES)}")
-        if self.group_size is not None and not kind.int4_weights:
-            raise RecipeError(f"--group-size is for --recipe xnnpack-8da4w, not {self.name}; "
-                              "with --qlinear give --qlinear-group-size")
+        if self.group_size is not None and not kind.int4_weights and not self.qlinear:
+            raise RecipeError(f"--group-size is for --recipe xnnpack-8da4w or --qlinear, not {self.name}")
+        if self.group_size is not None and self.qlinear_group_size is not None:
+            raise RecipeError("--group-size and --qlinear-group-size both give --qlinear's group size: drop one")
         if self.group_size is not None:
             _check_group_size("--group-size", self.group_size)
         if (self.qlinear or self.qembedding) and self.name != "xnnpack":
@@ -146,7 +149,7 @@ class Recipe:
 
     def describe(self) -> str:
         parts = [self.name]
-        if self.group_size is not None:
+        if self.group_size is not None and not self.qlinear:
             parts.append(f"group size {self.group_size}")
         if self.qlinear:
             parts.append(f"qlinear {self.qlinear} (group size {self._linear_group()})")
@@ -155,7 +158,12 @@ class Recipe:
         return ", ".join(parts)
 
     def _linear_group(self) -> int:
-        return 32 if self.qlinear_group_size is None else self.qlinear_group_size
+        given = self.qlinear_group_size if self.qlinear_group_size is not None else self.group_size
+        return 32 if given is None else given
+
+    def _linear_group_flag(self) -> str:
+        """The flag that set --qlinear's group size, for errors about it."""
+        return "--group-size" if self.group_size is not None else "--qlinear-group-size"
 
 
 def _check_group_size(flag: str, size: int) -> None:
@@ -209,11 +217,40 @@ def quantize(
                           + "does not calibrate")
     if recipe.kind.pt2e is not None:
         return _pt2e(module, example_args, recipe.kind.pt2e, calibration or [example_args])
+    configs = _torchao_configs(module, recipe)
+    if not configs:
+        return module
+    copied = copy.deepcopy(module)  # as ExecuTorch's SourceTransformStage: the caller's module stays float
+    _torchao(copied, configs)
+    return copied
+
+
+def quantize_in_place(module: torch.nn.Module, recipe: Recipe) -> None:
+    """`module` quantized where it stands by a torchao recipe (`xnnpack-8da4w`, --qlinear), for a model
+    loaded only to be lowered: each linear's float weight is dropped as its quantized one is made, so
+    the model is in memory once (a checkpoint's memory-mapped weights are read, not copied). `xnnpack`
+    leaves it as it is; a pt2e recipe (it exports and calibrates a copy) is a RecipeError."""
+    check_in_place(recipe)
+    configs = _torchao_configs(module, recipe)
+    if configs:
+        _torchao(module, configs)
+
+
+def check_in_place(recipe: Recipe) -> None:
+    """A RecipeError unless `quantize_in_place` can apply `recipe` (not a pt2e one)."""
+    if recipe.kind.pt2e is not None:
+        raise RecipeError(f"--recipe {recipe.name} quantizes with pt2e, which exports and calibrates a copy of "
+                          "the module; a checkpoint (hf:DIR) is quantized in place before its export: use "
+                          "--qlinear 8da8w (int8 weights, dynamic int8 activations) or --qlinear 8da4w")
+
+
+def _torchao_configs(module: torch.nn.Module, recipe: Recipe) -> list[tuple[Any, Filter]]:
+    """The torchao `quantize_` calls (config, filter) of the recipe; none for `xnnpack` alone."""
     if recipe.kind.int4_weights:
-        return _torchao(module, [(_int4_config(recipe.group_size), _linear_filter("--group-size", recipe.group_size))])
+        return [(_int4_config(recipe.group_size), _linear_filter("--group-size", recipe.group_size))]
     if recipe.qlinear or recipe.qembedding:
-        return _torchao(module, _optimum_configs(module, recipe))
-    return module
+        return _optimum_configs(module, recipe)
+    return []
 
 
 def _pt2e(module: torch.nn.Module, args: tuple[Any, ...], config: tuple[bool, bool],
@@ -245,16 +282,15 @@ def _pt2e(module: torch.nn.Module, args: tuple[Any, ...], config: tuple[bool, bo
 Filter = Callable[[torch.nn.Module, str], bool]
 
 
-def _torchao(module: torch.nn.Module, configs: list[tuple[Any, Filter]]) -> torch.nn.Module:
+def _torchao(module: torch.nn.Module, configs: list[tuple[Any, Filter]]) -> None:
+    """`quantize_` with each (config, filter) in order, then the tensor subclasses unwrapped for export."""
     # torchao's quantize_ and its configs: only the torchao recipes pay for the import
     from torchao.quantization import quantize_
     from torchao.utils import unwrap_tensor_subclass
 
-    copied = copy.deepcopy(module)  # as ExecuTorch's SourceTransformStage: the caller's module stays float
     for config, keep in configs:
-        quantize_(copied, config, keep)
-    unwrap_tensor_subclass(copied)
-    return copied
+        quantize_(module, config, keep)
+    unwrap_tensor_subclass(module)
 
 
 def _int4_config(group_size: int | None) -> Any:
@@ -266,8 +302,9 @@ def _int4_config(group_size: int | None) -> Any:
     return Int8DynamicActivationIntxWeightConfig(weight_dtype=INT4, weight_granularity=granularity)
 
 
-def _linear_filter(flag: str, group_size: int | None) -> Filter:
-    """Every nn.Linear, after checking that the group size divides its input features."""
+def _linear_filter(flag: str, group_size: int | None, *, fallback: bool = False) -> Filter:
+    """Every nn.Linear, after checking that the group size divides its input features (`fallback`:
+    the error names --qlinear's per-channel fallback)."""
 
     def keep(module: torch.nn.Module, fqn: str) -> bool:
         if not isinstance(module, torch.nn.Linear):
@@ -280,7 +317,7 @@ def _linear_filter(flag: str, group_size: int | None) -> Filter:
                 f"{flag} {size} does not divide the {module.in_features} input features of linear {fqn!r}; "
                 + (f"sizes that do: {', '.join(map(str, fits[:6]))}; " if fits else "")
                 + "0 quantizes per output channel"
-                + (", or --qlinear 8da4w,8da8w quantizes such linears per channel" if flag == "--qlinear-group-size" else "")
+                + (", or --qlinear 8da4w,8da8w quantizes such linears per channel" if fallback else "")
             )
         return True
 
@@ -302,17 +339,17 @@ def _optimum_configs(module: torch.nn.Module, recipe: Recipe) -> list[tuple[Any,
     if recipe.qembedding or configs[0] in ("4w", "8w"):
         what = f"--qembedding {recipe.qembedding}" if recipe.qembedding else f"--qlinear {configs[0]}"
         raise RecipeError(f"{what}: {WEIGHT_ONLY_REFUSAL}")
-    group = recipe._linear_group()
+    group, flag = recipe._linear_group(), recipe._linear_group_flag()
 
     def dynamic(weight_dtype: torch.dtype, granularity: Any) -> Any:
         return Int8DynamicActivationIntxWeightConfig(
             weight_dtype=weight_dtype, weight_granularity=granularity, intx_choose_qparams_algorithm=QPARAMS_ALGORITHM)
 
     if configs[0] == "8da8w":
-        return [(dynamic(torch.int8, PerAxis(0)), _linear_filter("--qlinear-group-size", 0))]
+        return [(dynamic(torch.int8, PerAxis(0)), _linear_filter(flag, 0))]
     primary = dynamic(INT4, PerAxis(0) if group == 0 else PerGroup(group))
     if len(configs) == 1 or group == 0:
-        return [(primary, _linear_filter("--qlinear-group-size", group))]
+        return [(primary, _linear_filter(flag, group, fallback=True))]
 
     def divisible(m: torch.nn.Module, fqn: str) -> bool:
         return isinstance(m, torch.nn.Linear) and m.in_features % group == 0

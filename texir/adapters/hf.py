@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -122,10 +122,13 @@ def load_causal_lm(directory: Path) -> Any:
     return model.eval()  # parameters keep requires_grad as built, as from_pretrained leaves them
 
 
-def export_text_generation(directory: Path, *, max_seq_len: int | None = None) -> TextGeneration:
+def export_text_generation(directory: Path, *, max_seq_len: int | None = None,
+                           prepare: Callable[[torch.nn.Module], None] | None = None) -> TextGeneration:
     """The checkpoint in `directory` exported for text generation with a static KV cache of
     `max_seq_len` positions (default `DEFAULT_MAX_SEQ_LEN`, at most the model's
-    `max_position_embeddings`)."""
+    `max_position_embeddings`). `prepare` changes the loaded model in place before the export
+    (`texir.recipes.quantize_in_place`): the weights it replaces are no longer memory-mapped but
+    held in memory; their originals are dropped."""
     # transformers loads in seconds: only a checkpoint directory pays for it
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
@@ -138,6 +141,8 @@ def export_text_generation(directory: Path, *, max_seq_len: int | None = None) -
             f"max_seq_len (--max-seq-len) {length}: give more than {len(_PROMPT)} positions"
             + (f" and at most the model's max_position_embeddings, {limit}" if limit else "")
         )
+    if prepare is not None:
+        prepare(model)
     model.generation_config.use_cache = True
     model.generation_config.cache_implementation = "static"
     config._attn_implementation = "sdpa"

@@ -42,6 +42,7 @@ examples:
   texir lower texir.models:conv_relu_tan --partitioner executorch:xnnpack -o model.pte  # ExecuTorch's
   texir lower model.pt2 --partitioner my_pkg.parts:MyEtPartitioner --jobs 2 -o model.pte
   texir lower hf:path/to/llama --task text-generation --max-seq-len 256 -o llama.pte   # + llama.ptd
+  texir lower hf:path/to/llama --task text-generation --qlinear 8da4w --group-size 64 -o llama.pte
 
 --partitioner MODULE:NAME (or FILE.py:NAME) with --backend ID: a texir partitioner; a class is
 instantiated with the backend id, any other callable is used as the partitioner itself
@@ -61,7 +62,8 @@ node and why), then, with --partitioner xnnpack or an ExecuTorch partitioner, th
 phase of the lowering. hf:DIR, a transformers checkpoint directory (config.json + safetensors), is
 lowered for ExecuTorch's LLM runner with texir's native XNNPACK: static KV cache of --max-seq-len
 positions, weights memory-mapped (never read into memory as a whole), X.pte + X.ptd with the
-runner's constant methods. --json prints the same report. Every output (-o, its .ptd, --snapshot, --etrecord) is checked
+runner's constant methods; --qlinear (or --recipe xnnpack-8da4w) quantizes it first, in place, and
+the quantized weights are then held in memory, not mapped. --json prints the same report. Every output (-o, its .ptd, --snapshot, --etrecord) is checked
 before any work and written all together at the end: an error or Ctrl-C leaves none of them.
 """
 
@@ -285,11 +287,6 @@ def _declared(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
 def run(args: argparse.Namespace) -> int:
 
     if is_checkpoint(args.model):
-        if getattr(args, "recipe", None) or getattr(args, "qlinear", None) or getattr(args, "qembedding", None):
-            raise UsageError(
-                "--recipe/--qlinear/--qembedding do not apply to hf:DIR yet; lower the checkpoint in float "
-                "(texir lower hf:DIR --task text-generation) or quantize a MODEL file that builds the model"
-            )
         return run_checkpoint(args)
     check_checkpoint_arguments(args)
     recipe = recipe_from_args(args)  # None without --recipe/--qlinear/--qembedding; sets --partitioner xnnpack

@@ -1,7 +1,9 @@
-"""`texir lower hf:DIR --task text-generation [--max-seq-len N] [-o X.pte]`: a local transformers
-checkpoint directory (config.json + safetensors) lowered with texir's native XNNPACK for ExecuTorch's
-LLM runner: static KV cache, weights memory-mapped from the checkpoint (a model larger than RAM
-lowers), `X.pte` + its weights in `X.ptd`, and the runner's constant methods."""
+"""`texir lower hf:DIR --task text-generation [--max-seq-len N] [--qlinear 8da4w|8da8w [--group-size N]]
+[-o X.pte]`: a local transformers checkpoint directory (config.json + safetensors) lowered with
+texir's native XNNPACK for ExecuTorch's LLM runner: static KV cache, weights memory-mapped from the
+checkpoint (a model larger than RAM lowers), `X.pte` + its weights in `X.ptd`, and the runner's
+constant methods. A torchao recipe (--qlinear, --recipe xnnpack-8da4w) quantizes the loaded model in
+place before the export: the quantized weights are held in memory (once), the others stay mapped."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from texir.cli.lower_output import explain_rows, print_json, print_report
+from texir.cli.lower_recipe import recipe_from_args
 from texir.cli.paths import Outputs, refuse_clobbering
 from texir.cli.progress import Progress
 from texir.errors import CheckpointError, UsageError
@@ -51,6 +54,9 @@ def check_checkpoint_arguments(args: argparse.Namespace) -> None:
     ) if value]
     if refused:
         raise UsageError(f"{', '.join(refused)}: not with hf:DIR, which lowers with texir's native XNNPACK")
+    if args.calibration is not None:
+        raise UsageError("--calibration: hf:DIR is quantized with torchao (--qlinear, --recipe xnnpack-8da4w), "
+                         "which does not calibrate; drop it")
     if args.partitioner not in _PARTITIONERS:
         raise UsageError(f"--partitioner {args.partitioner}: hf:DIR lowers with texir's native XNNPACK (--partitioner xnnpack)")
     if args.max_seq_len is not None and args.max_seq_len < 1:
@@ -60,6 +66,12 @@ def check_checkpoint_arguments(args: argparse.Namespace) -> None:
 def run_checkpoint(args: argparse.Namespace) -> int:
     """Export, lower and write the checkpoint `args.model` names; print the lowering report."""
     check_checkpoint_arguments(args)
+    recipe = recipe_from_args(args)  # None without --recipe/--qlinear/--qembedding
+    if recipe is not None:
+        # texir.recipes imports torch and torchao: only a recipe pays for it
+        from texir.recipes import check_in_place
+
+        check_in_place(recipe)
     directory = Path(args.model.strip()[len(HF_PREFIX):]).expanduser()
     if not str(directory) or not directory.is_dir():
         raise CheckpointError(f"MODEL {args.model!r}: checkpoint directory {str(directory)!r} does not exist")
@@ -69,7 +81,7 @@ def run_checkpoint(args: argparse.Namespace) -> int:
     with Outputs() as outputs, Progress("texir lower") as progress:
         for flag, path in declared:  # every output checked before any work
             outputs.add(flag, path)
-        done, metadata = _lower(directory, args, progress)
+        done, metadata = _lower(directory, args, recipe, progress)
         written = _write(args.output, done.program, metadata, outputs, progress) if args.output is not None else []
         outputs.commit()
     explained = explain_rows(done.report) if args.explain else None
@@ -82,7 +94,8 @@ def run_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lower(directory: Path, args: argparse.Namespace, progress: Progress) -> tuple[Any, dict[str, object]]:
+def _lower(directory: Path, args: argparse.Namespace, recipe: Any,
+           progress: Progress) -> tuple[Any, dict[str, object]]:
     # the adapters and transformers import torch (seconds): only a MODEL pays for it
     from texir.adapters.hf import export_text_generation
     from texir.adapters.torch_patches import make_torchvision_importable
@@ -90,12 +103,27 @@ def _lower(directory: Path, args: argparse.Namespace, progress: Progress) -> tup
     from texir.orchestrate import lower
 
     make_torchvision_importable()  # transformers imports torchvision
-    with progress.phase(f"exporting {directory} (weights memory-mapped)"):
-        model = export_text_generation(directory, max_seq_len=args.max_seq_len)
+    prepare = None if recipe is None else functools.partial(_quantize, recipe)
+    what = "weights memory-mapped" if recipe is None else f"quantized in memory with {recipe.describe()}"
+    with progress.phase(f"exporting {directory} ({what})"):
+        model = export_text_generation(directory, max_seq_len=args.max_seq_len, prepare=prepare)
     # no preprocess cache: its entries would copy every weight (the named data) into it
     with progress.phase("lowering with texir's native XNNPACK"), xnnpack.registered():
         done = lower(model.program, [xnnpack.partitioner()], cache=None, jobs=args.jobs)
     return done, model.metadata
+
+
+def _quantize(recipe: Any, model: Any) -> None:
+    """`recipe` applied to the loaded checkpoint in place; says on stderr what left the mapping."""
+    # texir.recipes imports torchao: only a recipe pays for it
+    from texir.recipes import quantize_in_place
+
+    quantize_in_place(model, recipe)
+    held = [p for name, p in model.named_parameters() if ".parametrizations." in name]
+    if held:
+        size = sum(p.numel() * p.element_size() for p in held)
+        print(f"texir lower: {recipe.describe()}: the quantized weights ({size / 2**20:,.1f} MiB) are held in "
+              "memory, not memory-mapped from the checkpoint; the other weights stay mapped", file=sys.stderr)
 
 
 def _write(output: Path, lowered: Any, metadata: dict[str, object], outputs: Outputs,

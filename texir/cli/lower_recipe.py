@@ -33,6 +33,7 @@ recipes (ExecuTorch 1.5.1's executorch.export XNNPackRecipeType, applied with th
   --recipe xnnpack-8da4w [--group-size N]  TORCHAO_INT8_DYNAMIC_ACT_INT4_WEIGHT_PER_TENSOR (groups of N,
                                            default 32; --group-size 0: ..._PER_CHANNEL)
   --qlinear 8da4w|8da8w|8da4w,8da8w [--qlinear-group-size N]  optimum-executorch's torchao linears
+                                           (--group-size N spells --qlinear-group-size N too)
   --calibration FILE   the pt2e recipes calibrate on torch.save([(x1,), (x2,), ...], FILE) instead of
                        the MODEL's example inputs
 """
@@ -43,7 +44,8 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--recipe", metavar="NAME", default=None,
                        help=f"quantize and lower as ExecuTorch's recipe does: {', '.join(RECIPE_NAMES)}")
     group.add_argument("--group-size", type=int, default=None, metavar="N",
-                       help="xnnpack-8da4w: weight columns per group (a multiple of 32; 0: per output channel)")
+                       help="xnnpack-8da4w (or --qlinear 8da4w): weight columns per group (a multiple of 32; "
+                       "0: per output channel)")
     group.add_argument("--qlinear", metavar="CONFIG", default=None,
                        help="optimum-executorch's linear quantization: 8da4w, 8da8w or 8da4w,8da8w (4w, 8w refused)")
     group.add_argument("--qlinear-group-size", type=int, default=None, metavar="N",
