@@ -189,3 +189,25 @@ def test_executorchs_own_internals_keep_executorchs_entry_points() -> None:
     assert not _is_executorch_internal("executorch.export.stages")
     assert not _is_executorch_internal("executorch.exir.backend.test.test_partitioner")
     assert not _is_executorch_internal("__main__")
+
+
+def test_a_str_compile_spec_value_is_written_as_its_utf8_bytes(addmul_ep: torch.export.ExportedProgram) -> None:
+    # ExecuTorch 1.5.1 takes a str CompileSpec value at to_backend (its tests pass one) but its
+    # serializer crashes on it (flatbuffers' TypeError); texir writes the value's UTF-8 bytes, a
+    # deliberate difference listed in docs/compat.md.
+    from executorch.exir import to_edge as et_to_edge
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+    from executorch.exir.backend.test.op_partitioner_demo import AddMulPartitionerDemo
+
+    class WithStrSpec(AddMulPartitionerDemo):  # type: ignore[misc]  # ExecuTorch's class is untyped
+        def __init__(self) -> None:
+            super().__init__()
+            self.delegation_spec.compile_specs.append(CompileSpec("path", "/a/b/c/d"))
+
+    ours = texir.compat.to_edge(copy.deepcopy(addmul_ep)).to_backend(WithStrSpec()).to_executorch()
+    delegates = ours.executorch_program.execution_plan[0].delegates
+    assert delegates and all(
+        [(c.key, bytes(c.value)) for c in d.compile_specs][-1] == ("path", b"/a/b/c/d") for d in delegates
+    )
+    with pytest.raises(TypeError):
+        et_to_edge(copy.deepcopy(addmul_ep)).to_backend(WithStrSpec()).to_executorch()
