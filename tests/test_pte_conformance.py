@@ -371,24 +371,24 @@ def test_random_programs_run_like_eager(ops: list[tuple[str, int]], planner: str
         torch.testing.assert_close(g_, e, rtol=1e-5, atol=1e-6)
 
 
-# The whole file against ExecuTorch's (texir's flatbuffer writer builds ExecuTorch's bytes, requires_grad
-# is written as ExecuTorch's edge program leaves it). Where files still differ, the cause: "memory plan"
-# (decoded programs equal but for where the planner put tensors: texir's greedy planner is its own) or
-# "values" (the value table differs too: see docs/compat.md). Strict both ways: a model that becomes
-# equal fails here until it is moved to "equal".
+# The whole file against ExecuTorch's: texir's flatbuffer writer builds ExecuTorch's bytes, requires_grad
+# is written as ExecuTorch's edge program leaves it, the greedy memory planner makes ExecuTorch's
+# decisions. Where files still differ, the cause: "memory plan" (decoded programs equal but for where
+# tensors were placed) or "values" (the value table differs too: see docs/compat.md). Strict both
+# ways: a model that becomes equal fails here until it is moved to "equal".
 WHOLE_FILE = {
     "mlp": "equal", "conv_bn": "equal", "convnet": "equal", "conv_relu_tan": "equal",
     "direct_params": "equal", "embedding": "equal", "dynamic_conv": "equal",
-    "deep_mlp": "memory plan", "running_stats": "memory plan", "tuple_inputs": "memory plan",
-    "dict_io": "memory plan", "nested_io": "memory plan", "max_dim": "memory plan",
-    "resnet_tiny": "memory plan", "residual_mlp": "memory plan", "where_mask": "memory plan",
-    "factories": "memory plan", "pad_slice": "memory plan", "matmul_variants": "memory plan",
-    "dynamic_mlp": "memory plan", "dynamic_seq": "memory plan", "buffers": "memory plan",
-    "lifted_constant": "memory plan", "multi_output": "memory plan", "scalars": "memory plan",
-    "index_gather": "memory plan", "dtypes": "memory plan",
-    "attention": "values", "transformer_block": "values", "split_chunk": "values", "int_lists": "values",
-    "cat_stack": "values", "cond_simple": "values", "cond_closure_nested": "values",
-    "cond_multi_output": "values",
+    "deep_mlp": "equal", "running_stats": "equal", "tuple_inputs": "equal",
+    "dict_io": "equal", "nested_io": "equal", "max_dim": "equal",
+    "resnet_tiny": "equal", "residual_mlp": "equal", "where_mask": "equal",
+    "factories": "equal", "pad_slice": "equal", "matmul_variants": "equal",
+    "dynamic_mlp": "equal", "dynamic_seq": "equal", "buffers": "equal",
+    "lifted_constant": "equal", "multi_output": "equal", "scalars": "equal",
+    "index_gather": "equal", "dtypes": "equal",
+    "attention": "equal", "transformer_block": "equal", "split_chunk": "equal", "int_lists": "equal",
+    "cat_stack": "equal", "cond_simple": "memory plan", "cond_closure_nested": "values",
+    "cond_multi_output": "memory plan",
 }
 
 

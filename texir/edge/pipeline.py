@@ -31,7 +31,7 @@ from texir.edge.names import edge_node_names
 from texir.edge.noop import remove_noop_ops
 from texir.edge.scalar_tensor import lift_scalar_operands
 from texir.edge.sym_to_tensor import sym_operands_to_tensors
-from texir.edge.view_copy import replace_view_ops
+from texir.edge.view_copy import normalize_view_copy_bases, replace_view_ops
 from texir.edge.write_back import insert_write_back
 from texir.edge.zero_dim import reduce_zero_dim_sums
 from texir.ir.types import Program
@@ -108,6 +108,10 @@ their names (no partitioner reads them)."""
 
 TO_EXECUTORCH: Stage = (
     NamedPass("insert_write_back", insert_write_back, "insert_write_back_for_buffers_pass"),
+    NamedPass(
+        "normalize_view_copy_bases", normalize_view_copy_bases,
+        "NormalizeViewCopyBasePass + dead_code_elimination_pass",
+    ),
     NamedPass("reduce_zero_dim_sums", reduce_zero_dim_sums, "none: the portable sum kernel aborts on a 0-dim tensor's dim"),
 )
 """ExecuTorch's to_executorch rewrites, run after partitioning (at emission), and texir's one guard

@@ -6,13 +6,16 @@ from collections.abc import Sequence
 
 import msgspec
 
+from texir.edge._dead import dead_producers
 from texir.edge._rewrite import Entry, Forward, program_ops, rewrite_program
 from texir.edge.strides import contiguous_strides, refresh_strides
 from texir.ir.names import GETITEM
 from texir.ir.op_facts import OpTable
 from texir.ir.types import CallFunction, Graph, Node, Program, Provenance, Ref, TensorMeta, TupleMeta, ValueMeta
 
-__all__ = ["replace_view_ops"]
+__all__ = ["VIEW_COPY", "normalize_view_copy_bases", "replace_view_ops"]
+
+VIEW_COPY = "aten::view_copy.default"
 
 
 def _copy_meta(meta: ValueMeta | None) -> ValueMeta | None:
@@ -80,3 +83,50 @@ def replace_view_ops(program: Program) -> Program:
     # Ops reading a value whose layout changed get the strides ExecuTorch's retrace gives them (an
     # add of two permuted views is permuted; of their copies, not), where texir.edge.strides can tell.
     return refresh_strides(rewritten, relaid)
+
+
+def normalize_view_copy_bases(program: Program) -> Program:
+    """Each `view_copy` of a `view_copy` reads the first value upstream that is not one, and the views
+    nobody reads any more are dropped (exir's NormalizeViewCopyBasePass + dead-code elimination in
+    to_executorch: a chain of reshapes becomes one reshape, and no value is written for the rest)."""
+    return rewrite_program(program, _ViewChains())
+
+
+class _ViewChains:
+    """The rule; per graph (in nested graphs too) it works out once which base each view_copy reads
+    now and which views are left unread."""
+
+    def __init__(self) -> None:
+        self._plans: dict[int, tuple[Graph, dict[str, Ref], set[str]]] = {}
+
+    def _plan(self, graph: Graph) -> tuple[dict[str, Ref], set[str]]:
+        entry = self._plans.get(id(graph))
+        if entry is None or entry[0] is not graph:
+            roots: dict[str, Ref] = {}  # view_copy -> the value it reads after normalization
+            rebased: dict[str, Ref] = {}
+            nodes: dict[str, Node] = {}
+            seeds: list[str] = []
+            for node in graph.nodes:
+                if isinstance(node, CallFunction) and node.target == VIEW_COPY and node.args:
+                    base = node.args[0]
+                    if isinstance(base, Ref):
+                        if base.name in roots:
+                            seeds.append(base.name)
+                            base = rebased[node.name] = roots[base.name]
+                            node = msgspec.structs.replace(node, args=(base, *node.args[1:]))
+                        roots[node.name] = base
+                nodes[node.name] = node
+            dead = dead_producers(nodes, seeds) & roots.keys() if seeds else set()
+            entry = self._plans[id(graph)] = (graph, rebased, dead)
+        return entry[1], entry[2]
+
+    def __call__(
+        self, node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph
+    ) -> Forward | Sequence[Entry] | None:
+        if not isinstance(node, CallFunction) or node.target != VIEW_COPY:
+            return None
+        rebased, dead = self._plan(graph)
+        if node.name in dead:
+            return ()
+        base = rebased.get(node.name)
+        return None if base is None else ((msgspec.structs.replace(node, args=(base, *node.args[1:])), meta, prov),)

@@ -77,13 +77,15 @@ class ControlFlow(ValueTable):
                                                                       destination_instruction=-1)))
         for src, dst in zip(self.emit_branch(true_graph, operands, outs, where=where), outs):
             self.instructions.append(Instruction(instr_args=MoveCall(move_from=src, move_to=dst)))
-        false_value = self.add(Bool(bool_val=False))
         jump_end = len(self.instructions)
-        self.instructions.append(Instruction(instr_args=JumpFalseCall(cond_value_index=false_value,
+        self.instructions.append(Instruction(instr_args=JumpFalseCall(cond_value_index=-1,
                                                                       destination_instruction=-1)))
         else_start = len(self.instructions)
         for src, dst in zip(self.emit_branch(false_graph, operands, outs, where=where), outs):
             self.instructions.append(Instruction(instr_args=MoveCall(move_from=src, move_to=dst)))
+        # The constant False the jump to the end reads comes after the false branch's values, as in
+        # ExecuTorch's emitter (it emits the branch first, then the jump over it).
+        false_value = self.add(Bool(bool_val=False))
         self.instructions[jump_else] = Instruction(instr_args=JumpFalseCall(
             cond_value_index=pred, destination_instruction=else_start))
         self.instructions[jump_end] = Instruction(instr_args=JumpFalseCall(

@@ -58,14 +58,19 @@ def plan_naive(intervals: Sequence[Interval], *, alignment: int = 16) -> MemoryP
 
 
 class _SharedObject:
-    """A region whose tensors are stacked; `tops[t]` is the highest byte used at time t."""
+    """A region whose tensors are stacked: `tops[t]` is the highest byte used at time t, `live[t]`
+    how many of its tensors (empty ones included) are live at time t."""
 
-    __slots__ = ("size", "tops", "lo")
+    __slots__ = ("size", "tops", "live", "lo")
 
     def __init__(self, lo: int, hi: int) -> None:
         self.size = 0
         self.lo = lo
         self.tops = [0] * (hi - lo + 1)
+        self.live = [0] * (hi - lo + 1)
+
+    def free(self, start: int, end: int) -> bool:
+        return not any(self.live[start - self.lo:end - self.lo + 1])
 
     def highest(self, start: int, end: int) -> int:
         return max(self.tops[start - self.lo:end - self.lo + 1])
@@ -73,33 +78,35 @@ class _SharedObject:
     def place(self, start: int, end: int, top: int) -> None:
         a, b = start - self.lo, end - self.lo + 1
         self.tops[a:b] = [t if t > top else top for t in self.tops[a:b]]
+        self.live[a:b] = [n + 1 for n in self.live[a:b]]
 
 
 def plan_greedy(intervals: Sequence[Interval], *, alignment: int = 16) -> MemoryPlan:
-    """ExecuTorch's default strategy: largest tensors first, each into the first shared object with
-    no tensor live at the same time (at offset 0, growing the object), else stacked above the tensors
-    it overlaps inside an object where it still fits, else into a new object. Objects are then laid
-    out one after another."""
+    """ExecuTorch's default strategy (`memory_planning.greedy`), decision for decision: tensors by
+    aligned size, largest first, equal sizes last-created first (ExecuTorch sorts its spec list
+    ascending with `bisect.insort`, which keeps creation order among equals, then reverses it);
+    each goes into the first shared object with no tensor live at the same time (at offset 0),
+    else stacked above the tensors it overlaps inside the first object where it still fits, else
+    into a new object of its size. Objects are then laid out one after another."""
     if not intervals:
         return MemoryPlan(offsets=(), total=0)
     lo = min(i.start for i in intervals)
     hi = max(i.end for i in intervals)
-    order = sorted(range(len(intervals)), key=lambda k: -intervals[k].size)
+    sizes = [align_up(i.size, alignment) for i in intervals]
+    order = sorted(range(len(intervals)), key=lambda k: (-sizes[k], -k))
     objects: list[_SharedObject] = []
     placed: list[tuple[int, int]] = [(0, 0)] * len(intervals)  # (object index, offset in object)
     for k in order:
-        iv = intervals[k]
-        size = align_up(iv.size, alignment)
+        iv, size = intervals[k], sizes[k]
         choice: tuple[int, int] | None = None
         for index, obj in enumerate(objects):
-            if obj.highest(iv.start, iv.end) == 0:
+            if obj.free(iv.start, iv.end):
                 choice = (index, 0)
-                obj.size = max(obj.size, size)
                 break
         if choice is None:
             for index, obj in enumerate(objects):
                 offset = obj.highest(iv.start, iv.end)
-                if offset + size <= obj.size:
+                if offset > 0 and offset + size <= obj.size:
                     choice = (index, offset)
                     break
         if choice is None:

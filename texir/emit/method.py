@@ -289,7 +289,6 @@ class MethodEmitter(DelegateCalls):
                 items.append(self.tensor_value(m, where=where, planned=planned, start=self.step, allowed_orders=allowed,
                     forced_order=forced_order, requires_grad=result_requires_grad(node.target, i, m.dtype, grad_in)))
             result_indices = items
-            out_values[out_args[0].name] = self.add(TensorList(items=tuple(items)))
         else:
             if len(item_metas) != len(out_args):
                 raise EmitError(
@@ -303,7 +302,11 @@ class MethodEmitter(DelegateCalls):
                 result_indices.append(out_values[a.name])
         args: list[int] = []
         for a in out.arguments:
-            if a.is_out:
+            if a.is_out and a.kind == "tensor_list":
+                # The list of out tensors is made where its argument stands (ExecuTorch's emitter
+                # emits arguments in schema order; the tensors themselves were allocated first).
+                args.append(self.add(TensorList(items=tuple(result_indices))))
+            elif a.is_out:
                 args.append(out_values[a.name])
             elif emitted and a.name in emitted:
                 args.append(emitted[a.name])

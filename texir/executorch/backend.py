@@ -10,9 +10,16 @@ from texir.executorch.edge_program import to_edge_exported_program
 from texir.ir import CompileSpec, DebugHandleEntry, NamedDataEntry, Program
 from texir.ir.blob import Blob, digest_all
 from texir.lowering.backend import PreprocessResult, get_backend, named_data_entry, register_backend
+from texir.errors import UnsupportedError
 from texir.lowering.errors import BackendPreprocessError, UnknownBackendError
 
-__all__ = ["ExecutorchBackend", "executorch_backend_class", "named_data_entries", "register_executorch_backend"]
+__all__ = [
+    "ExecutorchBackend",
+    "compile_spec_from_executorch",
+    "executorch_backend_class",
+    "named_data_entries",
+    "register_executorch_backend",
+]
 
 _ADAPTER_VERSION = 2
 """Bump when what `preprocess` is shown changes (cached results then miss)."""
@@ -121,3 +128,19 @@ def register_executorch_backend(backend_id: str) -> None:
             "backend with texir.lowering.register_backend"
         )
     register_backend(backend_id, ExecutorchBackend(cls))
+
+
+def compile_spec_from_executorch(owner: str, spec: Any) -> CompileSpec:
+    """ExecuTorch's `CompileSpec` (`key`, `value`) as texir's. ExecuTorch's type says bytes, but its
+    `to_backend` also takes a `str` value (its tests pass one) and then its serializer fails; texir
+    keeps the value's UTF-8 bytes (a deliberate difference, docs/compat.md). `owner` names who
+    gave the spec (a partition, a lowered module) for the error."""
+    value = spec.value
+    if isinstance(value, str):
+        value = value.encode()
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise UnsupportedError(
+            f"{owner}: compile spec {spec.key!r} has a {type(value).__name__} value; "
+            "give ExecuTorch's CompileSpec a bytes (or str) value"
+        )
+    return CompileSpec(key=str(spec.key), value=bytes(value))

@@ -10,14 +10,14 @@ from typing import Any
 
 import torch
 
-from texir.executorch.backend import register_executorch_backend
+from texir.executorch.backend import compile_spec_from_executorch, register_executorch_backend
 from texir.executorch.deps import require_executorch
 from texir.adapters.conversion_memo import exported_program_of
 from texir.executorch.edge_program import graph_modules, to_edge_exported_program
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import from_exported_program
 from texir.adapters.targets import canonical_target
-from texir.ir import BackendNodeMeta, CallFunction, CompileSpec, Program
+from texir.ir import BackendNodeMeta, CallFunction, Program
 from texir.lowering.errors import PartitionerError, TaggedPlaceholderError
 from texir.lowering.plan import DelegationSpec, PartitionPlan
 from texir.ir.analysis import node_key, walk_keyed_graphs
@@ -306,7 +306,10 @@ class ExecutorchPartitioner:
                 ) from exc
             specs[str(tag)] = DelegationSpec(
                 backend_id=backend_id,
-                compile_specs=tuple(CompileSpec(key=c.key, value=bytes(c.value)) for c in spec.compile_specs),
+                compile_specs=tuple(
+                    compile_spec_from_executorch(f"ExecuTorch partitioner {self.name}: partition {tag!r}", c)
+                    for c in spec.compile_specs
+                ),
             )
         # Partitions are lowered in the partitioner's order of partition_tags, as ExecuTorch does.
         used_tags = set(tags.values())

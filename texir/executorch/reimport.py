@@ -19,9 +19,8 @@ from texir.adapters.foreign import register_lowered_importer, register_target_na
 from texir.adapters.fx_import import from_exported_program
 from texir.adapters.targets import canonical_target
 from texir.edge.pipeline import PARTITIONABLE_DIALECT
-from texir.errors import UnsupportedError
-from texir.executorch.backend import named_data_entries
-from texir.ir import CompileSpec, DebugHandleEntry, LoweredBackendModule, Program
+from texir.executorch.backend import compile_spec_from_executorch, named_data_entries
+from texir.ir import DebugHandleEntry, LoweredBackendModule, Program
 from texir.ir.names import CALL_DELEGATE
 
 __all__ = ["from_executorch_lowered", "import_executorch_program"]
@@ -59,18 +58,6 @@ def import_executorch_program(ep: ExportedProgram) -> Program:
     return program
 
 
-def _compile_spec(backend_id: str, spec: Any) -> CompileSpec:
-    value = spec.value
-    if isinstance(value, str):  # ExecuTorch's emitter writes a str value's UTF-8 bytes
-        value = value.encode()
-    if not isinstance(value, (bytes, bytearray)):
-        raise UnsupportedError(
-            f"lowered module of backend {backend_id!r}: compile spec {spec.key!r} has a "
-            f"{type(value).__name__} value; ExecuTorch's CompileSpec values are bytes (or str)"
-        )
-    return CompileSpec(key=str(spec.key), value=bytes(value))
-
-
 def _debug_handle_map(meta: Any) -> tuple[DebugHandleEntry, ...] | None:
     raw = meta.get("debug_handle_map") if isinstance(meta, dict) else None
     if not raw:
@@ -97,7 +84,7 @@ def from_executorch_lowered(
     return LoweredBackendModule(
         backend_id=backend_id,
         processed_bytes=bytes(module.processed_bytes),
-        compile_specs=tuple(_compile_spec(backend_id, s) for s in module.compile_specs),
+        compile_specs=tuple(compile_spec_from_executorch(f"lowered module of backend {backend_id!r}", s) for s in module.compile_specs),
         original_program=original,
         debug_handle_map=_debug_handle_map(getattr(module, "meta", None)),
         named_data=named_data_entries(backend_id, module.named_data_store_output),
