@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.xnnpack_goldens import BLOB, PASS_TEXT, XNNPACK_GOLDENS
+from texir.backends.xnnpack.passes import PASSES
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted(p.name for p in XNNPACK_GOLDENS.iterdir() if p.is_dir())
@@ -56,8 +57,14 @@ def torch_free() -> dict[str, Any]:
 
 def test_cases_cover_the_op_families() -> None:
     families = ("linear", "conv2d", "conv1d", "bn", "unary", "binary_broadcast", "pooling", "concat", "max_dim",
-                "clone", "channels_last", "int8")
+                "clone", "channels_last", "copy", "int8", "pad")
     assert [f for f in families if not any(f in c for c in CASES)] == []
+
+
+def test_every_pass_rewrites_some_case() -> None:
+    rewritten = {line[2:] for case in CASES for line in (XNNPACK_GOLDENS / case / PASS_TEXT).read_text().splitlines()
+                 if line.startswith("# ") and not line.endswith(": unchanged")}
+    assert [p.name for p in PASSES if p.name not in rewritten] == []
 
 
 def test_nothing_loads_torch_or_executorch(torch_free: dict[str, Any]) -> None:

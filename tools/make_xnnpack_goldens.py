@@ -69,6 +69,10 @@ def _models() -> dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]:
         "conv_add_conv": (
             _Fn(lambda m, x: m[1](m[0](x) + x), nn.Conv2d(2, 2, 1), nn.Conv2d(2, 2, 1)), (_r(1, 2, 3, 3),),
         ),
+        "conv_copy_conv": (
+            _Fn(lambda m, x: m[1](m[0](x).to(memory_format=torch.channels_last)), nn.Conv2d(2, 2, 1), nn.Conv2d(2, 2, 1)),
+            (_r(1, 2, 3, 3),),
+        ),
         "channels_last_conv": (
             _Fn(lambda m, x: m[0](x) + 1.0, nn.Conv2d(2, 2, 1)),
             (_r(1, 2, 3, 3).to(memory_format=torch.channels_last),),

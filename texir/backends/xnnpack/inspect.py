@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import msgspec
+
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.graph import XGraph, XNode
 from texir.backends.xnnpack.reader import decode_blob
 from texir.ir import DType
-from texir.ir.printer import format_dtype, format_meta
+from texir.ir.printer import format_arg, format_dtype, format_meta
 
 __all__ = ["format_blob", "format_graph", "format_xgraph"]
 
@@ -73,6 +75,8 @@ def _xarg(a: Any) -> str:
         return f"[{', '.join(_xarg(x) for x in a)}]"
     if isinstance(a, DType):
         return format_dtype(a)
+    if isinstance(a, msgspec.Struct):  # an IR argument the working graph keeps as it is (layout, device)
+        return format_arg(a)  # type: ignore[arg-type]  # every Struct reaching here is an IR Argument
     return repr(a)
 
 
