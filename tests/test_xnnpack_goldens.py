@@ -62,7 +62,8 @@ def test_cases_cover_the_op_families() -> None:
 
 
 def test_every_pass_rewrites_some_case() -> None:
-    rewritten = {line[2:] for case in CASES for line in (XNNPACK_GOLDENS / case / PASS_TEXT).read_text().splitlines()
+    texts = [(XNNPACK_GOLDENS / case / PASS_TEXT).read_text(encoding="utf-8") for case in CASES]
+    rewritten = {line[2:] for text in texts for line in text.splitlines()
                  if line.startswith("# ") and not line.endswith(": unchanged")}
     assert [p.name for p in PASSES if p.name not in rewritten] == []
 
@@ -74,9 +75,9 @@ def test_nothing_loads_torch_or_executorch(torch_free: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", CASES)
 def test_blob_text_matches_golden(case: str, torch_free: dict[str, Any]) -> None:
-    assert torch_free["cases"][case]["blob"] == (XNNPACK_GOLDENS / case / BLOB).read_text()
+    assert torch_free["cases"][case]["blob"] == (XNNPACK_GOLDENS / case / BLOB).read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_pass_pipeline_text_matches_golden(case: str, torch_free: dict[str, Any]) -> None:
-    assert torch_free["cases"][case]["passes"] == (XNNPACK_GOLDENS / case / PASS_TEXT).read_text()
+    assert torch_free["cases"][case]["passes"] == (XNNPACK_GOLDENS / case / PASS_TEXT).read_text(encoding="utf-8")

@@ -31,7 +31,7 @@ def load_case(case: Path) -> Program:
         if hashlib.sha256(data).hexdigest() != path.stem:
             raise ValueError(f"{path}: its bytes do not hash to its name; regenerate the goldens")
         payloads[path.stem] = data
-    return parse_program((case / PROGRAM).read_text(), payloads=payloads)
+    return parse_program((case / PROGRAM).read_text(encoding="utf-8"), payloads=payloads)
 
 
 def blob_text(program: Program) -> str:

@@ -18,7 +18,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tests.xnnpack_goldens import BLOB, CONSTANTS, PASS_TEXT, PROGRAM, XNNPACK_GOLDENS, blob_text, load_case, passes_text
+from tests.xnnpack_goldens import (
+    BLOB, CONSTANTS, PASS_TEXT, PROGRAM, XNNPACK_GOLDENS, blob_text, load_case, passes_text,
+)
 from texir.backends.xnnpack.backend import XnnpackNativeBackend
 from texir.ir import format_program
 from texir.ir.parser import payloads_of
@@ -70,7 +72,8 @@ def _models() -> dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]:
             _Fn(lambda m, x: m[1](m[0](x) + x), nn.Conv2d(2, 2, 1), nn.Conv2d(2, 2, 1)), (_r(1, 2, 3, 3),),
         ),
         "conv_copy_conv": (
-            _Fn(lambda m, x: m[1](m[0](x).to(memory_format=torch.channels_last)), nn.Conv2d(2, 2, 1), nn.Conv2d(2, 2, 1)),
+            _Fn(lambda m, x: m[1](m[0](x).to(memory_format=torch.channels_last)),
+                nn.Conv2d(2, 2, 1), nn.Conv2d(2, 2, 1)),
             (_r(1, 2, 3, 3),),
         ),
         "channels_last_conv": (
@@ -119,15 +122,15 @@ def _write(work: Path, exported: dict[str, torch.export.ExportedProgram]) -> Non
                 case = work / (name if len(modules) == 1 else f"{name}_{i}")
                 (case / CONSTANTS).mkdir(parents=True)
                 program = module.original_program
-                (case / PROGRAM).write_text(format_program(program))
+                (case / PROGRAM).write_text(format_program(program), encoding="utf-8")
                 for sha, data in sorted(payloads_of(program).items()):
                     (case / CONSTANTS / f"{sha}.bin").write_bytes(bytes(data.view()))
                 # the golden is what the backend makes of the text: check it is what lowering made
                 parsed = load_case(case)
                 if XnnpackNativeBackend().preprocess(parsed, ()).processed_bytes != module.processed_bytes:
                     raise SystemExit(f"{case.name}: the blob from the parsed text differs from the lowered one")
-                (case / BLOB).write_text(blob_text(parsed))
-                (case / PASS_TEXT).write_text(passes_text(parsed))
+                (case / BLOB).write_text(blob_text(parsed), encoding="utf-8")
+                (case / PASS_TEXT).write_text(passes_text(parsed), encoding="utf-8")
                 print(case.name, sum(f.stat().st_size for f in case.rglob("*") if f.is_file()), "bytes")
 
 
