@@ -14,7 +14,7 @@ from texir.executorch import import_executorch_program, require_executorch, to_e
 from texir.ir import Program
 from texir.lowering.lower import EdgeTransform
 
-__all__ = ["TransformPassError", "edge_transform", "transform_program"]
+__all__ = ["TransformPassError", "edge_transform", "quant_fusion_and_const_prop", "transform_program"]
 
 
 class TransformPassError(LoweringError):
@@ -99,3 +99,32 @@ def edge_transform(passes: Any) -> EdgeTransform | None:
         return transform_program(method, program, passes)
 
     return run
+
+
+def quant_fusion_and_const_prop(method: str, program: Program) -> Program:
+    """`program` (lowered, to_edge form) after ExecuTorch's `quant_fusion_and_const_prop_pass`, which
+    its `to_executorch` runs for `ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True)`: the
+    quantized patterns left outside delegates fused, and every node computed from constants alone
+    folded into a new constant (`_prop_tensor_constant<N>`). Run on the method's edge ExportedProgram
+    and imported back, as the transform passes are."""
+    require_executorch("ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True)")
+    # executorch is this layer's dependency; its pass module imports the quantized patterns
+    from executorch.exir.passes.quant_fusion_pass import quant_fusion_and_const_prop_pass
+
+    view = to_edge_exported_program(program)
+    try:
+        result = quant_fusion_and_const_prop_pass(view)
+    except TexirError:
+        raise
+    except Exception as exc:  # the pass's failure of any kind becomes one typed error
+        raise TransformPassError(
+            f"method {method!r}: ExecuTorch's quant_fusion_and_const_prop_pass raised {type(exc).__name__}: {exc}; "
+            "leave ExecutorchBackendConfig.do_quant_fusion_and_const_prop at False"
+        ) from exc
+    try:
+        return import_executorch_program(result)
+    except TexirError as exc:
+        raise TransformPassError(
+            f"method {method!r}: the program after ExecuTorch's quant_fusion_and_const_prop_pass cannot be "
+            f"imported: {exc}"
+        ) from exc
