@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,7 +88,7 @@ def logits(pte: bytes) -> list[torch.Tensor]:
 def test_logits_equal_optimums_own(exports: tuple[str, bytes, bytes]) -> None:
     _, plain, on_texir = exports
     want, got = logits(plain), logits(on_texir)
-    assert [t.shape for t in got] == [torch.Size([1, 128]), torch.Size([1, 128])]
+    assert [t.shape for t in got] == [torch.Size([1, PROMPT.shape[1], 128]), torch.Size([1, 1, 128])]
     assert all(torch.isfinite(t).all() for t in got)
     for w, g in zip(want, got):
         assert torch.equal(w, g)  # bitwise: the delegates and the kernels they feed are the same
@@ -194,3 +195,24 @@ def test_skip_dim_order_is_a_lowering_option(cast_and_clone: torch.export.Export
     assert "dim_order_ops::_to_dim_order_copy.default" in default and "aten::_to_copy.default" not in default
     assert "aten::_to_copy.default" in skipped and "aten::clone.default" in skipped
     assert not any(t.startswith("dim_order_ops::") for t in skipped)
+
+
+def test_install_reaches_names_imported_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module that ran `from executorch.exir import to_edge_transform_and_lower` before install()
+    (optimum's recipe module, once anything imported it) gets texir's entry point, and ExecuTorch's
+    back after; one that imported the entry point while installed gets ExecuTorch's back too."""
+    import types
+
+    import executorch.exir
+
+    original = executorch.exir.to_edge_transform_and_lower
+    before = types.ModuleType("user_script_before")
+    before.to_edge_transform_and_lower = original  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, before.__name__, before)
+    with texir.compat.installed():
+        assert before.to_edge_transform_and_lower.__texir_facade__ is texir.compat.to_edge_transform_and_lower
+        during = types.ModuleType("user_script_during")
+        during.to_edge_transform_and_lower = executorch.exir.to_edge_transform_and_lower  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, during.__name__, during)
+    assert before.to_edge_transform_and_lower is original
+    assert during.to_edge_transform_and_lower is original

@@ -4,7 +4,7 @@ imported back as texir IR (`texir.executorch.import_executorch_program`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from torch.export import ExportedProgram
@@ -69,24 +69,30 @@ def transform_program(method: str, program: Program, passes: Any) -> Program:
     if chosen is None or (isinstance(chosen, Sequence) and not chosen):
         return program
     require_executorch("transform_passes")
-    view = to_edge_exported_program(program)
     names = ", ".join(getattr(p, "__name__", type(p).__name__)
                       for p in (chosen if isinstance(chosen, Sequence) else [chosen]))
+    return _on_edge_view(
+        method, program, lambda view: _run(view, chosen), f"ExecuTorch pass ({names})",
+        "fix the pass or drop it from transform_passes",
+    )
+
+
+def _on_edge_view(
+    method: str, program: Program, run: Callable[[ExportedProgram], ExportedProgram], what: str, fix: str
+) -> Program:
+    """`run` on the method's edge ExportedProgram, the result imported back as texir IR; its failure,
+    or a result texir cannot import, a `TransformPassError` naming the method, `what` ran and `fix`."""
+    view = to_edge_exported_program(program)
     try:
-        result = _run(view, chosen)
+        result = run(view)
     except TexirError:
         raise
     except Exception as exc:  # a pass's failure of any kind becomes one typed error
-        raise TransformPassError(
-            f"method {method!r}: ExecuTorch pass ({names}) raised {type(exc).__name__}: {exc}; fix the pass or "
-            "drop it from transform_passes"
-        ) from exc
+        raise TransformPassError(f"method {method!r}: {what} raised {type(exc).__name__}: {exc}; {fix}") from exc
     try:
         return import_executorch_program(result)
     except TexirError as exc:
-        raise TransformPassError(
-            f"method {method!r}: the program after ExecuTorch pass ({names}) cannot be imported: {exc}"
-        ) from exc
+        raise TransformPassError(f"method {method!r}: the program after {what} cannot be imported: {exc}") from exc
 
 
 def edge_transform(passes: Any) -> EdgeTransform | None:
@@ -111,20 +117,7 @@ def quant_fusion_and_const_prop(method: str, program: Program) -> Program:
     # executorch is this layer's dependency; its pass module imports the quantized patterns
     from executorch.exir.passes.quant_fusion_pass import quant_fusion_and_const_prop_pass
 
-    view = to_edge_exported_program(program)
-    try:
-        result = quant_fusion_and_const_prop_pass(view)
-    except TexirError:
-        raise
-    except Exception as exc:  # the pass's failure of any kind becomes one typed error
-        raise TransformPassError(
-            f"method {method!r}: ExecuTorch's quant_fusion_and_const_prop_pass raised {type(exc).__name__}: {exc}; "
-            "leave ExecutorchBackendConfig.do_quant_fusion_and_const_prop at False"
-        ) from exc
-    try:
-        return import_executorch_program(result)
-    except TexirError as exc:
-        raise TransformPassError(
-            f"method {method!r}: the program after ExecuTorch's quant_fusion_and_const_prop_pass cannot be "
-            f"imported: {exc}"
-        ) from exc
+    return _on_edge_view(
+        method, program, quant_fusion_and_const_prop_pass, "ExecuTorch's quant_fusion_and_const_prop_pass",
+        "leave ExecutorchBackendConfig.do_quant_fusion_and_const_prop at False",
+    )
