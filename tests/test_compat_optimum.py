@@ -85,6 +85,7 @@ def logits(pte: bytes) -> list[torch.Tensor]:
     return [prefill.clone(), step.clone()]
 
 
+@pytest.mark.slow  # four optimum exports (the module's fixture): ~4 min on the shared 2-core machine
 def test_logits_equal_optimums_own(exports: tuple[str, bytes, bytes]) -> None:
     _, plain, on_texir = exports
     want, got = logits(plain), logits(on_texir)
@@ -104,6 +105,7 @@ def _kernels(pte: PteProgram, method: str) -> Counter[str]:
     )
 
 
+@pytest.mark.slow
 def test_delegates_and_data_byte_equal(exports: tuple[str, bytes, bytes]) -> None:
     variant, plain, on_texir = exports
     a, b = loads(plain), loads(on_texir)
