@@ -4,6 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.texir-installed
 PTH := $(VENV)/.texir-torchvision-pth
+OPTIMUM := $(VENV)/.texir-optimum
 
 .PHONY: demo test bench bench-quick fuzz conformance typecheck pytest browser clean
 
@@ -17,10 +18,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-deps 'tosa-tools==2026.5.0'
 	touch $(STAMP)
 
+# optimum-executorch (tests/test_compat_optimum.py, benchmarks/bench_optimum.py: a real client of
+# texir.compat) pins transformers==5.0.0rc1, which conflicts with ours: installed without its pins.
+# What it imports is in the test extra already (executorch, transformers, torchao, pytorch-tokenizers,
+# huggingface_hub, psutil, pyyaml, safetensors). Its own stamp: an existing .venv gets it too.
+$(OPTIMUM): $(STAMP)
+	$(PY) -m pip install --quiet --no-deps 'optimum-executorch==1.1.0' 'optimum==2.0.0' 'accelerate==1.15.0'
+	$(PY) -c 'import optimum.executorch'
+	touch $(OPTIMUM)
+
 # PyPI's torchvision wheel cannot load its native ops beside the CPU torch: a .pth in the .venv's
 # site-packages arms texir's import hook at interpreter start, so `import torchvision` works from any
 # Python in this .venv with nothing to call (texir._torchvision). Its own stamp: an existing .venv gets it too.
-$(PTH): $(STAMP) texir/_torchvision.py
+$(PTH): $(OPTIMUM) texir/_torchvision.py
 	$(PY) -m texir._torchvision
 	touch $(PTH)
 

@@ -52,6 +52,7 @@ def lower(
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
     transform: EdgeTransform | None = None,
+    skip_dim_order: bool = False,
 ) -> Lowered: ...
 
 
@@ -66,6 +67,7 @@ def lower(
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
     transform: EdgeTransform | None = None,
+    skip_dim_order: bool = False,
 ) -> dict[str, Lowered]: ...
 
 
@@ -79,6 +81,7 @@ def lower(
     order: NodeOrder = "executorch",
     allow_non_core: bool = False,
     transform: EdgeTransform | None = None,
+    skip_dim_order: bool = False,
 ) -> Lowered | dict[str, Lowered]:
     """Lower an ExportedProgram or Program (or a mapping method name -> one) with `partitioners`
     (a sequence for every method, or a mapping method name -> sequence), in order. Returns a
@@ -114,12 +117,14 @@ def lower(
     `allow_non_core=True` emits it anyway (`texir.adapters.core_aten`: the risk that it fails or
     aborts at run time). `transform(method, program)`, when given, rewrites each method's
     to_edge form before the first partitioner sees it (ExecuTorch's `transform_passes`; the
-    report's `edge` is its result). Pure: the input is not modified. A texir Program already in core ATen
+    report's `edge` is its result). `skip_dim_order=True` leaves ExecuTorch's dim-order ops out of
+    the to_edge rewrites, as its `EdgeCompileConfig(_skip_dim_order=True)` does (`_to_copy`, `clone`
+    stay ATen ops). Pure: the input is not modified. A texir Program already in core ATen
     lowers without torch through `texir.lowering.lower_decomposed`."""
     options = preprocess_options(cache, jobs, order, executor)
 
     def one(method: str, source: Source, parts: tuple[Partitioner, ...]) -> Lowered:
-        return _lower_one(method, source, parts, options, order, allow_non_core, transform)
+        return _lower_one(method, source, parts, options, order, allow_non_core, transform, skip_dim_order)
 
     if isinstance(program, Mapping):
         return per_method(program, partitioners, one)
@@ -134,12 +139,15 @@ def _lower_one(
     order: NodeOrder,
     allow_non_core: bool,
     transform: EdgeTransform | None = None,
+    skip_dim_order: bool = False,
 ) -> Lowered:
     clock = PhaseClock()
     # Convert once: each weight is hashed once (digest_memo), and the partitioners' decomposition
     # hooks share one ExportedProgram of the program they are shown (conversion_memo).
     with digest_memo(), conversion_memo(), _native_backends(partitioners):
-        return _lower_one_memo(method, source, partitioners, options, order, allow_non_core, clock, transform)
+        return _lower_one_memo(
+            method, source, partitioners, options, order, allow_non_core, clock, transform, skip_dim_order
+        )
 
 
 def _native_backends(partitioners: Sequence[Partitioner]) -> contextlib.AbstractContextManager[object]:
@@ -162,6 +170,7 @@ def _lower_one_memo(
     allow_non_core: bool,
     clock: PhaseClock,
     transform: EdgeTransform | None = None,
+    skip_dim_order: bool = False,
 ) -> Lowered:
     retraced: list[Retrace] = []  # each step torch's retrace did, with why (the report's `retraced`)
     with clock.phase("import"):
@@ -177,7 +186,7 @@ def _lower_one_memo(
     del aten, ep
     lowered = lower_edge(
         method, program, partitioners, options, order, keep=keep, turned_down=turned_down, clock=clock,
-        transform=transform,
+        transform=transform, skip_dim_order=skip_dim_order,
     )
     if not retraced:
         return lowered

@@ -49,7 +49,8 @@ def emit_options(config: Any) -> tuple[EmitOptions, PteOptions]:
         raise refuse("passes", "texir runs no ExecuTorch graph passes before emission")
     if config.emit_stacktrace:
         raise refuse("emit_stacktrace", "texir does not write stack traces into the .pte")
-    for name in ("external_mutable_weights", "do_quant_fusion_and_const_prop", "run_reinplace_pass"):
+    # do_quant_fusion_and_const_prop is carried out before emission (texir.compat.passes), not here
+    for name in ("external_mutable_weights", "run_reinplace_pass"):
         if getattr(config, name) != getattr(default, name):
             raise refuse(name, "texir has no counterpart")
     for name in _IGNORED:

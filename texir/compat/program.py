@@ -19,7 +19,7 @@ from torch.export import ExportedProgram
 from texir.adapters.constant_methods import constant_methods as build_constant_methods
 from texir.backends import xnnpack
 from texir.compat.config import UnsupportedOptionError, emit_options
-from texir.compat.passes import edge_transform, transform_program
+from texir.compat.passes import edge_transform, quant_fusion_and_const_prop, transform_program
 from texir.emit import emit
 from texir.executorch import as_executorch_partitioner, require_executorch, to_edge_exported_program
 from texir.ir import Program
@@ -57,17 +57,19 @@ def _methods(programs: Programs) -> dict[str, ExportedProgram]:
     )
 
 
-def _check_compile_config(config: Any) -> None:
-    """texir's to_edge is ExecuTorch's default one; options that change it are refused by name."""
+def _check_compile_config(config: Any) -> bool:
+    """Whether `config` (ExecuTorch's `EdgeCompileConfig`, or None) asks for `_skip_dim_order`
+    (texir's `lower(skip_dim_order=True)`); the other options that change to_edge are refused by name."""
     if config is None:
-        return
-    for name in ("_skip_dim_order", "preserve_ops", "_core_aten_ops_exception_list"):
+        return False
+    for name in ("preserve_ops", "_core_aten_ops_exception_list"):
         value = getattr(config, name, None)
         if value:
             raise UnsupportedOptionError(
                 f"EdgeCompileConfig.{name}={value!r}: texir's to_edge runs ExecuTorch's default edge passes only; "
                 "leave it at its default or lower this program with executorch.exir (texir.compat.uninstall())"
             )
+    return bool(getattr(config, "_skip_dim_order", False))
 
 
 def _is_default_xnnpack(partitioner: Any) -> bool:
@@ -142,10 +144,10 @@ def to_edge(
     """ExecuTorch's `to_edge` on texir: each program decomposed to core ATen and through the edge
     rewrites (no partitioner)."""
     CALLS[0] += 1
-    _check_compile_config(compile_config)
+    skip_dim_order = _check_compile_config(compile_config)
     _refuse_etrecord(generate_etrecord)
     methods = _methods(programs)
-    lowered = lower(methods, {m: [] for m in methods})
+    lowered = lower(methods, {m: [] for m in methods}, skip_dim_order=skip_dim_order)
     return EdgeProgramManager({m: r.program for m, r in lowered.items()}, constant_methods, lowered)
 
 
@@ -162,14 +164,14 @@ def to_edge_transform_and_lower(
     runs as texir's native XNNPACK partitioner and backend; every other ExecuTorch partitioner and
     backend through texir's bridge."""
     CALLS[0] += 1
-    _check_compile_config(compile_config)
+    skip_dim_order = _check_compile_config(compile_config)
     _refuse_etrecord(generate_etrecord)
     methods = _methods(programs)
     per_method = _per_method(partitioner, list(methods))
     choice = _Choice([p for ps in per_method.values() for p in ps])
     parts = {m: [choice._one(p) for p in ps] for m, ps in per_method.items()}
     with choice.backends():
-        lowered = lower(methods, parts, transform=edge_transform(transform_passes))
+        lowered = lower(methods, parts, transform=edge_transform(transform_passes), skip_dim_order=skip_dim_order)
     return EdgeProgramManager({m: r.program for m, r in lowered.items()}, constant_methods, lowered,
                               native_xnnpack=choice.native)
 
@@ -236,7 +238,7 @@ class EdgeProgramManager(_Methods):
         """Each method (or each method `passes` maps) after ExecuTorch's passes, run on its edge
         ExportedProgram and imported back (`texir.compat.passes`); a new manager, as ExecuTorch's."""
         CALLS[0] += 1
-        _check_compile_config(compile_config)
+        _check_compile_config(compile_config)  # only ExecuTorch's verifier reads it here: nothing to do
         programs = {m: transform_program(m, p, passes) for m, p in self._programs.items()}
         return EdgeProgramManager(programs, self._constant_methods, self._lowered,
                                   native_xnnpack=self.native_xnnpack)
@@ -265,9 +267,12 @@ class EdgeProgramManager(_Methods):
         """Every method emitted as one `.pte` (texir's emitter), laid out as `config` asks."""
         CALLS[0] += 1
         options, layout = emit_options(config)
+        programs = self._programs
+        if getattr(config, "do_quant_fusion_and_const_prop", False):
+            programs = {m: quant_fusion_and_const_prop(m, p) for m, p in programs.items()}
         getters = build_constant_methods(self._constant_methods) if self._constant_methods else None
-        pte = emit(self._programs, options, constant_methods=getters)
-        return ExecutorchProgramManager(pte, dumps(pte, layout), self._programs, self._constant_methods)
+        pte = emit(programs, options, constant_methods=getters)
+        return ExecutorchProgramManager(pte, dumps(pte, layout), programs, self._constant_methods)
 
 
 class EmitterOutputView(msgspec.Struct, frozen=True, kw_only=True):
@@ -313,9 +318,9 @@ class ExecutorchProgramManager(_Methods):
         open_file.write(self._buffer)
 
     def write_tensor_data_to_file(self, outdir: str | os.PathLike[str]) -> None:
-        """Each external-data file (`.ptd`) into `outdir`, named `<tag>.ptd` as ExecuTorch names it."""
-        if not self.pte.external:
-            raise ValueError("this program has no external tensor data; nothing to write")
+        """Each external-data file (`.ptd`) into `outdir`, named `<tag>.ptd` as ExecuTorch names it;
+        none for a program without external data (ExecuTorch's writes none either, and
+        optimum-executorch calls this after every export)."""
         for ptd in self.pte.external:
             name = ptd.tag if ptd.tag.endswith(".ptd") else f"{ptd.tag}.ptd"
             dump_ptd(ptd, os.path.join(os.fspath(outdir), name))

@@ -52,6 +52,7 @@ def _routed(name: str, original: Any) -> Any:
         return (original if _is_executorch_internal(caller) else texir_version)(*args, **kwargs)
 
     entry.__texir_facade__ = texir_version  # type: ignore[attr-defined]  # marks the routed entry point
+    entry.__texir_original__ = original  # type: ignore[attr-defined]  # what uninstall() puts back
     return entry
 
 
@@ -61,10 +62,14 @@ def is_installed() -> bool:
 
 def install() -> None:
     """Rebind ExecuTorch's `to_edge` and `to_edge_transform_and_lower` to texir's, in every module listed in `MODULES` that binds them
-    (idempotent; `uninstall()` puts ExecuTorch's back)."""
+    and in every module already imported (outside ExecuTorch's internals) that imported them from
+    there: a script or library (optimum-executorch's recipes) that ran `from executorch.exir import
+    to_edge_transform_and_lower` before `install()` switches too (idempotent; `uninstall()` puts
+    ExecuTorch's back)."""
     require_executorch("texir.compat.install")
     if _saved:
         return
+    routed: dict[int, Any] = {}  # id(ExecuTorch's function) -> its routed entry point
     for module_name in MODULES:
         try:  # executorch.export (the recipes) is absent from some executorch builds
             module = importlib.import_module(module_name)
@@ -73,14 +78,44 @@ def install() -> None:
         for name in NAMES:
             if name in vars(module):
                 original = _saved[(module_name, name)] = vars(module)[name]
-                setattr(module, name, _routed(name, original))
+                entry = routed.setdefault(id(original), _routed(name, original))
+                setattr(module, name, entry)
+    originals = {id(e.__texir_original__): e for e in routed.values()}
+    for module_name, namespace in _importers():
+        for name in NAMES:
+            entry = originals.get(id(namespace.get(name)))
+            if entry is not None:
+                _saved[(module_name, name)] = namespace[name]
+                namespace[name] = entry
 
 
 def uninstall() -> None:
-    """Put back every name `install()` rebound."""
+    """Put back every name `install()` rebound, and ExecuTorch's own function wherever a module
+    imported texir's entry point while it was installed."""
     for (module_name, name), value in _saved.items():
-        setattr(importlib.import_module(module_name), name, value)
+        module = sys.modules.get(module_name)
+        if module is not None:
+            setattr(module, name, value)
     _saved.clear()
+    for _, namespace in _importers():
+        for name in NAMES:
+            original = getattr(namespace.get(name), "__texir_original__", None)
+            if original is not None:
+                namespace[name] = original
+
+
+def _importers() -> list[tuple[str, dict[str, Any]]]:
+    """(name, globals) of each imported module outside `MODULES`, ExecuTorch's internals and texir
+    that binds one of `NAMES`."""
+    found = []
+    for module_name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None)
+        if (module_name in MODULES or _is_executorch_internal(module_name) or module_name.partition(".")[0] == "texir"
+                or not isinstance(namespace, dict)
+                or not any(name in namespace for name in NAMES)):
+            continue
+        found.append((module_name, namespace))
+    return found
 
 
 @contextlib.contextmanager

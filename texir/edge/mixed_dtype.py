@@ -23,7 +23,7 @@ from texir.ir.types import (
 )
 from texir.serialize.pte.dtypes import DTYPE_TO_SCALAR_TYPE
 
-__all__ = ["CAST_TARGET", "MIXED_TYPE_OPS", "cast_mixed_operands"]
+__all__ = ["ATEN_CAST_TARGET", "CAST_TARGET", "MIXED_TYPE_OPS", "cast_mixed_operands", "cast_mixed_operands_aten"]
 
 MIXED_TYPE_OPS = frozenset({
     "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor",
@@ -31,12 +31,17 @@ MIXED_TYPE_OPS = frozenset({
 })
 CAST_TARGET = "dim_order_ops::_to_dim_order_copy.default"
 """The cast: with no `dim_order` the copy keeps its input's layout (the emitter fills it in)."""
+ATEN_CAST_TARGET = "aten::_to_copy.default"
+"""The cast as ExecuTorch's pass writes it, before its MemoryFormatOpsPass (what stays with
+`EdgeCompileConfig(_skip_dim_order=True)`, which leaves that pass out)."""
 
 
 class _Rule:
-    def __init__(self, names: NameAllocator, ops: OpTable) -> None:
+    def __init__(self, names: NameAllocator, ops: OpTable, target: str) -> None:
         self.names = names
         self.ops = ops
+        self.target = target
+        self.base = target.split("::")[1].split(".")[0]  # the cast nodes' names: "_to_copy", "_to_dim_order_copy"
         self.meta_of = MetaLookup()
 
     def __call__(self, node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph) -> Forward | Sequence[Entry] | None:
@@ -50,10 +55,10 @@ class _Rule:
             source = self.meta_of(graph, arg.name)
             if not isinstance(source, TensorMeta) or source.dtype == meta.dtype:
                 return arg  # (scalars are lifted, and cast, where the emitter meets them)
-            out = self.names.fresh("_to_dim_order_copy")
+            out = self.names.fresh(self.base)
             cast_meta = msgspec.structs.replace(source, dtype=meta.dtype, requires_grad=False)
             casts.append((
-                CallFunction(name=out, target=CAST_TARGET, args=(arg,), kwargs=(("dtype", DTypeArg(value=meta.dtype)),)),
+                CallFunction(name=out, target=self.target, args=(arg,), kwargs=(("dtype", DTypeArg(value=meta.dtype)),)),
                 cast_meta, prov,
             ))
             return Ref(name=out)
@@ -64,4 +69,9 @@ class _Rule:
 
 def cast_mixed_operands(program: Program) -> Program:
     """`program` with a cast node before each mixed-dtype operand of the ops in `MIXED_TYPE_OPS`."""
-    return rewrite_program(program, _Rule(all_names(program), program_ops(program)))
+    return rewrite_program(program, _Rule(all_names(program), program_ops(program), CAST_TARGET))
+
+
+def cast_mixed_operands_aten(program: Program) -> Program:
+    """`cast_mixed_operands` with ATen's `_to_copy` as the cast (the to_edge form without dim-order ops)."""
+    return rewrite_program(program, _Rule(all_names(program), program_ops(program), ATEN_CAST_TARGET))

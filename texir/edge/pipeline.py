@@ -26,7 +26,7 @@ from texir.edge.debug_handles import compact_debug_handles
 from texir.edge.dim_order import to_dim_order_ops
 from texir.edge.empty_tensors import prune_empty_tensors
 from texir.edge.graph_asserts import remove_graph_asserts
-from texir.edge.mixed_dtype import cast_mixed_operands
+from texir.edge.mixed_dtype import cast_mixed_operands, cast_mixed_operands_aten
 from texir.edge.names import edge_node_names
 from texir.edge.noop import remove_noop_ops
 from texir.edge.scalar_tensor import lift_scalar_operands
@@ -47,9 +47,11 @@ __all__ = [
     "PassError",
     "Stage",
     "TO_EDGE",
+    "TO_EDGE_SKIP_DIM_ORDER",
     "TO_EXECUTORCH",
     "VERIFY_ENV",
     "run_stage",
+    "to_edge_stage",
     "to_emittable",
     "to_partitionable",
     "verify_enabled",
@@ -87,6 +89,7 @@ _ASSERTS = NamedPass("remove_graph_asserts", remove_graph_asserts, "RemoveGraphA
 _LIFT = NamedPass("lift_scalar_operands", lift_scalar_operands, "ScalarToTensorPass + lift_constant_tensor_pass")
 _SYM = NamedPass("sym_operands_to_tensors", sym_operands_to_tensors, "SymToTensorPass")
 _MIXED = NamedPass("cast_mixed_operands", cast_mixed_operands, "RemoveMixedTypeOperators")
+_MIXED_ATEN = NamedPass("cast_mixed_operands_aten", cast_mixed_operands_aten, "RemoveMixedTypeOperators")
 _NOOP = NamedPass("remove_noop_ops", remove_noop_ops, "RemoveNoopPass")
 _EMPTY = NamedPass("prune_empty_tensors", prune_empty_tensors, "PruneEmptyTensorsPass")
 _VIEWS = NamedPass("replace_view_ops", replace_view_ops, "ReplaceViewOpsWithViewCopyOps")
@@ -100,6 +103,13 @@ literals in Tensor positions as constants, and nodes named as in ExecuTorch ('at
 so backends that print names into their blobs agree. As in ExecuTorch's to_edge, a SymInt in a Tensor
 position (`buffer.add_(x.shape[0])`) becomes an `aten::scalar_tensor` before the mixed-dtype casts,
 so the partitioners' edge program passes ExecuTorch's edge verifier. Leaves `EDGE_PARTITIONABLE`."""
+
+TO_EDGE_SKIP_DIM_ORDER: Stage = tuple(_MIXED_ATEN if p is _MIXED else p for p in TO_EDGE if p is not _DIM_ORDER)
+"""`TO_EDGE` as ExecuTorch runs it with `EdgeCompileConfig(_skip_dim_order=True)`: no
+MemoryFormatOpsPass, so `_to_copy`, `clone` and `empty.memory_format` stay ATen ops (memory format
+and all) and the mixed-dtype casts are ATen `_to_copy`s, as RemoveMixedTypeOperators writes them.
+(ExecuTorch's to_executorch then also leaves out LegalizePortableDimOrderPass, which texir does not
+run in either form.)"""
 
 EMIT_TO_EDGE: Stage = tuple(p for p in TO_EDGE if p not in (_LIFT, _NAMES))
 """`TO_EDGE` as plain `emit` runs it on an ATen program: scalars stay literals (the emitter makes
@@ -151,10 +161,18 @@ def run_stage(program: Program, stage: Stage, *, check: bool | None = None) -> P
     return program
 
 
-def to_partitionable(program: Program, *, check: bool | None = None) -> Program:
-    """An ATen `program` with the to_edge rewrites applied, marked `EDGE_PARTITIONABLE`."""
+def to_edge_stage(*, skip_dim_order: bool = False) -> Stage:
+    """The to_edge rewrites `lower` runs: `TO_EDGE`, or `TO_EDGE_SKIP_DIM_ORDER` for ExecuTorch's
+    `EdgeCompileConfig(_skip_dim_order=True)`."""
+    return TO_EDGE_SKIP_DIM_ORDER if skip_dim_order else TO_EDGE
+
+
+def to_partitionable(program: Program, *, check: bool | None = None, skip_dim_order: bool = False) -> Program:
+    """An ATen `program` with the to_edge rewrites applied (`to_edge_stage(skip_dim_order=...)`),
+    marked `EDGE_PARTITIONABLE`."""
     _require(program, ATEN_DIALECTS, "texir.edge.pipeline.to_partitionable")
-    return msgspec.structs.replace(run_stage(program, TO_EDGE, check=check), dialect=PARTITIONABLE_DIALECT)
+    stage = to_edge_stage(skip_dim_order=skip_dim_order)
+    return msgspec.structs.replace(run_stage(program, stage, check=check), dialect=PARTITIONABLE_DIALECT)
 
 
 def to_emittable(program: Program, *, check: bool | None = None) -> Program:

@@ -12,6 +12,7 @@ from texir.adapters.decompositions import graph_modules
 from texir.executorch.deps import require_executorch
 from texir.adapters.fx_export import rebuilt_exported, to_exported_program
 from texir.adapters.targets import canonical_target
+from texir.edge import DIM_ORDER_OPS
 from texir.errors import UnsupportedError
 from texir.ir import Program
 
@@ -49,16 +50,21 @@ def to_edge_exported_program(program: Program) -> ExportedProgram:
     """`program` (in the to_edge form: texir.orchestrate.lower gives it) as the edge-dialect
     ExportedProgram ExecuTorch builds (dialect "EDGE", its edge verifier, the kept ops as
     `preserve_ops`), call_function targets ExecuTorch edge operators, with value metadata, module
-    stacks, debug handles, `meta["custom"]` and the program's `backend_meta` notes in `node.meta`."""
+    stacks, debug handles, `meta["custom"]` and the program's `backend_meta` notes in `node.meta`.
+    A program holding the ATen ops ExecuTorch's dim-order pass replaces (`_to_copy`, `clone`,
+    `empty.memory_format`: `lower(skip_dim_order=True)` keeps them) is verified as ExecuTorch's
+    `EdgeCompileConfig(_skip_dim_order=True)` program is."""
     require_executorch("texir.executorch.to_edge_exported_program")
     ep = to_exported_program(program)
     notes: dict[str, dict[str, Any]] = {}
     for note in program.backend_meta:
         notes.setdefault(note.node, {})[note.key] = json.loads(note.value)
     kept: dict[str, torch._ops.OpOverload] = {}
+    skip_dim_order = False
     for _, gm in graph_modules(ep.graph_module):
         for node in gm.graph.nodes:
             if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+                skip_dim_order = skip_dim_order or canonical_target(node.target) in DIM_ORDER_OPS
                 if _kept_from_decomposition(node.target):
                     kept.setdefault(str(node.target), node.target)
                 node.target = executorch_edge_target(node.target)
@@ -67,7 +73,7 @@ def to_edge_exported_program(program: Program) -> ExportedProgram:
         found = notes.get(node.name)
         if found:
             node.meta.update(found)
-    return _as_edge_dialect(ep, [kept[k] for k in sorted(kept)])
+    return _as_edge_dialect(ep, [kept[k] for k in sorted(kept)], skip_dim_order=skip_dim_order)
 
 
 def _kept_from_decomposition(op: torch._ops.OpOverload) -> bool:
@@ -78,7 +84,9 @@ def _kept_from_decomposition(op: torch._ops.OpOverload) -> bool:
     return torch.Tag.core not in op.tags and torch.Tag.view_copy not in op.tags
 
 
-def _as_edge_dialect(ep: ExportedProgram, preserve_ops: list[torch._ops.OpOverload]) -> ExportedProgram:
+def _as_edge_dialect(
+    ep: ExportedProgram, preserve_ops: list[torch._ops.OpOverload], *, skip_dim_order: bool = False
+) -> ExportedProgram:
     """`ep` rebuilt as ExecuTorch's `_generate_edge_program` builds the edge program partitioners
     and backends are shown: with `EXIREdgeDialectVerifier(class_only=True, preserve_ops=...)`,
     so `ep.dialect == "EDGE"` and `ep.validate()` checks what ExecuTorch's checks (Arm's TOSA
@@ -88,7 +96,8 @@ def _as_edge_dialect(ep: ExportedProgram, preserve_ops: list[torch._ops.OpOverlo
     from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
 
     verifier = EXIREdgeDialectVerifier(
-        edge_compile_config=EdgeCompileConfig(), class_only=True, preserve_ops=preserve_ops
+        edge_compile_config=EdgeCompileConfig(_skip_dim_order=skip_dim_order), class_only=True,
+        preserve_ops=preserve_ops,
     )
     try:
         return rebuilt_exported(ep, verifiers=[verifier])

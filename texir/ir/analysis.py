@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from texir.errors import IRError
+from texir.ir.printer import contiguous_strides
 from texir.ir.types import (
     Argument,
     CallFunction,
@@ -107,6 +108,41 @@ def same_dim_order(a: TensorMeta, b: TensorMeta) -> bool:
     if len(left) == len(right) == len(a.strides):
         return _dim_order(left) == _dim_order(right)
     return a.strides == b.strides
+
+
+_FORMAT_DIMS: dict[tuple[str, int], tuple[int, ...]] = {
+    ("channels_last", 4): (1, 3, 2, 0),
+    ("channels_last_3d", 5): (1, 4, 3, 2, 0),
+}
+"""The dims torch's `is_contiguous(memory_format=...)` walks, innermost first (contiguous: last to first)."""
+
+
+def contiguous_in(meta: TensorMeta, memory_format: str) -> bool:
+    """Whether the tensor is laid out as `memory_format` ("contiguous_format", "channels_last",
+    "channels_last_3d") asks, as torch's `Tensor.is_contiguous(memory_format=...)` answers: dims of
+    size 1 may have any stride; an empty tensor is contiguous. False when a size or stride is
+    symbolic and the strides are not exactly a contiguous tensor's (`contiguous_strides`), or the
+    format does not fit the rank."""
+    shape, strides = meta.shape, meta.strides
+    if len(shape) != len(strides):
+        return False
+    if not all(isinstance(d, int) for d in (*shape, *strides)):
+        return memory_format == "contiguous_format" and tuple(strides) == contiguous_strides(tuple(shape))
+    if memory_format == "contiguous_format":
+        dims: tuple[int, ...] = tuple(reversed(range(len(shape))))
+    elif (memory_format, len(shape)) in _FORMAT_DIMS:
+        dims = _FORMAT_DIMS[(memory_format, len(shape))]
+    else:
+        return False
+    if any(shape[d] == 0 for d in dims):
+        return True
+    expected = 1
+    for d in dims:
+        size, stride = int(shape[d]), int(strides[d])
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _dim_order(strides: list[int]) -> list[int]:

@@ -90,6 +90,7 @@ def lower_decomposed(
     jobs: int = 1,
     executor: Executor | None = None,
     order: NodeOrder = "executorch",
+    skip_dim_order: bool = False,
 ) -> Lowered: ...
 
 
@@ -102,6 +103,7 @@ def lower_decomposed(
     jobs: int = 1,
     executor: Executor | None = None,
     order: NodeOrder = "executorch",
+    skip_dim_order: bool = False,
 ) -> dict[str, Lowered]: ...
 
 
@@ -113,6 +115,7 @@ def lower_decomposed(
     jobs: int = 1,
     executor: Executor | None = None,
     order: NodeOrder = "executorch",
+    skip_dim_order: bool = False,
 ) -> Lowered | dict[str, Lowered]:
     """Lower a texir Program already in core ATen (or a mapping method name -> one) with
     `partitioners`, in order, importing no torch: the to_edge rewrites, then each partitioner's plan.
@@ -121,7 +124,7 @@ def lower_decomposed(
 
     Nothing is decomposed here, so the partitioners' decomposition hooks
     (`ops_to_not_decompose`, `transform_for_pre_decomposition`, `nodes_to_decompose`) are not
-    asked; `texir.lower` asks them. `cache`, `jobs`, `executor` and `order` are as there."""
+    asked; `texir.lower` asks them. `cache`, `jobs`, `executor`, `order` and `skip_dim_order` are as there."""
     options = preprocess_options(cache, jobs, order, executor)
 
     def one(method: str, source: Program, parts: tuple[Partitioner, ...]) -> Lowered:
@@ -131,7 +134,7 @@ def lower_decomposed(
                 f"method {method!r}: lower_decomposed takes a texir.ir.Program, not {type(source).__name__}; "
                 "lower a torch.export.ExportedProgram with texir.lower"
             )
-        return lower_edge(method, source, parts, options, order, clock=clock)
+        return lower_edge(method, source, parts, options, order, clock=clock, skip_dim_order=skip_dim_order)
 
     if isinstance(program, Mapping):
         return per_method(program, partitioners, one)
@@ -148,16 +151,20 @@ def lower_edge(
     turned_down: tuple[TurnedDown, ...] = (),
     clock: PhaseClock | None = None,
     transform: EdgeTransform | None = None,
+    *,
+    skip_dim_order: bool = False,
 ) -> Lowered:
     """The decomposed `program` through the to_edge rewrites and each partitioner in turn. `keep`:
     the ops kept from decomposition, each with the partitioner that asked (a kept op left
     undelegated is a `KeptOpNotDelegatedError`); `turned_down`: the kept nodes decomposed after all;
     `clock`: the call's phase clock (the report's `phases`), started by the caller; `transform`:
-    run on the to_edge form before the first partitioner (ExecuTorch's `transform_passes`)."""
+    run on the to_edge form before the first partitioner (ExecuTorch's `transform_passes`);
+    `skip_dim_order`: the to_edge rewrites without ExecuTorch's dim-order ops, as its
+    `EdgeCompileConfig(_skip_dim_order=True)` (`texir.edge.pipeline.to_edge_stage`)."""
     keep = keep or {}
     clock = clock or PhaseClock()
     with clock.phase("to_edge"):
-        program = to_partitionable(program)
+        program = to_partitionable(program, skip_dim_order=skip_dim_order)
         if transform is not None:
             program = transform(method, program)
     edge = program

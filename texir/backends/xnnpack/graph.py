@@ -52,7 +52,7 @@ from texir.ir import (
     TupleArg,
     TupleMeta,
 )
-from texir.ir.analysis import same_dim_order
+from texir.ir.analysis import contiguous_in, same_dim_order
 from texir.ir.blob import Blob
 
 __all__ = ["Const", "XGraph", "XNode", "conv1d_as_conv2d", "split_concatenations", "fuse_activations", "remove_clones",
@@ -359,8 +359,11 @@ def remove_clones(g: XGraph) -> None:
             continue
         src = n.args[0]
         if n.target == CLONE:
-            if n.kwargs.get("memory_format") not in (None, "preserve_format"):
-                continue  # texir keeps torch's memory-format clones only where they change the layout
+            fmt = n.kwargs.get("memory_format")
+            if fmt not in (None, "preserve_format") and not (
+                isinstance(src.meta, TensorMeta) and contiguous_in(src.meta, str(fmt))
+            ):
+                continue  # a memory-format clone goes only where its input is laid out so already
         elif not (isinstance(n.meta, TensorMeta) and isinstance(src.meta, TensorMeta)
                   and same_dim_order(n.meta, src.meta)):
             continue

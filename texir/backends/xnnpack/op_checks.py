@@ -245,9 +245,10 @@ def square(n: NodeView) -> str | None:
 
 
 def clone(n: NodeView) -> str | None:
-    """aten's clone: XNNPACK copies a tensor as it is (no memory-format change)."""
-    fmt = dict(n.node.kwargs).get("memory_format")
-    return None if fmt is None or getattr(fmt, "value", None) == "preserve_format" else "memory format changes"
+    """aten's clone, as ExecuTorch's CloneConfig checks it: XNNPACK copies a tensor as it is, so the
+    clone must keep its input's dim order (a memory format that keeps it is fine: an ATen clone with
+    one is met with EdgeCompileConfig(_skip_dim_order=True))."""
+    return clone_dim_order(n)
 
 
 def clone_dim_order(n: NodeView) -> str | None:
