@@ -1,23 +1,24 @@
-"""What torch's functionalization retrace does to an exported program's inputs and in-place buffer
-writes, replayed without the retrace (for `texir.adapters.local_decompose`): the order and names it
-gives weights, and a buffer written in place (a static KV cache's `index_copy_`, `copy_`, `add_`)
-turned into a functional op whose result is the buffer's new value and a `BUFFER_MUTATION` output."""
+"""What torch's functionalization retrace does to an exported program, replayed without the retrace
+(for `texir.adapters.local_decompose`): the order, names and metadata it gives weights; a no-grad
+region (`wrap_with_set_grad_enabled`) inlined; a buffer written in place (a static KV cache's
+`index_copy_`, `copy_`, `add_`) turned into a functional op whose result is the buffer's new value
+and a `BUFFER_MUTATION` output, the views of that value made where they are read."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
 
 import torch
-from torch._ops import OpOverload
+from torch._ops import HigherOrderOperator, OpOverload
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, InputSpec, OutputKind, OutputSpec, TensorArgument
 
 from texir.adapters.decompositions import functional_overload
 from texir.adapters.fx_signature import signature_inputs
 
-__all__ = ["BufferWrites", "LazyView", "NeedsRetrace", "in_place_twin", "retrace_inputs"]
+__all__ = ["BufferWrites", "LazyView", "NeedsRetrace", "in_place_twin", "inline_region", "invisible_twin", "retrace_inputs", "weight_meta"]
 
 _INPUT_ORDER = {InputKind.PARAMETER: 0, InputKind.CONSTANT_TENSOR: 1, InputKind.BUFFER: 2, InputKind.USER_INPUT: 3}
 """The inputs this handles, in the order the retrace lifts them."""
@@ -32,8 +33,9 @@ class NeedsRetrace(Exception):
 
 def _module_order(targets: Iterable[str]) -> dict[str, int]:
     """Where `named_parameters()` / `named_buffers()` of the module the retrace unlifts list each
-    target: attributes are assigned in `targets` order, each creating the submodules on its path,
-    and a module lists its own attributes before its submodules' (in the order they were made)."""
+    target: the unlifted graph reads each weight with a `get_attr` where its placeholder was, and
+    FX copies them in that order, each making the submodules on its path; a module lists its own
+    attributes before its submodules' (in the order they were made)."""
     tree: dict[str, Any] = {}
     for target in targets:
         *path, leaf = target.split(".")
@@ -69,15 +71,13 @@ def _retrace_name(spec: InputSpec) -> str:
 
 def retrace_inputs(ep: ExportedProgram) -> list[tuple[InputSpec, torch.fx.Node, str]]:
     """The inputs of `ep` in the order torch's retrace lifts them (parameters, constants, buffers,
-    user inputs; weights in the order its unlifted module lists them: buffers are assigned first,
-    so they shape the submodule tree), each with its placeholder and the name the retrace gives it.
+    user inputs; weights in the order its unlifted module lists them, `_module_order`), each with
+    its placeholder and the name the retrace gives it.
     Inputs of other kinds, or names the naming pass would number, need the retrace."""
     pairs = signature_inputs(ep)
     if any(spec.kind not in _INPUT_ORDER for spec, _ in pairs):
         raise NeedsRetrace("inputs other than tensors (tokens, custom objects)")
-    buffers = [str(s.target) for s, _ in pairs if s.kind is InputKind.BUFFER]
-    params = [str(s.target) for s, _ in pairs if s.kind is InputKind.PARAMETER]
-    where = _module_order([*buffers, *params])  # (parameters and buffers are listed separately)
+    where = _module_order(str(s.target) for s, _ in pairs if s.kind is not InputKind.USER_INPUT)
     ranked = sorted(
         pairs, key=lambda pair: (_INPUT_ORDER[pair[0].kind], where.get(str(pair[0].target), 0) if pair[0].kind in _PREFIX else 0)
     )
@@ -96,6 +96,71 @@ def in_place_twin(op: OpOverload) -> OpOverload | None:
     if not args or written != [args[0]]:
         return None
     return functional_overload(op)
+
+
+def invisible_twin(node: torch.fx.Node) -> OpOverload | None:
+    """The functional twin of an in-place node whose mutation nothing can see (it writes an
+    intermediate value that only it reads, not a view of another): what functionalization gives.
+    None otherwise."""
+    target = node.target
+    written = node.args[0] if node.args else None
+    if not isinstance(target, OpOverload) or not isinstance(written, torch.fx.Node):
+        return None
+    if written.op != "call_function" or len(written.users) != 1:
+        return None
+    schema = getattr(written.target, "_schema", None)
+    if schema is None:
+        return None
+    if schema.is_mutable:  # a chain of in-place ops (relu_ on add_): each must be invisible
+        if invisible_twin(written) is None:
+            return None
+    elif any(r.alias_info is not None for r in schema.returns):
+        return None
+    return functional_overload(target)
+
+
+_READER_META = tuple(k for k in torch.fx.proxy._COPY_META_FIELDS if k not in ("custom", "nn_module_stack"))
+"""What the retrace copies onto a weight from the nodes reading it (torch's `_collect_param_buffer_metadata`)."""
+
+
+def weight_meta(node: torch.fx.Node) -> dict[str, Any]:
+    """The metadata the retrace gives weight `node`'s placeholder: its own, updated with what its
+    readers say of themselves (the last one first), but for its module stack and stack trace."""
+    meta = dict(node.meta)
+    for user in node.users:
+        if user.op == "call_function" and not isinstance(user.target, HigherOrderOperator):
+            meta.update((k, user.meta[k]) for k in _READER_META if k in user.meta)
+    meta.pop("nn_module_stack", None)
+    meta.pop("stack_trace", None)
+    return meta
+
+
+def inline_region(
+    node: torch.fx.Node, env: dict[torch.fx.Node, Any], run: Callable[[torch.fx.Node, dict[torch.fx.Node, Any]], Any]
+) -> Any:
+    """A `wrap_with_set_grad_enabled(False, graph, *args)` region's nodes, in its place (the
+    recorder runs without grad anyway), as the retrace leaves them, each given by `run(node, env)`;
+    its results as a tuple."""
+    enabled, sub, *args = node.args
+    graph = env.get(sub) if isinstance(sub, torch.fx.Node) else None
+    if enabled is not False or not isinstance(graph, torch.fx.GraphModule):
+        raise NeedsRetrace(f"{node.name!r}: a grad-enabled region, or one that is not a graph")
+    inner: dict[torch.fx.Node, Any] = {}
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(args) or not all(isinstance(a, torch.fx.Node) for a in args):
+        raise NeedsRetrace(f"{node.name!r}: a region called with other than its inputs")
+    inner.update((p, env[cast(torch.fx.Node, a)]) for p, a in zip(placeholders, args))
+    for sub_node in graph.graph.nodes:
+        if sub_node.op == "call_function":
+            inner[sub_node] = run(sub_node, inner)
+        elif sub_node.op == "output":
+            results = sub_node.args[0]
+            if not isinstance(results, (tuple, list)) or not all(isinstance(r, torch.fx.Node) for r in results):
+                raise NeedsRetrace(f"{node.name!r}: a region returning other than a tuple of values")
+            return tuple(inner[r] for r in results)
+        elif sub_node.op != "placeholder":
+            raise NeedsRetrace(f"{node.name!r}: a region holding {sub_node.op} nodes")
+    raise NeedsRetrace(f"{node.name!r}: a region without an output")  # pragma: no cover - FX graphs end so
 
 
 class LazyView:

@@ -21,47 +21,50 @@ gets the dispatcher's positional form.
 A functional program whose signature updates buffers (a static KV cache after
 `run_decompositions({})`) is rewritten too, and one with dynamic shapes when other node names are
 fine (`exact_names=False`; `texir.adapters.symbolic_sizes`: the retrace numbers the SymInt
-arithmetic of its tracing and drops it, so its names skip numbers these do not).
+arithmetic of its tracing and drops it, so its names skip numbers these do not). Making a language
+model's export functional (`functional_only`) is done the same way (`texir.adapters.buffer_writes`):
+a `wrap_with_set_grad_enabled(False)` region inlined, each in-place write of a whole buffer
+(`index_copy_`, `copy_`, `add_`) its functional twin and a `BUFFER_MUTATION` output, a view of a
+written buffer made where it is read, as its reader's node.
 
 Anything it cannot do that way answers None (saying why) and the caller retraces: an in-place
-write of an input or buffer, an in-place op on a value something else reads or on a view, a view
-of a value an in-place op wrote (functionalization replays it where it is read: a node named and
-attributed to its reader), in-place ops that functionalization rewrites specially (`resize_`),
-nested graphs, SymInt arithmetic, tensor-subclass weights, tensor constants made inside a
-decomposition, `lift_fresh_copy` inside a decomposition, ops returning neither tensors nor
-nothing. tests/test_opinfo_differential.py checks the result against ExecuTorch's `to_edge` over
-torch's operator database; tests/test_llm_local_decompose.py the Llama's `.pte` and `.ptd` bytes
-against the retrace's."""
+write of an input, of a view of a buffer (`cache[:, :n].copy_(x)`: a `slice_scatter` there) or,
+outside `functional_only`, of a buffer; a buffer's value (or a view of it) read after a write
+replaced it; an in-place op on a value something else reads or on a view, a view of a value such an
+op wrote (functionalization replays it where it is read: a node named and attributed to its
+reader), in-place ops that functionalization rewrites specially (`resize_`), nested graphs other
+than no-grad regions, SymInt arithmetic, tensor-subclass weights, tensor constants made inside a
+decomposition, `lift_fresh_copy` inside a decomposition, ops returning neither tensors nor nothing.
+tests/test_opinfo_differential.py checks the result against ExecuTorch's `to_edge` over torch's
+operator database; tests/test_llm_local_decompose.py the Llama's `.pte` and `.ptd` bytes against the
+retrace's, both steps."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import keyword
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._export.verifier import Verifier
-from torch._export.utils import _is_preservable_cia_op, _special_op_to_preserve_cia
 from torch._guards import detect_fake_mode
-from torch._ops import HigherOrderOperator, OpOverload
+from torch._ops import OpOverload
 from torch.export import ExportedProgram
-from torch.export._trace import _ignore_backend_decomps
-from torch.export.exported_program import _override_composite_implicit_decomp
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 from torch.fx.traceback import NodeSource, NodeSourceAction
 from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_decomposed
 
-from texir.adapters.buffer_writes import BufferWrites, LazyView, NeedsRetrace as _Retrace, in_place_twin, retrace_inputs
+from texir.adapters.buffer_writes import (
+    BufferWrites, LazyView, NeedsRetrace as _Retrace, in_place_twin, inline_region, invisible_twin, retrace_inputs,
+    weight_meta,
+)
 from texir.adapters.fx_export import rebuilt_exported
 from texir.adapters.decompositions import (
-    edge_decomposition_table,
-    functional_overload,
-    has_subclass_state,
-    must_decompose_functionally,
+    as_the_retrace_decomposes, edge_decomposition_table, has_subclass_state, must_decompose_functionally,
+    preservable_composite,
 )
 from texir.adapters.fx_signature import signature_outputs
 from texir.adapters.symbolic_sizes import SYM_SIZE, SizeNodes, SizeOf
@@ -78,6 +81,7 @@ _METADATA_OPS = frozenset({torch.ops.aten.size.default, torch.ops.aten.stride.de
 
 _ALIAS = torch.ops.aten.alias.default
 _LIFT_FRESH_COPY = torch.ops.aten.lift_fresh_copy.default
+_COPY = torch.ops.aten.copy.default
 
 _FUNCTIONALIZED = frozenset({_ALIAS, torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default})
 """Ops the retrace's functionalization drops or rewrites depending on where they come from."""
@@ -89,9 +93,6 @@ _SPECIAL_FUNCTIONALIZATION = frozenset({"resize_", "resize_as_", "set_", "_resiz
 _DETACH_ = torch.ops.aten.detach_.default
 """An in-place detach: functionalization drops it (the value is its input's), whereas its functional
 twin `detach` stays a node (or becomes `alias` in the edge decomposition)."""
-
-_READER_META = tuple(k for k in torch.fx.proxy._COPY_META_FIELDS if k not in ("custom", "nn_module_stack"))
-"""What the retrace copies onto a weight from the nodes reading it (torch's `_collect_param_buffer_metadata`)."""
 
 _SET_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 """A no-grad region (a rotary embedding's): the retrace inlines it."""
@@ -168,7 +169,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         not."""
         found = self.preserved_cache.get(func)
         if found is None:
-            found = self.preserved_cache[func] = func not in self.table and _preservable_composite(func)
+            found = self.preserved_cache[func] = func not in self.table and preservable_composite(func)
         return found
 
     def in_place_source(self) -> bool:
@@ -263,31 +264,6 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             node.meta["val"] = val
 
 
-def _preservable_composite(func: OpOverload) -> bool:
-    return bool(_is_preservable_cia_op(func))
-
-
-def _functional(node: torch.fx.Node) -> OpOverload | None:
-    """The functional twin of an in-place node whose mutation nothing can see (it writes an
-    intermediate value that only it reads, not a view of another): what functionalization gives.
-    None otherwise."""
-    target = node.target
-    written = node.args[0] if node.args else None
-    if not isinstance(target, OpOverload) or not isinstance(written, torch.fx.Node):
-        return None
-    if written.op != "call_function" or len(written.users) != 1:
-        return None
-    schema = getattr(written.target, "_schema", None)
-    if schema is None:
-        return None
-    if schema.is_mutable:  # a chain of in-place ops (relu_ on add_): each must be invisible
-        if _functional(written) is None:
-            return None
-    elif any(r.alias_info is not None for r in schema.returns):
-        return None
-    return functional_overload(target)
-
-
 def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
     target = node.target
     if target is operator.getitem:
@@ -320,7 +296,7 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         buffer = rec.buffers.buffer_of(env.get(written)) if isinstance(written, torch.fx.Node) else None
         if buffer is not None and not rec.functional_only:
             raise _Retrace(f"{target} writes buffer {buffer!r} (made functional in a step of its own)")
-        twin = _functional(node) if buffer is None else in_place_twin(target)
+        twin = invisible_twin(node) if buffer is None else in_place_twin(target)
         if twin is None:
             raise _Retrace(f"{target} mutates a value something else can see")
         if target is _DETACH_:  # no node, as after the retrace's functionalization
@@ -362,30 +338,12 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
 
 
 def _inlined(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
-    """A `wrap_with_set_grad_enabled(False, graph, *args)` region's nodes, in its place (the
-    recorder runs without grad anyway), as the retrace leaves them; its results as a tuple."""
-    enabled, sub, *args = node.args
-    graph = env.get(sub) if isinstance(sub, torch.fx.Node) else None
-    if enabled is not False or not isinstance(graph, torch.fx.GraphModule):
-        raise _Retrace(f"{node.name!r}: a grad-enabled region, or one that is not a graph")
-    inner: dict[torch.fx.Node, Any] = {}
-    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(args) or not all(isinstance(a, torch.fx.Node) for a in args):
-        raise _Retrace(f"{node.name!r}: a region called with other than its inputs")
-    inner.update((p, env[cast(torch.fx.Node, a)]) for p, a in zip(placeholders, args))
-    for sub_node in graph.graph.nodes:
-        if sub_node.op == "call_function":
-            rec.source = node  # (the retrace attributes the region's nodes to its call)
-            rec.fresh.clear()
-            inner[sub_node] = _decompose_node(rec, sub_node, inner)
-        elif sub_node.op == "output":
-            results = sub_node.args[0]
-            if not isinstance(results, (tuple, list)) or not all(isinstance(r, torch.fx.Node) for r in results):
-                raise _Retrace(f"{node.name!r}: a region returning other than a tuple of values")
-            return tuple(inner[r] for r in results)
-        elif sub_node.op != "placeholder":
-            raise _Retrace(f"{node.name!r}: a region holding {sub_node.op} nodes")
-    raise _Retrace(f"{node.name!r}: a region without an output")  # pragma: no cover - FX graphs end so
+    def run(sub_node: torch.fx.Node, inner: dict[torch.fx.Node, Any]) -> Any:
+        rec.source = node  # (the retrace attributes the region's nodes to its call)
+        rec.fresh.clear()
+        return _decompose_node(rec, sub_node, inner)
+
+    return inline_region(node, env, run)
 
 
 def decompose_locally(
@@ -407,36 +365,12 @@ def decompose_locally(
     try:
         if exact_names and ep.range_constraints:
             raise _Retrace("dynamic shapes (the retrace's node names are asked for)")
-        with _as_the_retrace_decomposes(() if functional_only else keep):
+        with as_the_retrace_decomposes(() if functional_only else keep):
             return _rewrite(ep, set(keep), functional_only=functional_only, exact_names=exact_names)
     except _Retrace as exc:
         if why is not None:
             why.append(str(exc))
         return None
-
-
-@contextlib.contextmanager
-def _as_the_retrace_decomposes(keep: Iterable[str]) -> Iterator[None]:
-    """What torch's retrace sets around its trace that changes which ops a decomposition calls:
-    oneDNN, NNPACK and cuDNN off (lstm's decomposition asks whether oneDNN is on, not what the CPU
-    can do, and then calls `mkldnn_rnn_layer`, which ExecuTorch's runtime has no kernel for, where
-    the retrace unrolls the cells), and the composite ops in `keep` kept from their C++ composite
-    kernel wherever they are called (each cell of lstm's decomposition calls `F.linear`): they
-    reach the recorder, which records them whole, as the retrace's tracer does."""
-    shielded: dict[Any, Callable[..., Any]] = {}
-    for name in keep:
-        op = resolve_target(name)
-        if isinstance(op, OpOverload) and _preservable_composite(op):
-            shielded[op] = _special_op_to_preserve_cia
-    with _ignore_backend_decomps():
-        if not shielded:
-            yield
-            return
-        # The edge table is built once per process, from each composite op's kernel at that time:
-        # built under the shield, it would keep `shielded` whole for good (torch's retrace too).
-        edge_decomposition_table()
-        with _override_composite_implicit_decomp(shielded):
-            yield
 
 
 def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = False, exact_names: bool = True) -> ExportedProgram:
@@ -479,14 +413,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
         p = rec.graph.placeholder(f"arg{i}_1")
         p.meta = {k: node.meta[k] for k in ("val", "tensor_meta") if k in node.meta}
         if spec.kind.name in ("PARAMETER", "BUFFER"):
-            # The retrace gives a weight its old metadata back, updated with what its readers say
-            # of themselves (the last one first), but for its module stack and stack trace
-            p.meta.update(node.meta)
-            for user in node.users:
-                if user.op == "call_function" and not isinstance(user.target, HigherOrderOperator):
-                    p.meta.update((k, user.meta[k]) for k in _READER_META if k in user.meta)
-            p.meta.pop("nn_module_stack", None)
-            p.meta.pop("stack_trace", None)
+            p.meta.update(weight_meta(node))
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and val.requires_grad:
             with fake_mode:
@@ -525,7 +452,13 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
         if not isinstance(results, (tuple, list)):
             raise _Retrace("the program's outputs are not a tuple")
         results = (*(n for _, n in mutations), *results)
-    rec.graph.output(torch.fx.node.map_arg(results, lambda n: n if n.graph is rec.graph else env[n]))
+    out = rec.graph.output(torch.fx.node.map_arg(results, lambda n: n if n.graph is rec.graph else env[n]))
+    specs = [o for o, _ in mutations] + [o for o, _ in signature_outputs(ep)]
+    for o, value in zip(specs, _items(out.args[0])):
+        if o.kind is OutputKind.BUFFER_MUTATION and isinstance(value, torch.fx.Node) and value.target is _COPY:
+            # (torch's _remove_unnecessary_copy_op_pass: a buffer overwritten whole takes the value)
+            value.replace_all_uses_with(cast(torch.fx.Node, value.args[1]))
+            rec.graph.erase_node(value)
     taken = {n.name for n in rec.graph.nodes if n.op != "placeholder"}
     for p, name in renames:
         if name in taken:
@@ -534,18 +467,21 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
         if name.isidentifier() and not keyword.iskeyword(name):
             p.target = name  # (forward()'s parameter: a keyword or `x.1` keeps FX's legal one)
     rec.graph.eliminate_dead_code()
-    output_specs = [spec for spec, _ in mutations]
-    for out, value in signature_outputs(ep):
-        arg = out.arg
-        if isinstance(arg, TensorArgument):
-            arg = TensorArgument(name=env[value].name)
-        output_specs.append(OutputSpec(kind=out.kind, arg=arg, target=out.target))
+    output_specs = [
+        OutputSpec(kind=o.kind, arg=TensorArgument(name=value.name), target=o.target)
+        if isinstance(o.arg, TensorArgument) else o
+        for o, value in zip(specs, _items(out.args[0]))
+    ]
     return rebuilt_exported(
         ep,
         graph_module=torch.fx.GraphModule(ep.graph_module, rec.graph),
         graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
         verifiers=[Verifier],  # ATen, what run_decompositions gives back, whatever `ep`'s dialect
     )
+
+
+def _items(results: Any) -> tuple[Any, ...]:
+    return tuple(results) if isinstance(results, (tuple, list)) else (results,)
 
 
 def functional_program(ep: ExportedProgram, *, why: list[str] | None = None) -> ExportedProgram:
