@@ -145,3 +145,15 @@ def test_functionalizing_falls_back_to_the_retrace_and_says_why(module: type[tor
     assert reason in step.reason
     # the retrace's program is what lowering continued with: the buffer update is an output
     assert any(isinstance(o, BufferMutation) for o in lowered.program.signature.outputs)
+
+
+def test_nodes_with_nothing_to_decompose_take_the_exports_values(exported: dict[str, torch.export.ExportedProgram]) -> None:
+    """A core-ATen node with nothing to decompose, reading the program's own values, keeps the value
+    export computed (no fake-tensor dispatch): most nodes of the functional step do. Ops that
+    decompose, functional twins of in-place writes and their readers get values of their own."""
+    ep = exported["dynamic"]
+    own = {id(n.meta["val"]) for n in ep.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)}
+    calls = [n for n in functional_program(ep).graph.nodes if n.op == "call_function"]
+    kept = [n for n in calls if id(n.meta.get("val")) in own]
+    assert len(kept) > len(calls) // 2
+    assert not any("index_copy" in str(n.target) for n in kept)  # the cache writes: functional twins

@@ -57,15 +57,12 @@ from torch.export.graph_signature import ExportGraphSignature, OutputKind, Outpu
 from torch.fx.traceback import NodeSource, NodeSourceAction
 from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_decomposed
 
-from texir.adapters.buffer_writes import (
-    BufferWrites, LazyView, NeedsRetrace as _Retrace, in_place_twin, inline_region, invisible_twin, retrace_inputs,
-    weight_meta,
-)
+from texir.adapters.buffer_writes import BufferWrites, LazyView, NeedsRetrace as _Retrace, in_place_twin, inline_region
+from texir.adapters.buffer_writes import invisible_twin, retrace_inputs, weight_meta
+from texir.adapters.dispatch_free import known_value, plain_op
 from texir.adapters.fx_export import rebuilt_exported
-from texir.adapters.decompositions import (
-    as_the_retrace_decomposes, edge_decomposition_table, has_subclass_state, must_decompose_functionally,
-    preservable_composite,
-)
+from texir.adapters.decompositions import as_the_retrace_decomposes, edge_decomposition_table, has_subclass_state
+from texir.adapters.decompositions import must_decompose_functionally, preservable_composite
 from texir.adapters.fx_signature import signature_outputs
 from texir.adapters.symbolic_sizes import SYM_SIZE, SizeNodes, SizeOf
 from texir.adapters.targets import canonical_target, dispatch_form, resolve_target
@@ -85,6 +82,7 @@ _COPY = torch.ops.aten.copy.default
 
 _FUNCTIONALIZED = frozenset({_ALIAS, torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default})
 """Ops the retrace's functionalization drops or rewrites depending on where they come from."""
+_NOT_PLAIN = _FUNCTIONALIZED | _METADATA_OPS
 
 _SPECIAL_FUNCTIONALIZATION = frozenset({"resize_", "resize_as_", "set_", "_resize_output_"})
 """In-place ops functionalization does not replace by their functional twins (`resize_` becomes
@@ -186,8 +184,11 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             self.kept_cache[func] = found
         return found
 
-    def record(self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False) -> Any:
-        """A node for `func`; `whole` when it is the program's own node, not one of a decomposition."""
+    def record(
+        self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: torch.Tensor | None = None
+    ) -> Any:
+        """A node for `func`; `whole` when it is the program's own node, not one of a decomposition;
+        `known` its value when the program's node already holds it (no fake-tensor dispatch)."""
         if self.written and any(r.alias_info is not None for r in func._schema.returns) and any(
             id(a) in self.written for a in torch.utils._pytree.tree_leaves((args, kwargs))
         ):
@@ -219,8 +220,11 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             self.buffers.note_view(viewed[0], self.lazy[id(val)])
             return val
         node = self.node_for(func, args, kwargs)
-        with self.fake_mode, torch.no_grad():  # values of the retrace carry no autograd state
-            val = func(*args, **kwargs)
+        if known is not None:
+            val = known
+        else:
+            with self.fake_mode, torch.no_grad():  # values of the retrace carry no autograd state
+                val = func(*args, **kwargs)
         self.annotate(node, val)
         if viewed is not None:  # a view of a buffer's value: out of date once the buffer is written
             self.buffers.note_view(viewed[0], node)
@@ -316,8 +320,10 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         return rec.inputs.get(got, got.meta["val"])
 
     args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
-    if rec.keeps(target) or rec.preserved(target) or target in (_ALIAS, _LIFT_FRESH_COPY):
-        val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True)  # kept whole (an alias or constant copy: the program's own)
+    whole = rec.keeps(target) or rec.preserved(target) or plain_op(target, rec.table, _NOT_PLAIN)
+    if whole or target in (_ALIAS, _LIFT_FRESH_COPY):  # kept whole (an alias or constant copy: the program's own)
+        known = known_value(node, env, rec.nodes) if whole and not in_place and target not in _FUNCTIONALIZED else None
+        val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True, known=known)
     else:
         decomposition = rec.table.get(target)
         with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
