@@ -4,14 +4,17 @@ _default_decomposition_table in ExecuTorch 1.5.1)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 import torch
 from torch._decomp import get_decompositions
-from torch._export.utils import _is_preservable_cia_op
+from torch._export.utils import _is_preservable_cia_op, _special_op_to_preserve_cia
 from torch._ops import OpOverload, OpOverloadPacket
+from torch.export._trace import _ignore_backend_decomps
+from torch.export.exported_program import _override_composite_implicit_decomp
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from texir.adapters.targets import canonical_target, resolve_target
@@ -22,6 +25,7 @@ from texir.ir import CallFunction, Program
 __all__ = [
     "EXTRA_EDGE_DECOMPOSITIONS",
     "KEPT_NAMESPACES",
+    "as_the_retrace_decomposes",
     "decompose_nodes",
     "edge_decomposition_table",
     "functional_names",
@@ -31,6 +35,7 @@ __all__ = [
     "graph_modules",
     "has_subclass_state",
     "must_decompose_functionally",
+    "preservable_composite",
 ]
 
 EXTRA_EDGE_DECOMPOSITIONS: tuple[str, ...] = ("aten::linalg_vector_norm.default",)
@@ -65,6 +70,35 @@ def edge_decomposition_table(keep: Iterable[str] = ()) -> dict[OpOverload | OpOv
     for name in keep:
         table.pop(_op(name), None)
     return table
+
+
+def preservable_composite(op: OpOverload) -> bool:
+    """A CompositeImplicitAutograd op torch's retrace keeps whole (a functional one)."""
+    return bool(_is_preservable_cia_op(op))
+
+
+@contextlib.contextmanager
+def as_the_retrace_decomposes(keep: Iterable[str]) -> Iterator[None]:
+    """What torch's retrace sets around its trace that changes which ops a decomposition calls:
+    oneDNN, NNPACK and cuDNN off (lstm's decomposition asks whether oneDNN is on, not what the CPU
+    can do, and then calls `mkldnn_rnn_layer`, which ExecuTorch's runtime has no kernel for, where
+    the retrace unrolls the cells), and the composite ops in `keep` kept from their C++ composite
+    kernel wherever they are called (each cell of lstm's decomposition calls `F.linear`): they
+    reach the recorder, which records them whole, as the retrace's tracer does."""
+    shielded: dict[Any, Callable[..., Any]] = {}
+    for name in keep:
+        op = resolve_target(name)
+        if isinstance(op, OpOverload) and preservable_composite(op):
+            shielded[op] = _special_op_to_preserve_cia
+    with _ignore_backend_decomps():
+        if not shielded:
+            yield
+            return
+        # The edge table is built once per process, from each composite op's kernel at that time:
+        # built under the shield, it would keep `shielded` whole for good (torch's retrace too).
+        edge_decomposition_table()
+        with _override_composite_implicit_decomp(shielded):
+            yield
 
 
 def must_decompose_functionally(op: Any) -> bool:

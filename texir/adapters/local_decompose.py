@@ -21,47 +21,49 @@ gets the dispatcher's positional form.
 A functional program whose signature updates buffers (a static KV cache after
 `run_decompositions({})`) is rewritten too, and one with dynamic shapes when other node names are
 fine (`exact_names=False`; `texir.adapters.symbolic_sizes`: the retrace numbers the SymInt
-arithmetic of its tracing and drops it, so its names skip numbers these do not).
+arithmetic of its tracing and drops it, so its names skip numbers these do not). Making a language
+model's export functional (`functional_only`) is done the same way (`texir.adapters.buffer_writes`):
+a `wrap_with_set_grad_enabled(False)` region inlined, each in-place write of a whole buffer
+(`index_copy_`, `copy_`, `add_`) its functional twin and a `BUFFER_MUTATION` output, a view of a
+written buffer made where it is read, as its reader's node.
 
 Anything it cannot do that way answers None (saying why) and the caller retraces: an in-place
-write of an input or buffer, an in-place op on a value something else reads or on a view, a view
-of a value an in-place op wrote (functionalization replays it where it is read: a node named and
-attributed to its reader), in-place ops that functionalization rewrites specially (`resize_`),
-nested graphs, SymInt arithmetic, tensor-subclass weights, tensor constants made inside a
-decomposition, `lift_fresh_copy` inside a decomposition, ops returning neither tensors nor
-nothing. tests/test_opinfo_differential.py checks the result against ExecuTorch's `to_edge` over
-torch's operator database; tests/test_llm_local_decompose.py the Llama's `.pte` and `.ptd` bytes
-against the retrace's."""
+write of an input, of a view of a buffer (`cache[:, :n].copy_(x)`: a `slice_scatter` there) or,
+outside `functional_only`, of a buffer; a buffer's value (or a view of it) read after a write
+replaced it; an in-place op on a value something else reads or on a view, a view of a value such an
+op wrote (functionalization replays it where it is read: a node named and attributed to its
+reader), in-place ops that functionalization rewrites specially (`resize_`), nested graphs other
+than no-grad regions, SymInt arithmetic, tensor-subclass weights, tensor constants made inside a
+decomposition, `lift_fresh_copy` inside a decomposition, ops returning neither tensors nor nothing.
+tests/test_opinfo_differential.py checks the result against ExecuTorch's `to_edge` over torch's
+operator database; tests/test_llm_local_decompose.py the Llama's `.pte` and `.ptd` bytes against the
+retrace's, both steps."""
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import keyword
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._export.verifier import Verifier
-from torch._export.utils import _is_preservable_cia_op, _special_op_to_preserve_cia
 from torch._guards import detect_fake_mode
 from torch._ops import OpOverload
 from torch.export import ExportedProgram
-from torch.export._trace import _ignore_backend_decomps
-from torch.export.exported_program import _override_composite_implicit_decomp
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 from torch.fx.traceback import NodeSource, NodeSourceAction
 from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_decomposed
 
+from texir.adapters.buffer_writes import BufferWrites, LazyView, NeedsRetrace as _Retrace, in_place_twin, inline_region
+from texir.adapters.buffer_writes import invisible_twin, retrace_inputs, weight_meta
+from texir.adapters.dispatch_free import known_value, plain_op
 from texir.adapters.fx_export import rebuilt_exported
-from texir.adapters.decompositions import (
-    edge_decomposition_table,
-    functional_overload,
-    has_subclass_state,
-    must_decompose_functionally,
-)
-from texir.adapters.fx_signature import signature_inputs, signature_outputs
+from texir.adapters.decompositions import as_the_retrace_decomposes, edge_decomposition_table, has_subclass_state
+from texir.adapters.decompositions import must_decompose_functionally, preservable_composite
+from texir.adapters.fx_signature import signature_outputs
 from texir.adapters.symbolic_sizes import SYM_SIZE, SizeNodes, SizeOf
 from texir.adapters.targets import canonical_target, dispatch_form, resolve_target
 from texir.adapters.torch_patches import run_decompositions
@@ -76,9 +78,11 @@ _METADATA_OPS = frozenset({torch.ops.aten.size.default, torch.ops.aten.stride.de
 
 _ALIAS = torch.ops.aten.alias.default
 _LIFT_FRESH_COPY = torch.ops.aten.lift_fresh_copy.default
+_COPY = torch.ops.aten.copy.default
 
 _FUNCTIONALIZED = frozenset({_ALIAS, torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default})
 """Ops the retrace's functionalization drops or rewrites depending on where they come from."""
+_NOT_PLAIN = _FUNCTIONALIZED | _METADATA_OPS
 
 _SPECIAL_FUNCTIONALIZATION = frozenset({"resize_", "resize_as_", "set_", "_resize_output_"})
 """In-place ops functionalization does not replace by their functional twins (`resize_` becomes
@@ -88,12 +92,8 @@ _DETACH_ = torch.ops.aten.detach_.default
 """An in-place detach: functionalization drops it (the value is its input's), whereas its functional
 twin `detach` stays a node (or becomes `alias` in the edge decomposition)."""
 
-_INPUT_ORDER = {"PARAMETER": 0, "CONSTANT_TENSOR": 1, "BUFFER": 2, "USER_INPUT": 3}
-"""The inputs this handles, in the order the retrace lifts them."""
-
-
-class _Retrace(Exception):
-    """This node needs torch's retrace."""
+_SET_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
+"""A no-grad region (a rotary embedding's): the retrace inlines it."""
 
 
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
@@ -117,6 +117,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.inputs: dict[torch.fx.Node, Any] = {}  # weights' values without autograd state
         self.written: set[int] = set()  # ids of the values in-place ops (made functional) wrote
         self.sizes = SizeNodes(self.graph, self.annotate)  # which node gives each symbolic size
+        self.buffers = BufferWrites(())  # each buffer's value so far (in-place writes made functional)
+        self.lazy: dict[int, LazyView] = {}  # views of buffers' new values, made where read
 
     def bind(self, value: Any, node: torch.fx.Node) -> None:
         self.nodes[id(value)] = node
@@ -130,6 +132,14 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
 
     def node_of(self, value: Any) -> torch.fx.Node:
         node = self.nodes.get(id(value))
+        lazy = self.lazy.pop(id(value), None) if node is None else None
+        if lazy is not None:
+            # Read at last: functionalization replays the view here, as its reader's node (the
+            # views it first made are dead code)
+            self.buffers.check_read(lazy)
+            node = self.node_for(lazy.func, lazy.args, lazy.kwargs)
+            self.annotate(node, value)
+            self.bind(value, node)
         if node is None:
             raise _Retrace("a tensor made inside a decomposition (a constant)")
         return node
@@ -157,7 +167,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         not."""
         found = self.preserved_cache.get(func)
         if found is None:
-            found = self.preserved_cache[func] = func not in self.table and _preservable_composite(func)
+            found = self.preserved_cache[func] = func not in self.table and preservable_composite(func)
         return found
 
     def in_place_source(self) -> bool:
@@ -174,8 +184,11 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             self.kept_cache[func] = found
         return found
 
-    def record(self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False) -> Any:
-        """A node for `func`; `whole` when it is the program's own node, not one of a decomposition."""
+    def record(
+        self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: torch.Tensor | None = None
+    ) -> Any:
+        """A node for `func`; `whole` when it is the program's own node, not one of a decomposition;
+        `known` its value when the program's node already holds it (no fake-tensor dispatch)."""
         if self.written and any(r.alias_info is not None for r in func._schema.returns) and any(
             id(a) in self.written for a in torch.utils._pytree.tree_leaves((args, kwargs))
         ):
@@ -197,17 +210,24 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             func = torch.ops.aten.clone.default
         if func._schema.is_mutable or (func in _FUNCTIONALIZED and func is not _ALIAS and not whole):
             raise _Retrace(f"{func} mutates, or is one functionalization rewrites")
-        node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, self.node_of, (args, kwargs))
-        if any(isinstance(a, (torch.SymFloat, torch.SymBool)) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
-            raise _Retrace(f"{func} takes a symbolic float or bool")
-        node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.SymInt, self.sym_node_of, (node_args, node_kwargs))
-        node = self.graph.create_node(
-            "call_function", func, tuple(node_args), dict(node_kwargs),
-            name=self.graph._target_to_str(func.overloadpacket.__name__),
-        )
-        with self.fake_mode, torch.no_grad():  # values of the retrace carry no autograd state
-            val = func(*args, **kwargs)
+        viewed = self.buffers.viewed(func, args, self.nodes, self.lazy)
+        if viewed is not None and viewed[1]:  # a view of a buffer's new value: made where it is read
+            with self.fake_mode, torch.no_grad():
+                val = func(*args, **kwargs)
+            self.lazy[id(val)] = LazyView(val, func, args, kwargs)
+            self.alive.append(val)
+            self.fresh.add(id(val))
+            self.buffers.note_view(viewed[0], self.lazy[id(val)])
+            return val
+        node = self.node_for(func, args, kwargs)
+        if known is not None:
+            val = known
+        else:
+            with self.fake_mode, torch.no_grad():  # values of the retrace carry no autograd state
+                val = func(*args, **kwargs)
         self.annotate(node, val)
+        if viewed is not None:  # a view of a buffer's value: out of date once the buffer is written
+            self.buffers.note_view(viewed[0], node)
         if isinstance(val, torch.Tensor):
             self.bind(val, node)
             self.fresh.add(id(val))
@@ -220,6 +240,20 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         elif val is not None or func._schema.returns:
             raise _Retrace(f"{func} returns {type(val).__name__}")
         return val
+
+    def node_for(self, func: OpOverload, args: Any, kwargs: Any) -> torch.fx.Node:
+        node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, self.node_of, (args, kwargs))
+        if any(isinstance(a, (torch.SymFloat, torch.SymBool)) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
+            raise _Retrace(f"{func} takes a symbolic float or bool")
+        node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.SymInt, self.sym_node_of, (node_args, node_kwargs))
+        return self.graph.create_node(
+            "call_function", func, tuple(node_args), dict(node_kwargs),
+            name=self.graph._target_to_str(func.overloadpacket.__name__),
+        )
+
+    def value_of(self, value: Any) -> torch.fx.Node | LazyView:
+        """The node giving `value`, or the view of a buffer's new value not made yet."""
+        return self.lazy.get(id(value)) or self.node_of(value)
 
     def annotate(self, node: torch.fx.Node, val: Any) -> None:
         source = self.source
@@ -234,31 +268,6 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             node.meta["val"] = val
 
 
-def _preservable_composite(func: OpOverload) -> bool:
-    return bool(_is_preservable_cia_op(func))
-
-
-def _functional(node: torch.fx.Node) -> OpOverload | None:
-    """The functional twin of an in-place node whose mutation nothing can see (it writes an
-    intermediate value that only it reads, not a view of another): what functionalization gives.
-    None otherwise."""
-    target = node.target
-    written = node.args[0] if node.args else None
-    if not isinstance(target, OpOverload) or not isinstance(written, torch.fx.Node):
-        return None
-    if written.op != "call_function" or len(written.users) != 1:
-        return None
-    schema = getattr(written.target, "_schema", None)
-    if schema is None:
-        return None
-    if schema.is_mutable:  # a chain of in-place ops (relu_ on add_): each must be invisible
-        if _functional(written) is None:
-            return None
-    elif any(r.alias_info is not None for r in schema.returns):
-        return None
-    return functional_overload(target)
-
-
 def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
     target = node.target
     if target is operator.getitem:
@@ -266,6 +275,8 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         if not isinstance(parts, tuple) or not isinstance(index, int):
             raise _Retrace("getitem of a non-tuple")
         return parts[index]
+    if target is _SET_GRAD and rec.functional_only:
+        return _inlined(rec, node, env)
     if not isinstance(target, OpOverload):
         raise _Retrace(f"{target} is not an ATen op")
     if target is SYM_SIZE:  # a node of the program reading a size: kept where it is
@@ -285,7 +296,11 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         # identity, and anything it mutates reaches the recorder, which refuses it.)
         if target.overloadpacket.__name__ in _SPECIAL_FUNCTIONALIZATION:
             raise _Retrace(f"{target} is functionalized specially (not as its functional twin)")
-        twin = _functional(node)
+        written = node.args[0] if node.args else None
+        buffer = rec.buffers.buffer_of(env.get(written)) if isinstance(written, torch.fx.Node) else None
+        if buffer is not None and not rec.functional_only:
+            raise _Retrace(f"{target} writes buffer {buffer!r} (made functional in a step of its own)")
+        twin = invisible_twin(node) if buffer is None else in_place_twin(target)
         if twin is None:
             raise _Retrace(f"{target} mutates a value something else can see")
         if target is _DETACH_:  # no node, as after the retrace's functionalization
@@ -293,34 +308,48 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         target = twin
         in_place = True
     else:
-        in_place = False
+        in_place, buffer = False, None
 
     def fake(v: Any) -> Any:
         got = env[v]
+        rec.buffers.check_read(got)
         if isinstance(got, tuple):
             raise _Retrace("a multi-result value used whole")
-        if isinstance(got, SizeOf):
+        if isinstance(got, (SizeOf, LazyView)):
             return got.value
         return rec.inputs.get(got, got.meta["val"])
 
     args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
-    if rec.keeps(target) or rec.preserved(target) or target in (_ALIAS, _LIFT_FRESH_COPY):
-        val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True)  # kept whole (an alias or constant copy: the program's own)
+    whole = rec.keeps(target) or rec.preserved(target) or plain_op(target, rec.table, _NOT_PLAIN)
+    if whole or target in (_ALIAS, _LIFT_FRESH_COPY):  # kept whole (an alias or constant copy: the program's own)
+        known = known_value(node, env, rec.nodes) if whole and not in_place and target not in _FUNCTIONALIZED else None
+        val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True, known=known)
     else:
         decomposition = rec.table.get(target)
         with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
             val = decomposition(*args, **kwargs) if decomposition is not None else target(*args, **kwargs)
     if isinstance(val, torch.Tensor):
-        if in_place:
+        if buffer is not None:  # the buffer's new value
+            rec.buffers.write(buffer, env[cast(torch.fx.Node, written)], rec.node_of(val))
+        elif in_place:
             rec.written.add(id(val))
-        return rec.node_of(val)
+        return rec.value_of(val)
     if isinstance(val, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in val):
         if in_place:
             rec.written.update(id(v) for v in val)
-        return tuple(rec.node_of(v) for v in val)
+        return tuple(rec.value_of(v) for v in val)
     if val is None and not target._schema.returns:
         return None  # an assertion: recorded, no value
     raise _Retrace(f"{target} returns {type(val).__name__}")
+
+
+def _inlined(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+    def run(sub_node: torch.fx.Node, inner: dict[torch.fx.Node, Any]) -> Any:
+        rec.source = node  # (the retrace attributes the region's nodes to its call)
+        rec.fresh.clear()
+        return _decompose_node(rec, sub_node, inner)
+
+    return inline_region(node, env, run)
 
 
 def decompose_locally(
@@ -342,80 +371,55 @@ def decompose_locally(
     try:
         if exact_names and ep.range_constraints:
             raise _Retrace("dynamic shapes (the retrace's node names are asked for)")
-        with _as_the_retrace_decomposes(() if functional_only else keep):
-            return _rewrite(ep, set(keep), functional_only=functional_only)
+        with as_the_retrace_decomposes(() if functional_only else keep):
+            return _rewrite(ep, set(keep), functional_only=functional_only, exact_names=exact_names)
     except _Retrace as exc:
         if why is not None:
             why.append(str(exc))
         return None
 
 
-@contextlib.contextmanager
-def _as_the_retrace_decomposes(keep: Iterable[str]) -> Iterator[None]:
-    """What torch's retrace sets around its trace that changes which ops a decomposition calls:
-    oneDNN, NNPACK and cuDNN off (lstm's decomposition asks whether oneDNN is on, not what the CPU
-    can do, and then calls `mkldnn_rnn_layer`, which ExecuTorch's runtime has no kernel for, where
-    the retrace unrolls the cells), and the composite ops in `keep` kept from their C++ composite
-    kernel wherever they are called (each cell of lstm's decomposition calls `F.linear`): they
-    reach the recorder, which records them whole, as the retrace's tracer does."""
-    shielded: dict[Any, Callable[..., Any]] = {}
-    for name in keep:
-        op = resolve_target(name)
-        if isinstance(op, OpOverload) and _preservable_composite(op):
-            shielded[op] = _special_op_to_preserve_cia
-    with _ignore_backend_decomps():
-        if not shielded:
-            yield
-            return
-        # The edge table is built once per process, from each composite op's kernel at that time:
-        # built under the shield, it would keep `shielded` whole for good (torch's retrace too).
-        edge_decomposition_table()
-        with _override_composite_implicit_decomp(shielded):
-            yield
-
-
-def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = False) -> ExportedProgram:
+def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = False, exact_names: bool = True) -> ExportedProgram:
     sig = ep.graph_signature
     if any(s.kind not in (OutputKind.USER_OUTPUT, OutputKind.BUFFER_MUTATION) for s in sig.output_specs):
         raise _Retrace("the program mutates an input or has outputs other than tensors and buffer updates")
     if any(s.kind is OutputKind.BUFFER_MUTATION for s in sig.output_specs) and any(
         isinstance(n.target, OpOverload) and n.target._schema.is_mutable for n in ep.graph.nodes
     ):
-        raise _Retrace("the program mutates a buffer in place (it is not functional yet)")
-    if any(spec.kind.name not in _INPUT_ORDER for spec in sig.input_specs):
-        raise _Retrace("inputs other than tensors (tokens, custom objects)")
+        raise _Retrace("the program both returns buffer updates and writes buffers in place")
+    inputs = retrace_inputs(ep)
     if has_subclass_state(ep):
         raise _Retrace("tensor-subclass weights")
     graph = ep.graph_module.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    if any(n.op not in ("placeholder", "output", "call_function") for n in graph.nodes):
-        raise _Retrace("nested graphs or modules (get_attr, call_module)")
+    regions = {
+        n: getattr(ep.graph_module, str(n.target), None) for n in graph.nodes
+        if n.op == "get_attr" and functional_only and n.users and all(u.target is _SET_GRAD for u in n.users)
+    }
+    if any(n.op not in ("placeholder", "output", "call_function") and n not in regions for n in graph.nodes):
+        raise _Retrace("nested graphs or modules (get_attr, call_module) other than no-grad regions")
     fake_mode = detect_fake_mode([n.meta.get("val") for n in placeholders])
     if fake_mode is None:
         raise _Retrace("no fake values on the inputs")
     table = {} if functional_only else edge_decomposition_table(kept)
     rec = _Recorder(table, kept, fake_mode, functional_only=functional_only)
-    env: dict[torch.fx.Node, Any] = {}
+    env: dict[torch.fx.Node, Any] = dict(regions)
     # Inputs take their final names after the calls are named, as export renames the retrace's
     # placeholders at the end.
     # The retrace lifts tensor constants right after the parameters, before the buffers.
     # Each spec's placeholder is found by position (the names differ in a graph FX rebuilt), and
-    # takes the spec's name, as the retrace gives it.
-    inputs = sorted(signature_inputs(ep), key=lambda pair: _INPUT_ORDER[pair[0].kind.name])
-    input_specs = [spec for spec, _ in inputs]
+    # takes the name the retrace gives it (a weight's from its target).
+    input_specs = [
+        dataclasses.replace(spec, arg=TensorArgument(name=name)) if isinstance(spec.arg, TensorArgument) else spec
+        for spec, _, name in inputs
+    ]
     renames: list[tuple[torch.fx.Node, str]] = []
-    for i, (spec, node) in enumerate(inputs):
+    buffers: list[tuple[torch.fx.Node, str]] = []
+    for i, (spec, node, name) in enumerate(inputs):
         p = rec.graph.placeholder(f"arg{i}_1")
         p.meta = {k: node.meta[k] for k in ("val", "tensor_meta") if k in node.meta}
-        if spec.kind.name in ("PARAMETER", "BUFFER") and node.users:
-            # The retrace notes on a weight the torch function of its last reader.
-            last = list(node.users)[-1].meta.get("torch_fn")
-            if last is not None:
-                p.meta["torch_fn"] = last
-        if spec.kind.name in ("PARAMETER", "BUFFER") and ep.dialect != "TRAINING":
-            # The retrace of a program past export gives its weights their old metadata back,
-            # all of it (a training-IR program's weights keep only what export recorded on them)
-            p.meta.update(node.meta)
+        if spec.kind.name in ("PARAMETER", "BUFFER"):
+            p.meta.update(weight_meta(node))
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and val.requires_grad:
             with fake_mode:
@@ -425,7 +429,10 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
         if isinstance(val, torch.Tensor):
             rec.sizes.track(val, p)
         env[node] = p
-        renames.append((p, spec.arg.name))
+        renames.append((p, name))
+        if spec.kind.name == "BUFFER" and spec.target is not None:
+            buffers.append((p, spec.target))
+    rec.buffers = BufferWrites(buffers)
     try:
         for node in graph.nodes:
             if node.op == "call_function":
@@ -440,7 +447,24 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     flat = torch.utils._pytree.tree_leaves(outputs.args[0])
     if any(isinstance(n, torch.fx.Node) and not isinstance(env.get(n), torch.fx.Node) for n in flat):
         raise _Retrace("an output is a multi-result value or has no value")
-    rec.graph.output(torch.fx.node.map_arg(outputs.args[0], lambda n: env[n]))
+    for n in flat:
+        rec.buffers.check_read(env.get(n))
+    if exact_names and rec.buffers.views_of_written():
+        # (functionalization numbers the views it makes and drops before replaying them)
+        raise _Retrace("views of buffers written in place (the retrace's node names are asked for)")
+    mutations = rec.buffers.mutations()
+    results = outputs.args[0]
+    if mutations:  # the retrace returns the buffers' new values first
+        if not isinstance(results, (tuple, list)):
+            raise _Retrace("the program's outputs are not a tuple")
+        results = (*(n for _, n in mutations), *results)
+    out = rec.graph.output(torch.fx.node.map_arg(results, lambda n: n if n.graph is rec.graph else env[n]))
+    specs = [o for o, _ in mutations] + [o for o, _ in signature_outputs(ep)]
+    for o, value in zip(specs, _items(out.args[0])):
+        if o.kind is OutputKind.BUFFER_MUTATION and isinstance(value, torch.fx.Node) and value.target is _COPY:
+            # (torch's _remove_unnecessary_copy_op_pass: a buffer overwritten whole takes the value)
+            value.replace_all_uses_with(cast(torch.fx.Node, value.args[1]))
+            rec.graph.erase_node(value)
     taken = {n.name for n in rec.graph.nodes if n.op != "placeholder"}
     for p, name in renames:
         if name in taken:
@@ -449,12 +473,11 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
         if name.isidentifier() and not keyword.iskeyword(name):
             p.target = name  # (forward()'s parameter: a keyword or `x.1` keeps FX's legal one)
     rec.graph.eliminate_dead_code()
-    output_specs = []
-    for out, value in signature_outputs(ep):
-        arg = out.arg
-        if isinstance(arg, TensorArgument):
-            arg = TensorArgument(name=env[value].name)
-        output_specs.append(OutputSpec(kind=out.kind, arg=arg, target=out.target))
+    output_specs = [
+        OutputSpec(kind=o.kind, arg=TensorArgument(name=value.name), target=o.target)
+        if isinstance(o.arg, TensorArgument) else o
+        for o, value in zip(specs, _items(out.args[0]))
+    ]
     return rebuilt_exported(
         ep,
         graph_module=torch.fx.GraphModule(ep.graph_module, rec.graph),
@@ -463,11 +486,15 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     )
 
 
+def _items(results: Any) -> tuple[Any, ...]:
+    return tuple(results) if isinstance(results, (tuple, list)) else (results,)
+
+
 def functional_program(ep: ExportedProgram, *, why: list[str] | None = None) -> ExportedProgram:
     """`ep.run_decompositions({})`, what ExecuTorch shows partitioners' `ops_to_not_decompose`:
     without the retrace where `decompose_locally(functional_only=True)` can (the same program);
     `why`, if given, receives the reason when it cannot."""
-    local = decompose_locally(ep, functional_only=True, why=why)
+    local = decompose_locally(ep, functional_only=True, exact_names=False, why=why)
     if local is not None:
         return local
     return run_decompositions(ep, {})

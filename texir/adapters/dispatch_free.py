@@ -1,0 +1,65 @@
+"""Nodes `texir.adapters.local_decompose` records without a fake-tensor dispatch: an op with nothing
+to decompose, on inputs that hold the program's own values, gives the program's own value."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Set
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+from texir.adapters.symbolic_sizes import SizeOf
+
+__all__ = ["known_value", "plain_op"]
+
+
+def plain_op(op: OpOverload, table: Mapping[Any, Any], special: Set[OpOverload]) -> bool:
+    """Nothing to decompose: not in `special`, no entry in `table`, no composite kernel and no
+    Python kernel (which the Python dispatcher would run first), so the op reaches the recorder as
+    it is."""
+    return op not in table and op not in special and _kernel_free(op)
+
+
+@functools.cache
+def _kernel_free(op: OpOverload) -> bool:
+    return not op.py_kernels and not torch._C._dispatch_has_kernel_for_dispatch_key(
+        op.name(), "CompositeImplicitAutograd"  # type: ignore[no-untyped-call]  # OpOverload.name is untyped
+    )
+
+
+def known_value(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any], bound: Mapping[int, Any]) -> torch.Tensor | None:
+    """`node`'s own value, when its op is recorded whole on inputs holding the program's own values
+    (`env`: the new node of each; a weight's value detached) or its own symbolic sizes: the export
+    computed it from the same metadata, and it has no autograd state. None otherwise, or when the
+    value already stands for another node (`bound`, by id)."""
+    known = node.meta.get("val")
+    if not isinstance(known, torch.Tensor) or known.requires_grad or id(known) in bound or free_unbacked_symbols(known):
+        return None  # (a size only known at run time: the retrace names its own symbol)
+    for arg in node.all_input_nodes:
+        got, mine = env.get(arg), arg.meta.get("val")
+        if isinstance(got, SizeOf):
+            if not isinstance(mine, torch.SymInt) or _expr(mine) != _expr(got.value):
+                return None
+        elif not isinstance(got, torch.fx.Node) or not _same_meta(got.meta.get("val"), mine):
+            return None
+    return known
+
+
+def _expr(size: Any) -> Any:
+    return size.node.expr if isinstance(size, torch.SymInt) else size
+
+
+def _same_meta(a: Any, b: Any) -> bool:
+    """`a` and `b` are tensors of the same metadata (a value a decomposition handed through, such
+    as `to` of the same dtype, is its input's), compared without guarding symbolic sizes."""
+    if a is b:
+        return True
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    if (a.dtype, a.device, a.layout, a.requires_grad, a.dim()) != (b.dtype, b.device, b.layout, b.requires_grad, b.dim()):
+        return False
+    pairs = [*zip(a.shape, b.shape), *zip(a.stride(), b.stride()), (a.storage_offset(), b.storage_offset())]
+    return all(_expr(x) == _expr(y) for x, y in pairs)
