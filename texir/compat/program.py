@@ -27,6 +27,7 @@ from texir.executorch import (
     import_executorch_program,
     require_executorch,
     to_edge_exported_program,
+    to_executorch_exported_program,
 )
 from texir.ir import Program
 from texir.lowering.api import call_partitioner
@@ -236,9 +237,12 @@ class _Methods:
         its delegate calls ExecuTorch's `executorch_call_delegate` on ExecuTorch `LoweredBackendModule`s."""
         view = self._views.get(method_name)
         if view is None:
-            view = self._built[method_name] = to_edge_exported_program(self._own[method_name])
+            view = self._built[method_name] = self._view_of(self._own[method_name])
             self._views[method_name] = view
         return view
+
+    def _view_of(self, program: Program) -> ExportedProgram:
+        return to_edge_exported_program(program)
 
     @property
     def _edge_programs(self) -> dict[str, ExportedProgram]:
@@ -349,6 +353,10 @@ class ExecutorchProgramManager(_Methods):
         super().__init__(programs, constant_methods)
         self._buffer = data
         self._schema: Any = None
+
+    def _view_of(self, program: Program) -> ExportedProgram:
+        """After to_executorch, as ExecuTorch's manager shows it: the to_executorch rewrites applied."""
+        return to_executorch_exported_program(program)
 
     @property
     def buffer(self) -> bytes:

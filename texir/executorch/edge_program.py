@@ -26,6 +26,7 @@ __all__ = [
     "graph_modules",
     "named_data_store_output",
     "to_edge_exported_program",
+    "to_executorch_exported_program",
 ]
 
 def edge_target(op: torch._ops.OpOverload) -> Any:
@@ -49,6 +50,20 @@ def executorch_edge_target(op: torch._ops.OpOverload) -> Any:
     from executorch.exir.passes.replace_aten_with_edge_pass import should_lower_to_edge
 
     return edge_target(op) if should_lower_to_edge(op) else op
+
+
+def to_executorch_exported_program(program: Program) -> ExportedProgram:
+    """`program` as ExecuTorch's `ExecutorchProgramManager.exported_program()` shows it after
+    to_executorch: the edge view with ExecuTorch's own `insert_write_back_for_buffers_pass` run on
+    it (an ATen `copy_` into each mutated buffer or input before the output), its graph changed in
+    place after the program is built, as ExecuTorch's to_executorch changes its own."""
+    # executorch is an optional extra: imported on use
+    from executorch.exir.passes.insert_write_back_for_buffers_pass import insert_write_back_for_buffers_pass
+
+    ep = to_edge_exported_program(program)
+    insert_write_back_for_buffers_pass(ep)
+    ep.graph_module.recompile()
+    return ep
 
 
 def to_edge_exported_program(program: Program) -> ExportedProgram:
