@@ -198,3 +198,26 @@ def test_a_view_that_is_not_a_program_is_a_typed_error(xnnpack_edge: texir.compa
     edge._edge_programs["forward"] = "not a program"  # type: ignore[assignment]  # the bad input under test
     with pytest.raises(ConversionError, match=r"_edge_programs\['forward'\] is a str"):
         edge.to_executorch()
+
+
+class Counter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.count.add_(1)
+        return x + self.count
+
+
+def test_after_to_executorch_the_view_writes_mutated_buffers_back() -> None:
+    ep = torch.export.export(Counter(), (torch.zeros(1),), strict=True)
+    edge = texir.compat.to_edge(ep)
+    copies = [n for n in edge.exported_program().graph.nodes if n.target is torch.ops.aten.copy_.default]
+    assert not copies  # the edge view has none, as ExecuTorch's edge program
+    et = edge.to_executorch()
+    view = et.exported_program()
+    assert et.exported_program() is view
+    (copy_node,) = [n for n in view.graph.nodes if n.target is torch.ops.aten.copy_.default]
+    assert copy_node.args[0].name == "b_count"
+    assert et.buffer == edge.to_executorch().buffer  # the view changes no byte
