@@ -21,7 +21,14 @@ from texir.backends import xnnpack
 from texir.compat.config import UnsupportedOptionError, emit_options
 from texir.compat.passes import edge_transform, quant_fusion_and_const_prop, transform_program
 from texir.emit import emit
-from texir.executorch import as_executorch_partitioner, require_executorch, to_edge_exported_program
+from texir.errors import ConversionError
+from texir.executorch import (
+    as_executorch_partitioner,
+    import_executorch_program,
+    require_executorch,
+    to_edge_exported_program,
+    to_executorch_exported_program,
+)
 from texir.ir import Program
 from texir.lowering.api import call_partitioner
 from texir.lowering.delegate import SharedModules, apply_plan
@@ -186,12 +193,34 @@ def _refuse_etrecord(generate_etrecord: bool) -> None:
 
 class _Methods:
     """The methods both managers hold: texir Programs by name, the constant methods, and the
-    edge ExportedProgram view of each method, built on first use and kept."""
+    edge ExportedProgram view of each method, built on first use and kept.
+
+    `_edge_programs` is the dict of views ExecuTorch's managers keep under that name; a caller
+    that puts another ExportedProgram in it (ExecuTorch's own tests put `to_backend`'s result
+    there) changes the method: texir imports that program (`import_executorch_program`) and
+    carries on from it."""
 
     def __init__(self, programs: Mapping[str, Program], constant_methods: Mapping[str, Any] | None) -> None:
-        self._programs = dict(programs)
+        self._own = dict(programs)
         self._constant_methods = dict(constant_methods or {})
         self._views: dict[str, ExportedProgram] = {}
+        self._built: dict[str, ExportedProgram] = {}
+        """The view texir built of each method (a view in `_views` that is not this one is the caller's)."""
+        self._imported: dict[str, tuple[ExportedProgram, Program]] = {}
+        self._store: Any = None
+
+    @property
+    def _programs(self) -> dict[str, Program]:
+        """Each method's Program: texir's own, or the import of the program a caller put in `_edge_programs`."""
+        programs = {m: p for m, p in self._own.items() if m in self._views or m not in self._built}
+        for method, view in self._views.items():
+            if view is self._built.get(method):
+                continue
+            seen = self._imported.get(method)
+            if seen is None or seen[0] is not view:
+                seen = self._imported[method] = (view, _import_view(method, view))
+            programs[method] = seen[1]
+        return programs
 
     @property
     def methods(self) -> set[str]:
@@ -206,11 +235,48 @@ class _Methods:
         return self._programs[method_name]
 
     def exported_program(self, method_name: str = "forward") -> ExportedProgram:
-        """The method as ExecuTorch's edge-dialect ExportedProgram (built once, then the same object)."""
+        """The method as ExecuTorch's edge-dialect ExportedProgram (built once, then the same object),
+        its delegate calls ExecuTorch's `executorch_call_delegate` on ExecuTorch `LoweredBackendModule`s."""
         view = self._views.get(method_name)
         if view is None:
-            view = self._views[method_name] = to_edge_exported_program(self._programs[method_name])
+            view = self._built[method_name] = self._view_of(self._own[method_name])
+            self._views[method_name] = view
         return view
+
+    def _view_of(self, program: Program) -> ExportedProgram:
+        return to_edge_exported_program(program)
+
+    @property
+    def _edge_programs(self) -> dict[str, ExportedProgram]:
+        """ExecuTorch's manager's dict of edge programs by method: every method's view (the same
+        dict on each call; what a caller puts in it is the method from then on)."""
+        for method in self._own:
+            if method not in self._built:
+                self.exported_program(method)
+        return self._views
+
+    @property
+    def _named_data_store(self) -> Any:
+        """ExecuTorch's `NamedDataStore` holding every delegate's named data, collected from the
+        views as ExecuTorch's manager collects it (the same object on each call)."""
+        if self._store is None:
+            # executorch is this layer's dependency; its program module is a heavy import
+            from executorch.exir._serialize._named_data_store import NamedDataStore
+            from executorch.exir.program._program import collect_named_data_store_from_exported_program
+
+            store = NamedDataStore()
+            for view in self._edge_programs.values():
+                collect_named_data_store_from_exported_program(view, store)
+            self._store = store
+        return self._store
+
+
+def _import_view(method: str, view: Any) -> Program:
+    if not isinstance(view, ExportedProgram):
+        raise ConversionError(
+            f"_edge_programs[{method!r}] is a {type(view).__name__}; put a torch.export.ExportedProgram there"
+        )
+    return import_executorch_program(view)
 
 
 class EdgeProgramManager(_Methods):
@@ -292,6 +358,10 @@ class ExecutorchProgramManager(_Methods):
         super().__init__(programs, constant_methods)
         self._buffer = data
         self._schema: Any = None
+
+    def _view_of(self, program: Program) -> ExportedProgram:
+        """After to_executorch, as ExecuTorch's manager shows it: the to_executorch rewrites applied."""
+        return to_executorch_exported_program(program)
 
     @property
     def buffer(self) -> bytes:

@@ -19,7 +19,7 @@ from texir.executorch.backend import (
     register_executorch_backend,
 )
 from texir.executorch.deps import ExecutorchUnavailableError, require_executorch
-from texir.executorch.edge_program import edge_target, to_edge_exported_program
+from texir.executorch.edge_program import edge_target, to_edge_exported_program, to_executorch_exported_program
 from texir.executorch.etrecord import EtrecordError, write_etrecord
 from texir.executorch.names import PARTITIONERS, as_executorch_partitioner, partitioner_by_name
 from texir.executorch.runtime import (
@@ -55,6 +55,7 @@ __all__ = [
     "run_pte",
     "require_executorch",
     "to_edge_exported_program",
+    "to_executorch_exported_program",
     "verify_bpte",
     "write_etrecord",
 ]

@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
+from torch.export import graph_signature as gs
+from torch.utils import _pytree as pytree
 
+from texir.adapters import delegate_op
 from texir.adapters.decompositions import graph_modules
 from texir.executorch.deps import require_executorch
 from texir.adapters.fx_export import rebuilt_exported, to_exported_program
 from texir.adapters.targets import canonical_target
 from texir.edge import DIM_ORDER_OPS
 from texir.errors import UnsupportedError
-from texir.ir import Program
+from texir.ir import LoweredBackendModule, NamedDataEntry, Program
 
 __all__ = [
     "edge_target",
     "executorch_edge_target",
+    "executorch_lowered_module",
     "graph_modules",
+    "named_data_store_output",
     "to_edge_exported_program",
+    "to_executorch_exported_program",
 ]
 
 def edge_target(op: torch._ops.OpOverload) -> Any:
@@ -46,6 +53,20 @@ def executorch_edge_target(op: torch._ops.OpOverload) -> Any:
     return edge_target(op) if should_lower_to_edge(op) else op
 
 
+def to_executorch_exported_program(program: Program) -> ExportedProgram:
+    """`program` as ExecuTorch's `ExecutorchProgramManager.exported_program()` shows it after
+    to_executorch: the edge view with ExecuTorch's own `insert_write_back_for_buffers_pass` run on
+    it (an ATen `copy_` into each mutated buffer or input before the output), its graph changed in
+    place after the program is built, as ExecuTorch's to_executorch changes its own."""
+    # executorch is an optional extra: imported on use
+    from executorch.exir.passes.insert_write_back_for_buffers_pass import insert_write_back_for_buffers_pass
+
+    ep = to_edge_exported_program(program)
+    insert_write_back_for_buffers_pass(ep)
+    ep.graph_module.recompile()
+    return ep
+
+
 def to_edge_exported_program(program: Program) -> ExportedProgram:
     """`program` (in the to_edge form: texir.orchestrate.lower gives it) as the edge-dialect
     ExportedProgram ExecuTorch builds (dialect "EDGE", its edge verifier, the kept ops as
@@ -53,14 +74,21 @@ def to_edge_exported_program(program: Program) -> ExportedProgram:
     stacks, debug handles, `meta["custom"]` and the program's `backend_meta` notes in `node.meta`.
     A program holding the ATen ops ExecuTorch's dim-order pass replaces (`_to_copy`, `clone`,
     `empty.memory_format`: `lower(skip_dim_order=True)` keeps them) is verified as ExecuTorch's
-    `EdgeCompileConfig(_skip_dim_order=True)` program is."""
+    `EdgeCompileConfig(_skip_dim_order=True)` program is. Each delegate call is ExecuTorch's
+    `executorch_call_delegate` on an ExecuTorch `LoweredBackendModule` (`executorch_lowered_module`),
+    in control-flow branches too, so ExecuTorch's utilities (`get_delegates`,
+    `format_delegated_graph`, ...) see the delegates."""
     require_executorch("texir.executorch.to_edge_exported_program")
+    # executorch is an optional extra: imported on use
+    from executorch.exir.delegate import executorch_call_delegate
+
     ep = to_exported_program(program)
     notes: dict[str, dict[str, Any]] = {}
     for note in program.backend_meta:
         notes.setdefault(note.node, {})[note.key] = json.loads(note.value)
     kept: dict[str, torch._ops.OpOverload] = {}
     skip_dim_order = False
+    theirs: dict[int, Any] = {}  # one ExecuTorch module per texir module, wherever it is called from
     for _, gm in graph_modules(ep.graph_module):
         for node in gm.graph.nodes:
             if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
@@ -68,12 +96,87 @@ def to_edge_exported_program(program: Program) -> ExportedProgram:
                 if _kept_from_decomposition(node.target):
                     kept.setdefault(str(node.target), node.target)
                 node.target = executorch_edge_target(node.target)
+            elif node.op == "call_function" and node.target is delegate_op.texir_call_delegate:
+                node.target = executorch_call_delegate
+                val = node.meta.get("val")
+                if isinstance(val, tuple):  # ExecuTorch's to_backend records a list
+                    node.meta["val"] = list(val)
+            elif node.op == "get_attr":
+                ours = getattr(gm, str(node.target), None)
+                if isinstance(ours, delegate_op.LoweredBackendModule):
+                    module = theirs.get(id(ours))
+                    if module is None:
+                        module = theirs[id(ours)] = executorch_lowered_module(ours.texir_module)
+                    setattr(gm, str(node.target), module)
         gm.recompile()
     for node in ep.graph_module.graph.nodes:
         found = notes.get(node.name)
         if found:
             node.meta.update(found)
     return _as_edge_dialect(ep, [kept[k] for k in sorted(kept)], skip_dim_order=skip_dim_order)
+
+
+def executorch_lowered_module(module: LoweredBackendModule) -> Any:
+    """texir's lowered module as ExecuTorch's `LoweredBackendModule`, built as ExecuTorch's
+    `to_backend` builds one: its `original_module` the partition's edge program (nested delegates
+    ExecuTorch's too), the blob, compile specs and named data, and `meta["debug_handle_map"]`
+    (ExecuTorch's form, identifier -> handles), so it is callable, traceable and emittable."""
+    # executorch is an optional extra: imported on use
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+    from executorch.exir.lowered_backend_module import LoweredBackendModule as ExecutorchLowered
+
+    lowered = ExecutorchLowered(
+        edge_program=_called_flat(to_edge_exported_program(module.original_program)),
+        backend_id=module.backend_id,
+        processed_bytes=module.processed_bytes,
+        compile_specs=[CompileSpec(spec.key, spec.value) for spec in module.compile_specs],
+        named_data_store_output=named_data_store_output(module.named_data),
+    )
+    handles = module.debug_handle_map
+    lowered.meta = {
+        "debug_handle_map": None if handles is None
+        else {entry.identifier: entry.debug_handles for entry in handles},
+    }
+    return lowered
+
+
+def _called_flat(ep: ExportedProgram) -> ExportedProgram:
+    """`ep` taking its user inputs as flat positional tensors and returning its user outputs as a
+    list: how texir's delegate calls pass them (flattened, results read by getitem), so ExecuTorch's
+    `executorch_call_delegate`, which calls `original_module.module()` with the call's arguments,
+    runs it whatever structure (dict, list, single tensor) the program was exported with."""
+    if not ep.module_call_graph:
+        return ep
+    names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind is gs.InputKind.USER_INPUT]
+    n_out = sum(1 for s in ep.graph_signature.output_specs if s.kind is gs.OutputKind.USER_OUTPUT)
+    _, in_spec = pytree.tree_flatten(((0,) * len(names), {}))
+    _, out_spec = pytree.tree_flatten([0] * n_out)
+    top = ep.module_call_graph[0]
+    if top.signature is not None:
+        signature = dataclasses.replace(
+            top.signature, in_spec=in_spec, out_spec=out_spec, forward_arg_names=names
+        )
+        ep._module_call_graph[0] = dataclasses.replace(top, signature=signature)
+    return ep
+
+
+def named_data_store_output(entries: tuple[NamedDataEntry, ...]) -> Any:
+    """texir's named-data entries as ExecuTorch's `NamedDataStoreOutput` (None for none, as a
+    backend that stores nothing returns)."""
+    if not entries:
+        return None
+    # executorch is an optional extra: imported on use
+    from executorch.exir._serialize._named_data_store import NamedDataStore
+
+    store = NamedDataStore()
+    for entry in entries:
+        if entry.data is None:
+            raise UnsupportedError(
+                f"named data {entry.key!r} has no payload (a snapshot written without data); load the "
+                "program with its data to build ExecuTorch's view of it"
+            )
+        store.add_named_data(entry.key, entry.data.tobytes(), alignment=entry.alignment)
+    return store.get_named_data_store_output()
 
 
 def _kept_from_decomposition(op: torch._ops.OpOverload) -> bool:
