@@ -67,7 +67,7 @@ def to_executorch_exported_program(program: Program) -> ExportedProgram:
     return ep
 
 
-def to_edge_exported_program(program: Program) -> ExportedProgram:
+def to_edge_exported_program(program: Program, *, converted: ExportedProgram | None = None) -> ExportedProgram:
     """`program` (in the to_edge form: texir.orchestrate.lower gives it) as the edge-dialect
     ExportedProgram ExecuTorch builds (dialect "EDGE", its edge verifier, the kept ops as
     `preserve_ops`), call_function targets ExecuTorch edge operators, with value metadata, module
@@ -77,12 +77,13 @@ def to_edge_exported_program(program: Program) -> ExportedProgram:
     `EdgeCompileConfig(_skip_dim_order=True)` program is. Each delegate call is ExecuTorch's
     `executorch_call_delegate` on an ExecuTorch `LoweredBackendModule` (`executorch_lowered_module`),
     in control-flow branches too, so ExecuTorch's utilities (`get_delegates`,
-    `format_delegated_graph`, ...) see the delegates."""
+    `format_delegated_graph`, ...) see the delegates. `converted`, when given, is `program` already
+    converted by `to_exported_program` and nobody else's: it is made the edge program in place."""
     require_executorch("texir.executorch.to_edge_exported_program")
     # executorch is an optional extra: imported on use
     from executorch.exir.delegate import executorch_call_delegate
 
-    ep = to_exported_program(program)
+    ep = to_exported_program(program) if converted is None else converted
     notes: dict[str, dict[str, Any]] = {}
     for note in program.backend_meta:
         notes.setdefault(note.node, {})[note.key] = json.loads(note.value)
@@ -106,7 +107,11 @@ def to_edge_exported_program(program: Program) -> ExportedProgram:
                 if isinstance(ours, delegate_op.LoweredBackendModule):
                     module = theirs.get(id(ours))
                     if module is None:
-                        module = theirs[id(ours)] = executorch_lowered_module(ours.texir_module)
+                        # the texir module's own conversion (torch's verifier may have built it
+                        # already), made ExecuTorch's edge program: the view replaces the module
+                        module = theirs[id(ours)] = executorch_lowered_module(
+                            ours.texir_module, converted=ours.original_module
+                        )
                     setattr(gm, str(node.target), module)
         gm.recompile()
     for node in ep.graph_module.graph.nodes:
@@ -116,17 +121,18 @@ def to_edge_exported_program(program: Program) -> ExportedProgram:
     return _as_edge_dialect(ep, [kept[k] for k in sorted(kept)], skip_dim_order=skip_dim_order)
 
 
-def executorch_lowered_module(module: LoweredBackendModule) -> Any:
+def executorch_lowered_module(module: LoweredBackendModule, *, converted: ExportedProgram | None = None) -> Any:
     """texir's lowered module as ExecuTorch's `LoweredBackendModule`, built as ExecuTorch's
     `to_backend` builds one: its `original_module` the partition's edge program (nested delegates
     ExecuTorch's too), the blob, compile specs and named data, and `meta["debug_handle_map"]`
-    (ExecuTorch's form, identifier -> handles), so it is callable, traceable and emittable."""
+    (ExecuTorch's form, identifier -> handles), so it is callable, traceable and emittable.
+    `converted`: the original program already converted (see `to_edge_exported_program`)."""
     # executorch is an optional extra: imported on use
     from executorch.exir.backend.compile_spec_schema import CompileSpec
     from executorch.exir.lowered_backend_module import LoweredBackendModule as ExecutorchLowered
 
     lowered = ExecutorchLowered(
-        edge_program=_called_flat(to_edge_exported_program(module.original_program)),
+        edge_program=_called_flat(to_edge_exported_program(module.original_program, converted=converted)),
         backend_id=module.backend_id,
         processed_bytes=module.processed_bytes,
         compile_specs=[CompileSpec(spec.key, spec.value) for spec in module.compile_specs],
