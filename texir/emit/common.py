@@ -148,9 +148,24 @@ class PendingTensor(msgspec.Struct):
 
 
 class Storage(msgspec.Struct):
+    """A planned tensor's bytes, live from step `start` to `end` of its `group`: 0 is the method's
+    own graph, each torch.cond branch has a group of its own (steps count that branch's nodes)."""
+
     size: int
     start: int
     end: int
+    group: int = 0
+
+
+class CondRegion(msgspec.Struct):
+    """The memory one torch.cond's branches run in, reserved in the arena of `group` (the graph
+    holding the cond) from the cond's `step` until its last result (`results`, storage indices) is
+    last read: after the runtime's moves those results are the branch's own tensors."""
+
+    group: int
+    step: int
+    branches: tuple[int, ...]
+    results: tuple[int, ...]
 
 
 class ProgramState(msgspec.Struct):

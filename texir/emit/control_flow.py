@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from texir.emit.common import EmitError, PendingTensor
-from texir.emit.values import ValueTable
+from texir.emit.common import CondRegion, EmitError, PendingTensor
+from texir.emit.values import ValueTable, result_requires_grad
 from texir.ir.types import (
     Argument,
     CallFunction,
@@ -66,22 +66,29 @@ class ControlFlow(ValueTable):
         operands = [self.scalar(item, where=where) for item in operand_arg.items]
         meta = self.graph.meta(node)
         item_metas = list(meta.items) if isinstance(meta, TupleMeta) else [meta] if meta is not None else []
+        # ExecuTorch's edge retrace runs the cond with autograd on: a result requires grad when an
+        # operand does (a parameter the branches close over, or a value computed from one).
+        grad = any(getattr(self.values[i], "requires_grad", False) for i in operands)
         outs: list[int] = []
-        for m in item_metas:
+        for k, m in enumerate(item_metas):
             if not isinstance(m, TensorMeta):
                 raise EmitError(f"{where}: cond result of kind {type(m).__name__} is not supported")
-            outs.append(self.tensor_value(m, where=where, planned=True, start=self.step))
-        first_storage = len(self.storages)
+            outs.append(self.tensor_value(m, where=where, planned=True, start=self.step,
+                                          requires_grad=result_requires_grad(node.target, k, m.dtype, grad)))
         jump_else = len(self.instructions)
         self.instructions.append(Instruction(instr_args=JumpFalseCall(cond_value_index=pred,
                                                                       destination_instruction=-1)))
-        for src, dst in zip(self.emit_branch(true_graph, operands, outs, where=where), outs):
+        branches = (self.groups, self.groups + 1)
+        self.groups += 2
+        true_results = self.emit_branch(true_graph, operands, outs, where=where, group=branches[0])
+        for src, dst in zip(true_results, outs):
             self.instructions.append(Instruction(instr_args=MoveCall(move_from=src, move_to=dst)))
         jump_end = len(self.instructions)
         self.instructions.append(Instruction(instr_args=JumpFalseCall(cond_value_index=-1,
                                                                       destination_instruction=-1)))
         else_start = len(self.instructions)
-        for src, dst in zip(self.emit_branch(false_graph, operands, outs, where=where), outs):
+        false_results = self.emit_branch(false_graph, operands, outs, where=where, group=branches[1])
+        for src, dst in zip(false_results, outs):
             self.instructions.append(Instruction(instr_args=MoveCall(move_from=src, move_to=dst)))
         # The constant False the jump to the end reads comes after the false branch's values, as in
         # ExecuTorch's emitter (it emits the branch first, then the jump over it).
@@ -90,15 +97,25 @@ class ControlFlow(ValueTable):
             cond_value_index=pred, destination_instruction=else_start))
         self.instructions[jump_end] = Instruction(instr_args=JumpFalseCall(
             cond_value_index=false_value, destination_instruction=len(self.instructions)))
-        # A move makes a result share its branch value's tensor, so branch tensors and operands
-        # stay live (unshared) to the end of the method.
-        for storage in self.storages[first_storage:]:
-            storage.end = self.last_step
-        for index in operands:
+        # Each branch is planned on its own (`texir.emit.plan_assembly`), as ExecuTorch plans a
+        # cond's submodules; a move makes a result the branch's own tensor, so the branches' memory
+        # is reserved until the results are last read. A branch returning an operand makes the
+        # result that operand's tensor: it then stays live to the end of this graph.
+        for index in (*true_results, *false_results):
             value = self.values[index]
             if isinstance(value, PendingTensor) and value.storage is not None:
-                self.storages[value.storage].end = self.last_step
+                storage = self.storages[value.storage]
+                if storage.group == self.group:
+                    storage.end = self.last_step
+        self.cond_regions.append(CondRegion(
+            group=self.group, step=self.step, branches=branches,
+            results=tuple(s for s in (self.storage_of(i) for i in outs) if s is not None),
+        ))
         self.by_name[node.name] = tuple(outs)
+
+    def storage_of(self, index: int) -> int | None:
+        value = self.values[index]
+        return value.storage if isinstance(value, PendingTensor) else None
 
     def emit_map(self, node: CallFunction, *, where: str) -> None:
         """torch.map as a loop, as ExecuTorch's emitter writes it: n = sym_size(x, 0); then per
@@ -234,18 +251,28 @@ class ControlFlow(ValueTable):
             if isinstance(value, PendingTensor) and value.storage is not None:
                 self.storages[value.storage].end = self.last_step
 
-    def emit_branch(self, graph: Graph, operands: list[int], outs: list[int], *, where: str) -> list[int]:
+    def emit_branch(
+        self, graph: Graph, operands: list[int], outs: list[int], *, where: str, group: int | None = None
+    ) -> list[int]:
+        """The body's nodes, its placeholders bound to `operands`; the values it returns. With a
+        `group` (a cond branch), its tensors are planned in that group, steps counting its nodes;
+        a loop body's stay in the enclosing group (they are kept live, `keep_live`)."""
         placeholders = [n for n in graph.nodes if isinstance(n, Placeholder)]
         if len(placeholders) != len(operands):
             raise EmitError(f"{where}: body takes {len(placeholders)} inputs, the call passes {len(operands)}")
         saved = (self.by_name, self.metas, self.graph, self._output_names)
+        saved_steps = (self.group, self.step, self.last_step)
         self.by_name, self.metas, self.graph, self._output_names = {}, {}, graph, None
+        if group is not None:
+            self.group, self.last_step = group, len(graph.nodes)
         try:
             for ph, index in zip(placeholders, operands):
                 self.by_name[ph.name] = index
                 self.metas[ph.name] = graph.meta(ph)
             results: list[int] = []
-            for n in graph.nodes:
+            for step, n in enumerate(graph.nodes):
+                if group is not None:
+                    self.step = step
                 if isinstance(n, GetAttr):
                     self.metas[n.name] = graph.meta(n)
                 elif isinstance(n, CallFunction):
@@ -256,6 +283,7 @@ class ControlFlow(ValueTable):
                     results = [self.scalar(a, where=where) for a in n.args]
         finally:
             self.by_name, self.metas, self.graph, self._output_names = saved
+            self.group, self.step, self.last_step = saved_steps
         if len(results) != len(outs):
             raise EmitError(f"{where}: body returns {len(results)} values, the call has {len(outs)} results")
         return results

@@ -59,6 +59,8 @@ class DelegateCalls(ControlFlow):
             processed=BackendDelegateDataReference(location=DataLocation.INLINE, index=blob_index),
             compile_specs=tuple(CompileSpec(key=c.key, value=c.value) for c in module.compile_specs),
         ))
+        if "xnnpack" in module.backend_id.lower():
+            self.xnnpack_groups.add(self.group)
         self.instructions.append(Instruction(instr_args=DelegateCall(
             delegate_index=len(self.delegates) - 1, args=(*inputs, *outs),
         )))

@@ -358,7 +358,7 @@ class MethodEmitter(DelegateCalls):
         out.storage = len(self.storages)
         self.storages.append(Storage(
             size=math.prod(value.sizes) * DTYPE_ITEMSIZE[SCALAR_TYPE_TO_DTYPE[dtype]],
-            start=self.step, end=self.step,
+            start=self.step, end=self.step, group=self.group,
         ))
         out_index = self.add(out)
         non_blocking = self.add(Bool(bool_val=False))

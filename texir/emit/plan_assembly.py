@@ -22,16 +22,14 @@ XNNPACK_EXTRA_PADDING = 64
 def assemble_plan(table: ValueTable) -> ExecutionPlan:
     """The method's ExecutionPlan once every node is emitted: its storages memory-planned, each
     tensor's allocation set, the arena sized (padded for XNNPACK)."""
-    intervals = [Interval(size=s.size, start=s.start, end=s.end) for s in table.storages]
-    plan = plan_memory(intervals, planner=table.options.planner, alignment=table.options.alignment)
-    if table.options.check_plan:
-        check_plan(intervals, plan)
+    offsets: dict[int, int] = {}
+    arena = _plan_group(table, 0, 0, offsets)
     values: list[EValue] = []
     for value in table.values:
         if isinstance(value, PendingTensor):
             allocation = None
             if value.storage is not None:
-                offset = plan.offsets[value.storage]
+                offset = offsets[value.storage]
                 allocation = AllocationDetails(
                     memory_id=1, memory_offset_low=offset & 0xFFFFFFFF, memory_offset_high=offset >> 32
                 )
@@ -58,17 +56,54 @@ def assemble_plan(table: ValueTable) -> ExecutionPlan:
         operators=tuple(table.operators),
         delegates=tuple(table.delegates),
         non_const_buffer_sizes=(
-            0, align_up(plan.total + _extra_padding(table, intervals), table.options.alignment),
+            0, align_up(arena, table.options.alignment),
             *(() if table.state.shared_size is None else (table.state.shared_size,)),
         ),
     )
 
-def _extra_padding(table: ValueTable, intervals: list[Interval]) -> int:
+
+def _plan_group(table: ValueTable, group: int, base: int, offsets: dict[int, int]) -> int:
+    """Plan `group`'s storages from `base` (filling `offsets`, storage index -> arena offset) and
+    return the bytes it needs. As ExecuTorch's `apply_algo`: each torch.cond branch of the group is
+    planned on its own from 0, the branches' memory comes first, the group's own tensors after it.
+    ExecuTorch lets every cond of a graph share one branch region (the largest); texir plans the
+    regions as tensors live from the cond to its results' last read, which is ExecuTorch's layout
+    when those lifetimes are disjoint, and keeps apart regions whose results are still read when a
+    later cond runs (ExecuTorch's `.pte` then overwrites them: docs/limitations.md)."""
+    regions = [r for r in table.cond_regions if r.group == group]
+    branch_offsets: list[list[tuple[int, dict[int, int]]]] = []
+    region_sizes: list[int] = []
+    for region in regions:
+        planned = []
+        for branch in region.branches:
+            inner: dict[int, int] = {}
+            planned.append((_plan_group(table, branch, 0, inner), inner))
+        branch_offsets.append(planned)
+        region_sizes.append(max((size for size, _ in planned), default=0))
+    region_intervals = [
+        Interval(size=size, start=r.step, end=max([r.step, *(table.storages[s].end for s in r.results)]))
+        for r, size in zip(regions, region_sizes)
+    ]
+    region_plan = plan_memory(region_intervals, planner=table.options.planner, alignment=table.options.alignment)
+    for region_offset, planned in zip(region_plan.offsets, branch_offsets):
+        for _, inner in planned:
+            for storage, offset in inner.items():
+                offsets[storage] = base + region_offset + offset
+    reserved = region_plan.total
+    own = [k for k, s in enumerate(table.storages) if s.group == group]
+    intervals = [Interval(size=table.storages[k].size, start=table.storages[k].start, end=table.storages[k].end)
+                 for k in own]
+    plan = plan_memory(intervals, planner=table.options.planner, alignment=table.options.alignment)
+    if table.options.check_plan:
+        check_plan(intervals, plan)
+    for k, offset in zip(own, plan.offsets):
+        offsets[k] = base + reserved + offset
+    if not intervals:
+        return reserved
     # XNNPACK may read up to 64 bytes past a planned tensor, so ExecuTorch's planner pads the
-    # arena of a method calling an XNNPACK delegate by 64 bytes (exir memory_planning).
-    if intervals and any("xnnpack" in d.id.lower() for d in table.delegates):
-        return XNNPACK_EXTRA_PADDING
-    return 0
+    # arena of a graph calling an XNNPACK delegate by 64 bytes (exir memory_planning).
+    padding = XNNPACK_EXTRA_PADDING if group in table.xnnpack_groups else 0
+    return reserved + plan.total + padding
 
 def _container_meta(table: ValueTable) -> ContainerMetadata:
     for entry in table.program.module_call_graph:

@@ -65,6 +65,7 @@ from texir.emit.common import (
     DEFAULT_EXTERNAL_TAG,
     MEMORY_FORMAT_CODE,
     Bounds,
+    CondRegion,
     EmitError,
     EmitOptions,
     PendingTensor,
@@ -125,6 +126,12 @@ class ValueTable:
         self.by_name: dict[str, int | tuple[int, ...]] = {}
         self.metas: dict[str, ValueMeta | None] = {}
         self.storages: list[Storage] = []
+        self.group = 0
+        """The storage group nodes are emitted into (see `Storage`); `groups` counts them."""
+        self.groups = 1
+        self.cond_regions: list[CondRegion] = []
+        self.xnnpack_groups: set[int] = set()
+        """Groups calling an XNNPACK delegate (their arena is padded, as ExecuTorch pads it)."""
         self.operators: list[Operator] = []
         self.operator_index: dict[tuple[str, str], int] = {}
         self.instructions: list[Instruction] = []
@@ -176,7 +183,7 @@ class ValueTable:
         if planned:
             nbytes = math.prod(sizes) * DTYPE_ITEMSIZE[meta.dtype]
             tensor.storage = len(self.storages)
-            self.storages.append(Storage(size=nbytes, start=start, end=start))
+            self.storages.append(Storage(size=nbytes, start=start, end=start, group=self.group))
         return self.add(tensor)
 
     def grad_flows(self, target: str, bound: Mapping[str, Argument]) -> bool:
@@ -200,7 +207,10 @@ class ValueTable:
         value = self.values[index]
         if isinstance(value, PendingTensor) and value.storage is not None:
             storage = self.storages[value.storage]
-            storage.end = max(storage.end, self.step)
+            # A branch reads its operands at the cond's step of the enclosing graph (the steps of
+            # different groups do not compare).
+            if storage.group == self.group:
+                storage.end = max(storage.end, self.step)
         elif isinstance(value, (TensorList, OptionalTensorList)):
             for item in value.items:
                 if item >= 0:
