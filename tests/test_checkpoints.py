@@ -140,6 +140,41 @@ no other), each within 2^-9 of torchao's fp32 scale: measured 0.8% of the logits
 tiny Llama, the budget 2.5 times it and still 1/5 of what quantization itself changes (below)."""
 
 
+Close = Callable[[torch.Tensor, torch.Tensor, int], None]
+"""Asserts that the runtime's logits (first) are close to the eager quantized model's at a step."""
+
+
+def _within_fraction(fraction: float) -> Close:
+    def close(got: torch.Tensor, expected: torch.Tensor, step: int) -> None:
+        error = float((got - expected).abs().max())
+        assert error <= fraction * float(expected.abs().max()), (step, error)
+
+    return close
+
+
+def _within(rtol: float, atol: float) -> Close:
+    def close(got: torch.Tensor, expected: torch.Tensor, step: int) -> None:
+        torch.testing.assert_close(got, expected, rtol=rtol, atol=atol, msg=f"step {step}")
+
+    return close
+
+
+def _decodes_like(method: Any, quantized: Any, unquantized: Any, close: Close) -> None:
+    """A prefill of PROMPT, then three greedy decode steps through the KV cache: at each, the
+    runtime's logits `close` to the eager `quantized` model's and far closer to them than to the
+    float model's (`unquantized`), so what runs is the quantized model."""
+    ids, pos = torch.tensor([PROMPT]), torch.arange(len(PROMPT))
+    for step in range(4):
+        with torch.no_grad():
+            expected = quantized.model(input_ids=ids, cache_position=pos)
+            floats = unquantized.model(input_ids=ids, cache_position=pos)
+        (got,) = method.execute([ids, pos])
+        assert got.shape == expected.shape == (1, ids.shape[1], TINY["vocab_size"]), step
+        close(got, expected, step)
+        assert float((got - expected).abs().max()) <= 0.2 * float((expected - floats).abs().max()), step
+        ids, pos = expected[:, -1:].argmax(-1), torch.tensor([len(PROMPT) + step])
+
+
 @pytest.mark.parametrize("case", list(QUANTIZED))
 def test_qlinear_runs_in_executorch_with_the_quantized_models_logits(
     case: str, tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -154,18 +189,7 @@ def test_qlinear_runs_in_executorch_with_the_quantized_models_logits(
     err = capsys.readouterr().err
     assert "held in memory, not memory-mapped from the checkpoint" in err, err
     method = load_method(tmp_path / "q.pte", data_path=str(tmp_path / "q.ptd"))
-    quantized, unquantized = _quantized(tiny, case), _eager(tiny)
-    ids, pos = torch.tensor([PROMPT]), torch.arange(len(PROMPT))
-    for step in range(4):
-        with torch.no_grad():
-            expected = quantized.model(input_ids=ids, cache_position=pos)
-            floats = unquantized.model(input_ids=ids, cache_position=pos)
-        (got,) = method.execute([ids, pos])
-        assert got.shape == expected.shape == (1, ids.shape[1], TINY["vocab_size"]), step
-        error = float((got - expected).abs().max())
-        assert error <= QUANTIZED_TOLERANCE[case] * float(expected.abs().max()), (step, error)
-        assert error <= 0.2 * float((expected - floats).abs().max()), (step, error)
-        ids, pos = expected[:, -1:].argmax(-1), torch.tensor([len(PROMPT) + step])
+    _decodes_like(method, _quantized(tiny, case), _eager(tiny), _within_fraction(QUANTIZED_TOLERANCE[case]))
 
 
 QEMBEDDED = {"4w": ["--qembedding", "4w"], "8w-group-16": ["--qembedding", "8w", "--qembedding-group-size", "16"],
@@ -228,22 +252,9 @@ def test_qembedding_runs_in_executorch_with_the_quantized_models_logits(
     kernels = {op.name + (f".{op.overload}" if op.overload else "") for op in plan.operators}
     assert QEMBEDDED_KERNEL[case] in kernels and not any(k.startswith("torchao::") for k in kernels), kernels
     method = load_method(pte, data_path=str(pte.with_suffix(".ptd")))
-    quantized, unquantized = _embedding_quantized(tiny, case), _eager(tiny)
     tolerance = QEMBEDDED_TOLERANCE[case]
-    ids, pos = torch.tensor([PROMPT]), torch.arange(len(PROMPT))
-    for step in range(4):
-        with torch.no_grad():
-            expected = quantized.model(input_ids=ids, cache_position=pos)
-            floats = unquantized.model(input_ids=ids, cache_position=pos)
-        (got,) = method.execute([ids, pos])
-        assert got.shape == expected.shape == (1, ids.shape[1], TINY["vocab_size"]), step
-        error = float((got - expected).abs().max())
-        if tolerance is None:
-            assert error <= QUANTIZED_TOLERANCE["8da4w"] * float(expected.abs().max()), (step, error)
-        else:
-            torch.testing.assert_close(got, expected, rtol=tolerance[0], atol=tolerance[1], msg=f"step {step}")
-        assert error <= 0.2 * float((expected - floats).abs().max()), (step, error)
-        ids, pos = expected[:, -1:].argmax(-1), torch.tensor([len(PROMPT) + step])
+    close = _within_fraction(QUANTIZED_TOLERANCE["8da4w"]) if tolerance is None else _within(*tolerance)
+    _decodes_like(method, _embedding_quantized(tiny, case), _eager(tiny), close)
 
 
 @pytest.mark.slow  # optimum-executorch's export of the checkpoint: ~25 s on the shared 2-core machine
