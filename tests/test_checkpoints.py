@@ -8,12 +8,14 @@ with `--qembedding`, bitwise with those of optimum-executorch's own `.pte`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -223,13 +225,18 @@ def _embedding_quantized(directory: Path, case: str) -> Any:
 
 @pytest.fixture(scope="module")
 def qembedded(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """The tiny checkpoint lowered with a QEMBEDDED case's flags (each once per module): its `.pte`."""
+    """The tiny checkpoint lowered with a QEMBEDDED case's flags (each once per module): its `.pte`.
+    The CLI says which ExecuTorch kernel the quant-fusion pass put in place of the embedding."""
     done: dict[str, Path] = {}
 
     def lowered(case: str) -> Path:
         if case not in done:
             out = tmp_path_factory.mktemp("qembedding") / "q.pte"
-            assert _lower(tiny, out, *QEMBEDDED[case]) == 0
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                assert _lower(tiny, out, *QEMBEDDED[case]) == 0
+            fused = QEMBEDDED_KERNEL[case].removesuffix(".out")
+            assert (f"ExecuTorch's quant-fusion pass replaced torchao::dequantize_affine + aten::embedding with "
+                    f"{fused}.default") in err.getvalue(), err.getvalue()
             done[case] = out
         return done[case]
 

@@ -128,7 +128,16 @@ def _fuse_embeddings(done: Any) -> Any:
 
     from texir.compat.passes import quant_fusion_and_const_prop
 
-    return msgspec.structs.replace(done, program=quant_fusion_and_const_prop("forward", done.program))
+    from texir.ir import CallFunction
+    from texir.ir.analysis import walk_graphs
+
+    program = quant_fusion_and_const_prop("forward", done.program)
+    fused = sorted({n.target for _, graph in walk_graphs(program.graph) for n in graph.nodes
+                    if isinstance(n, CallFunction) and n.target.startswith("quantized_decomposed::embedding_")})
+    # the report (printed next) was made before the fusion: say what replaced its undelegated pair
+    print(f"texir lower: --qembedding: ExecuTorch's quant-fusion pass replaced torchao::dequantize_affine + "
+          f"aten::embedding with {', '.join(fused) or 'nothing'} (the runtime's kernel)", file=sys.stderr)
+    return msgspec.structs.replace(done, program=program)
 
 
 def _quantize(recipe: Any, model: Any) -> None:
