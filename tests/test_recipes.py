@@ -319,7 +319,9 @@ MISTAKES = [
     ("mlp", ["--recipe", "xnnpack-8da4w", "--group-size", "16"], "--group-size 16: XNNPACK's int4 kernels take groups of a multiple of 32"),
     ("mlp", ["--recipe", "xnnpack-int8-static", "--group-size", "32"], "--group-size is for --recipe xnnpack-8da4w"),
     ("mlp", ["--qembedding", "8w"], "--qembedding 8w: the MODEL has no torch.nn.Embedding to quantize"),
-    ("embedder", ["--qembedding", "8w"], "--qembedding 8w: weight-only quantization is not supported"),
+    ("embedder", ["--qembedding", "8w"], "--qembedding 8w is for a checkpoint directory (texir lower hf:DIR"),
+    ("embedder", ["--qembedding-group-size", "4"], "--qembedding-group-size goes with a quantization recipe: add "
+                                                   "--qembedding 4w|8w"),
     ("mlp", ["--qlinear", "4w"], "--qlinear 4w: weight-only quantization is not supported"),
     ("mlp", ["--qlinear", "8da4w,4w"], "--qlinear '8da4w,4w': give one of"),
     ("mlp", ["--recipe", "xnnpack-int8-static", "--qlinear", "8da4w"], "drop one of them"),

@@ -67,12 +67,23 @@ QLINEAR: Final[dict[str, str]] = {
     "8w": "int8 weights only (IntxWeightOnlyConfig)",
 }
 """optimum-executorch's --qlinear choices (a primary, optionally ',8da8w' for linears the group size does not divide)."""
-QEMBEDDING: Final[dict[str, str]] = {"4w": "int4 weights only", "8w": "int8 weights only"}
+QEMBEDDING: Final[dict[str, str]] = {
+    "4w": "int4 weights only, run by ExecuTorch's quantized_decomposed::embedding_4bit (IntxWeightOnlyConfig)",
+    "8w": "int8 weights only, run by ExecuTorch's quantized_decomposed::embedding_byte (IntxWeightOnlyConfig)",
+}
+"""optimum-executorch's --qembedding choices: weight-only quantization of every nn.Embedding, per row
+(--qembedding-group-size 0, optimum's default) or in groups of columns."""
 WEIGHT_ONLY_REFUSAL: Final = (
     "weight-only quantization is not supported: ExecuTorch 1.5.1's runtime has no kernel for the "
     "torchao::dequantize_affine it leaves outside XNNPACK (ExecuTorch's own to_executorch fails the same "
     "way, 'Missing out variants'), and texir has no counterpart of ExecuTorch's quant-fusion pass; use "
     "--qlinear 8da4w or 8da8w"
+)
+QEMBEDDING_NEEDS_CHECKPOINT: Final = (
+    "is for a checkpoint directory (texir lower hf:DIR --task text-generation): there texir runs "
+    "ExecuTorch's quant-fusion pass, which turns the weight-only embedding into the embedding_4bit/"
+    "embedding_byte kernels its runtime has; a MODEL's program would keep torchao::dequantize_affine, "
+    "which the runtime cannot run"
 )
 QPARAMS_ALGORITHM: Final = "hqq_scale_only"
 """optimum-executorch's choice of qparams for its torchao configs."""
@@ -97,6 +108,9 @@ class Recipe:
     """Columns per group for --qlinear's grouped configs (None: optimum's 32; 0: per output channel)."""
     qembedding: str | None = None
     """'4w' or '8w' (optimum-executorch's --qembedding)."""
+    qembedding_group_size: int | None = None
+    """Columns per group of --qembedding's weights (None or 0: one group per row, optimum's default;
+    else an even number dividing the embedding dimension)."""
 
     def __post_init__(self) -> None:
         kind = RECIPES.get(self.name)
@@ -123,6 +137,15 @@ class Recipe:
                 _check_group_size("--qlinear-group-size", self.qlinear_group_size)
         if self.qembedding is not None and self.qembedding not in QEMBEDDING:
             raise RecipeError(f"--qembedding {self.qembedding!r}: give one of {', '.join(QEMBEDDING)}")
+        if self.qembedding_group_size is not None:
+            if not self.qembedding:
+                raise RecipeError("--qembedding-group-size needs --qembedding")
+            if self.qembedding_group_size < 0 or self.qembedding_group_size % 2:
+                raise RecipeError(
+                    f"--qembedding-group-size {self.qembedding_group_size}: give an even number of columns that "
+                    "divides the embedding dimension (ExecuTorch's embedding kernels pack two int4 values a "
+                    "byte), or 0 for one group per row"
+                )
 
     @property
     def kind(self) -> RecipeKind:
@@ -154,12 +177,16 @@ class Recipe:
         if self.qlinear:
             parts.append(f"qlinear {self.qlinear} (group size {self._linear_group()})")
         if self.qembedding:
-            parts.append(f"qembedding {self.qembedding}")
+            rows = self._embedding_group()
+            parts.append(f"qembedding {self.qembedding} ({f'group size {rows}' if rows else 'per row'})")
         return ", ".join(parts)
 
     def _linear_group(self) -> int:
         given = self.qlinear_group_size if self.qlinear_group_size is not None else self.group_size
         return 32 if given is None else given
+
+    def _embedding_group(self) -> int:
+        return self.qembedding_group_size or 0
 
     def _linear_group_flag(self) -> str:
         """The flag that set --qlinear's group size, for errors about it."""
@@ -220,6 +247,8 @@ def quantize(
     configs = _torchao_configs(module, recipe)
     if not configs:
         return module
+    if recipe.qembedding:
+        raise RecipeError(f"--qembedding {recipe.qembedding} {QEMBEDDING_NEEDS_CHECKPOINT}")
     copied = copy.deepcopy(module)  # as ExecuTorch's SourceTransformStage: the caller's module stays float
     _torchao(copied, configs)
     return copied
@@ -327,18 +356,56 @@ def _linear_filter(flag: str, group_size: int | None, *, fallback: bool = False)
 def _optimum_configs(module: torch.nn.Module, recipe: Recipe) -> list[tuple[Any, Filter]]:
     """optimum-executorch's `quantize_model_`: embeddings first, then linears (a grouped primary
     config and, with ',8da8w', a per-channel one for the linears the group size does not divide)."""
-    # torchao's configs load with quantize_: only the torchao recipes import them
-    from torchao.quantization.granularity import PerAxis, PerGroup
-    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
-
     if recipe.qembedding and not any(isinstance(m, torch.nn.Embedding) for m in module.modules()):
         raise RecipeError(f"--qembedding {recipe.qembedding}: the MODEL has no torch.nn.Embedding to quantize; drop it")
     if recipe.qlinear and not any(isinstance(m, torch.nn.Linear) for m in module.modules()):
         raise RecipeError(f"--qlinear {recipe.qlinear}: the MODEL has no torch.nn.Linear to quantize; drop it")
     configs = recipe.qlinear_configs
-    if recipe.qembedding or configs[0] in ("4w", "8w"):
-        what = f"--qembedding {recipe.qembedding}" if recipe.qembedding else f"--qlinear {configs[0]}"
-        raise RecipeError(f"{what}: {WEIGHT_ONLY_REFUSAL}")
+    if configs and configs[0] in ("4w", "8w"):
+        raise RecipeError(f"--qlinear {configs[0]}: {WEIGHT_ONLY_REFUSAL}")
+    embeddings = [_embedding_config(recipe)] if recipe.qembedding else []
+    return embeddings + (_linear_configs(recipe) if configs else [])
+
+
+def _embedding_config(recipe: Recipe) -> tuple[Any, Filter]:
+    """optimum's --qembedding: torchao's IntxWeightOnlyConfig on every nn.Embedding, per row or in
+    groups of `qembedding_group_size` columns; a group size that does not divide an embedding's
+    dimension names the embedding and the sizes that do."""
+    # torchao's configs load with quantize_: only the torchao recipes import them
+    from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.quantization.quant_api import IntxWeightOnlyConfig
+
+    group = recipe._embedding_group()
+    dtype = INT4 if recipe.qembedding == "4w" else torch.int8
+    config = IntxWeightOnlyConfig(weight_dtype=dtype, granularity=PerGroup(group) if group else PerAxis(0),
+                                  intx_choose_qparams_algorithm=QPARAMS_ALGORITHM)
+
+    def keep(module: torch.nn.Module, fqn: str) -> bool:
+        if not isinstance(module, torch.nn.Embedding):
+            return False
+        dim = module.embedding_dim
+        if dim % 2 and recipe.qembedding == "4w":
+            raise RecipeError(f"--qembedding 4w: embedding {fqn!r} has {dim} columns, and ExecuTorch's "
+                              "embedding_4bit packs two a byte (an even number); use --qembedding 8w")
+        if group and dim % group:
+            fits = [g for g in range(2, dim + 1, 2) if dim % g == 0]
+            raise RecipeError(
+                f"--qembedding-group-size {group} does not divide the {dim} columns of embedding {fqn!r}; "
+                + (f"sizes that do: {', '.join(map(str, fits[-6:]))}; " if fits else "")
+                + "0 quantizes per row"
+            )
+        return True
+
+    return config, keep
+
+
+def _linear_configs(recipe: Recipe) -> list[tuple[Any, Filter]]:
+    """optimum's --qlinear (8da4w, 8da8w, 8da4w,8da8w) as torchao configs and filters."""
+    # torchao's configs load with quantize_: only the torchao recipes import them
+    from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+    configs = recipe.qlinear_configs
     group, flag = recipe._linear_group(), recipe._linear_group_flag()
 
     def dynamic(weight_dtype: torch.dtype, granularity: Any) -> Any:

@@ -1,9 +1,12 @@
 """`texir lower hf:DIR --task text-generation [--max-seq-len N] [--qlinear 8da4w|8da8w [--group-size N]]
-[-o X.pte]`: a local transformers checkpoint directory (config.json + safetensors) lowered with
+[--qembedding 4w|8w [--qembedding-group-size N]] [-o X.pte]`: a local transformers checkpoint directory (config.json + safetensors) lowered with
 texir's native XNNPACK for ExecuTorch's LLM runner: static KV cache, weights memory-mapped from the
 checkpoint (a model larger than RAM lowers), `X.pte` + its weights in `X.ptd`, and the runner's
 constant methods. A torchao recipe (--qlinear, --recipe xnnpack-8da4w) quantizes the loaded model in
-place before the export: the quantized weights are held in memory (once), the others stay mapped."""
+place before the export: the quantized weights are held in memory (once), the others stay mapped.
+--qembedding's weight-only embeddings are then fused by ExecuTorch's own quant-fusion pass into the
+`quantized_decomposed::embedding_4bit`/`embedding_byte` kernels its runtime has, after lowering, as
+optimum-executorch's `to_executorch(do_quant_fusion_and_const_prop=True)` does."""
 
 from __future__ import annotations
 
@@ -110,7 +113,31 @@ def _lower(directory: Path, args: argparse.Namespace, recipe: Any,
     # no preprocess cache: its entries would copy every weight (the named data) into it
     with progress.phase("lowering with texir's native XNNPACK"), xnnpack.registered():
         done = lower(model.program, [xnnpack.partitioner()], cache=None, jobs=args.jobs)
+    if recipe is not None and recipe.qembedding:
+        with progress.phase("fusing the quantized embeddings (ExecuTorch's quant_fusion_and_const_prop_pass)"):
+            done = _fuse_embeddings(done)
     return done, model.metadata
+
+
+def _fuse_embeddings(done: Any) -> Any:
+    """`done` with its program after ExecuTorch's quant_fusion_and_const_prop_pass: the torchao
+    `dequantize_affine` + `embedding` --qembedding leaves outside XNNPACK become ExecuTorch's
+    `embedding_4bit`/`embedding_byte` (packed weights, folded as constants), which the runtime runs."""
+    # the bridge's pass wrapper imports executorch: only --qembedding pays for it
+    import msgspec
+
+    from texir.compat.passes import quant_fusion_and_const_prop
+
+    from texir.ir import CallFunction
+    from texir.ir.analysis import walk_graphs
+
+    program = quant_fusion_and_const_prop("forward", done.program)
+    fused = sorted({n.target for _, graph in walk_graphs(program.graph) for n in graph.nodes
+                    if isinstance(n, CallFunction) and n.target.startswith("quantized_decomposed::embedding_")})
+    # the report (printed next) was made before the fusion: say what replaced its undelegated pair
+    print(f"texir lower: --qembedding: ExecuTorch's quant-fusion pass replaced torchao::dequantize_affine + "
+          f"aten::embedding with {', '.join(fused) or 'nothing'} (the runtime's kernel)", file=sys.stderr)
+    return msgspec.structs.replace(done, program=program)
 
 
 def _quantize(recipe: Any, model: Any) -> None:

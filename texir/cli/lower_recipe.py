@@ -1,5 +1,5 @@
-"""`texir lower MODEL --recipe NAME [--group-size N] [--qlinear C [--qlinear-group-size N]] [--qembedding C]
-[--calibration FILE]`: quantize MODEL's eager module as ExecuTorch's recipe (or optimum-executorch's
+"""`texir lower MODEL --recipe NAME [--group-size N] [--qlinear C [--qlinear-group-size N]]
+[--qembedding C [--qembedding-group-size N]] [--calibration FILE]`: quantize MODEL's eager module as ExecuTorch's recipe (or optimum-executorch's
 flags) does, then lower it with XNNPACK (`texir.recipes`)."""
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ recipes (ExecuTorch 1.5.1's executorch.export XNNPackRecipeType, applied with th
                                            default 32; --group-size 0: ..._PER_CHANNEL)
   --qlinear 8da4w|8da8w|8da4w,8da8w [--qlinear-group-size N]  optimum-executorch's torchao linears
                                            (--group-size N spells --qlinear-group-size N too)
+  --qembedding 4w|8w [--qembedding-group-size N]  with hf:DIR: optimum-executorch's weight-only
+                                           embeddings (per row, or groups of N columns), run by
+                                           ExecuTorch's embedding_4bit / embedding_byte kernels
   --calibration FILE   the pt2e recipes calibrate on torch.save([(x1,), (x2,), ...], FILE) instead of
                        the MODEL's example inputs
 """
@@ -51,7 +54,10 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--qlinear-group-size", type=int, default=None, metavar="N",
                        help="--qlinear 8da4w: weight columns per group (default 32; 0: per output channel)")
     group.add_argument("--qembedding", metavar="CONFIG", default=None,
-                       help="optimum-executorch's embedding quantization, 4w or 8w (refused: see docs/quantization.md)")
+                       help="with hf:DIR: optimum-executorch's embedding quantization, 4w or 8w (weights only)")
+    group.add_argument("--qembedding-group-size", type=int, default=None, metavar="N",
+                       help="--qembedding: columns per group (an even divisor of the embedding dimension; "
+                       "default 0: per row)")
     group.add_argument("--calibration", type=Path, default=None, metavar="FILE",
                        help="pt2e recipes: calibrate on the input tuples of FILE (torch.save of a list of tuples)")
 
@@ -62,9 +68,11 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe | None:
     given = args.recipe is not None or args.qlinear is not None or args.qembedding is not None
     if not given:
         for flag, value in (("--group-size", args.group_size), ("--qlinear-group-size", args.qlinear_group_size),
+                            ("--qembedding-group-size", args.qembedding_group_size),
                             ("--calibration", args.calibration)):
             if value is not None:
-                raise UsageError(f"{flag} goes with a quantization recipe: add --recipe NAME (or --qlinear)")
+                fix = "--qembedding 4w|8w" if flag == "--qembedding-group-size" else "--recipe NAME (or --qlinear)"
+                raise UsageError(f"{flag} goes with a quantization recipe: add {fix}")
         return None
     if args.backend is not None or args.whole or args.ops is not None:
         raise UsageError("a recipe lowers with XNNPACK: drop --backend/--whole/--ops "
@@ -79,7 +87,8 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe | None:
     from texir.recipes import Recipe
 
     return Recipe(name=args.recipe or "xnnpack", group_size=args.group_size, qlinear=args.qlinear,
-                  qlinear_group_size=args.qlinear_group_size, qembedding=args.qembedding)
+                  qlinear_group_size=args.qlinear_group_size, qembedding=args.qembedding,
+                  qembedding_group_size=args.qembedding_group_size)
 
 
 def lower_with_recipe(
