@@ -355,6 +355,10 @@ def test_the_api_raises_recipe_errors() -> None:
 
     with pytest.raises(RecipeError, match="not a recipe"):
         recipes.Recipe(name="int8")
+    with pytest.raises(RecipeError, match="'group_size': Input should be a valid integer"):
+        recipes.Recipe(name="xnnpack-8da4w", group_size="64")  # type: ignore[arg-type]  # the mistake under test
+    with pytest.raises(RecipeError, match="'qlinaer': Extra inputs are not permitted"):
+        recipes.Recipe(qlinaer="8da4w")  # type: ignore[call-arg]  # the mistake under test
     module, args = mlp()
     with pytest.raises(RecipeError, match="quantizes an eager module"):
         recipes.lower(torch.export.export(module, args), args, recipes.Recipe(name="xnnpack-int8-dynamic"))

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
+import pydantic
 import torch
 from torch.export import ExportedProgram
 
@@ -38,8 +39,7 @@ __all__ = ["QEMBEDDING", "QLINEAR", "RECIPES", "Recipe", "RecipeKind", "check_in
            "lower", "quantize", "quantize_in_place"]
 
 
-@dataclass(frozen=True)
-class RecipeKind:
+class RecipeKind(msgspec.Struct, frozen=True):
     """One recipe: ExecuTorch's name for it and how it quantizes."""
 
     executorch: str
@@ -91,11 +91,12 @@ XNNPACK_GROUP_MULTIPLE: Final = 32
 INT4: Final[torch.dtype] = getattr(torch, "int4")  # a torch dtype at run time that torch's stubs do not declare
 
 
-@dataclass(frozen=True, kw_only=True)
-class Recipe:
+class Recipe(pydantic.BaseModel):
     """A validated recipe: one of `RECIPES`, and with `xnnpack` optionally optimum-style torchao
     quantization of linears (`qlinear`) and embeddings (`qembedding`). Bad combinations raise
     `RecipeError` when built."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", strict=True)
 
     name: str = "xnnpack"
     group_size: int | None = None
@@ -112,7 +113,23 @@ class Recipe:
     """Columns per group of --qembedding's weights (None or 0: one group per row, optimum's default;
     else an even number dividing the embedding dimension)."""
 
-    def __post_init__(self) -> None:
+    @pydantic.model_validator(mode="wrap")
+    @classmethod
+    def _typed_errors(cls, data: Any, handler: pydantic.ModelWrapValidatorHandler[Recipe]) -> Recipe:
+        """A field of the wrong type or name is a `RecipeError` naming it, as every recipe mistake."""
+        try:
+            return handler(data)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            raise RecipeError(f"Recipe option {field!r}: {first['msg']}") from None
+
+    @pydantic.model_validator(mode="after")
+    def _check(self) -> Recipe:
+        self._check_combination()
+        return self
+
+    def _check_combination(self) -> None:
         kind = RECIPES.get(self.name)
         if kind is None:
             raise RecipeError(f"--recipe {self.name!r} is not a recipe; known: {', '.join(RECIPES)}")

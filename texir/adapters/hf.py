@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import torch
 from torch.export import ExportedProgram
 
@@ -38,8 +38,7 @@ _PROMPT: Final = (1, 2, 3, 4)
 """Token ids export traces the prefill with (any ids: the sequence length is dynamic)."""
 
 
-@dataclass(frozen=True)
-class TextGeneration:
+class TextGeneration(msgspec.Struct, frozen=True):
     """A checkpoint exported for text generation: `program` (forward(input_ids, cache_position) ->
     logits, the weights attached by reference to the checkpoint's mapping) and `metadata`, the
     constant methods ExecuTorch's LLM runner reads."""
