@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Final
 
 import msgspec
 
@@ -34,7 +35,7 @@ from texir.edge.sym_to_tensor import sym_operands_to_tensors
 from texir.edge.view_copy import normalize_view_copy_bases, replace_view_ops
 from texir.edge.write_back import insert_write_back
 from texir.edge.zero_dim import reduce_zero_dim_sums
-from texir.ir.types import Program
+from texir.ir.types import Dialect, Program
 from texir.ir.verify import verify
 
 __all__ = [
@@ -57,9 +58,9 @@ __all__ = [
     "verify_enabled",
 ]
 
-ATEN_DIALECTS = frozenset({"ATEN", "TRAINING"})
-PARTITIONABLE_DIALECT = "EDGE_PARTITIONABLE"
-EDGE_DIALECT = "EDGE"
+ATEN_DIALECTS: Final[frozenset[Dialect]] = frozenset({"ATEN", "TRAINING"})
+PARTITIONABLE_DIALECT: Final[Dialect] = "EDGE_PARTITIONABLE"
+EDGE_DIALECT: Final[Dialect] = "EDGE"
 VERIFY_ENV = "TEXIR_VERIFY"
 
 
@@ -187,7 +188,7 @@ def to_emittable(program: Program, *, check: bool | None = None) -> Program:
     return msgspec.structs.replace(run_stage(program, TO_EXECUTORCH, check=check), dialect=EDGE_DIALECT)
 
 
-def _require(program: Program, dialects: frozenset[str], who: str) -> None:
+def _require(program: Program, dialects: frozenset[Dialect], who: str) -> None:
     if program.dialect not in dialects:
         raise DialectError(
             f"{who} takes a program in dialect {' or '.join(sorted(dialects))}, not {program.dialect!r}: "
