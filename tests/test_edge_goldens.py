@@ -19,6 +19,7 @@ from texir.edge import (
     remove_graph_asserts,
     remove_noop_ops,
     remove_unused_state,
+    replace_view_copies_with_views,
     replace_view_ops,
     sym_operands_to_tensors,
     to_dim_order_ops,
@@ -31,6 +32,7 @@ PASSES: dict[str, Callable[[Program], Program]] = {
     for f in (
         remove_graph_asserts, cast_mixed_operands, remove_noop_ops, replace_view_ops, to_dim_order_ops,
         insert_write_back, remove_unused_state, sym_operands_to_tensors, compact_debug_handles, prune_empty_tensors,
+        replace_view_copies_with_views,
     )
 }
 

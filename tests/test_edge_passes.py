@@ -26,6 +26,7 @@ from texir.edge import (
     reduce_zero_dim_sums,
     remove_noop_ops,
     remove_unused_state,
+    replace_view_copies_with_views,
     replace_view_ops,
     sym_operands_to_tensors,
     to_dim_order_ops,
@@ -45,6 +46,8 @@ from texir.ir import (
     verify,
 )
 from texir.ir.analysis import call_nodes
+from texir.ir.names import MEMORY_VIEW
+from texir.edge.view_copy import VIEW_COPY
 from texir.executorch.runtime import load_method
 from texir.ir.canonical import drop_stack_traces
 from texir.emit import emit
@@ -60,6 +63,12 @@ class Casts(torch.nn.Module):
 class Views(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(3, 2).t().contiguous() + x.reshape(2, 3).permute(1, 0).reshape(2, 3)
+
+
+class Reshapes(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x.view(3, 2) * 2
+        return y.view(6), y.view(2, 3) + 1  # the first reshape is an output: a copy, never a view
 
 
 class FullSlice(torch.nn.Module):
@@ -99,6 +108,7 @@ class Formats(torch.nn.Module):
 ARGS: dict[str, tuple[Callable[[], torch.nn.Module], tuple[Any, ...]]] = {
     "casts": (Casts, (torch.randn(2, 3), torch.ones(2, 3, dtype=torch.int64))),
     "views": (Views, (torch.randn(2, 3),)),
+    "reshapes": (Reshapes, (torch.randn(2, 3),)),
     "full_slice": (FullSlice, (torch.randn(2, 3),)),
     "cat_empty": (CatEmpty, (torch.randn(2, 3),)),
     "counter": (Counter, (torch.randn(2, 3),)),
@@ -112,6 +122,8 @@ DYNAMIC: dict[str, Any] = {"sym_operand": ({0: torch.export.Dim("n", min=2, max=
 def program(name: str, decompose: bool = True) -> Program:
     if name == "full_slice_without_noops":  # remove_noop_ops leaves a gap in the debug handles
         return remove_noop_ops(program("full_slice", decompose))
+    if name == "reshapes_edge":  # to_executorch's view pass reads the edge form's view_copy nodes
+        return replace_view_ops(program("reshapes", decompose))
     build, args = ARGS[name]
     ep = torch.export.export(build().eval(), args, strict=False, dynamic_shapes=DYNAMIC.get(name))
     # ("formats" decomposes empty_like to empty_permuted, outside core ATen: ExecuTorch's to_edge refuses it)
@@ -129,6 +141,7 @@ CASES = [
     ("remove_unused_state", remove_unused_state, "counter", True),
     ("sym_operands_to_tensors", sym_operands_to_tensors, "sym_operand", True),
     ("compact_debug_handles", compact_debug_handles, "full_slice_without_noops", True),
+    ("replace_view_copies_with_views", replace_view_copies_with_views, "reshapes_edge", True),
 ]
 
 
@@ -159,6 +172,10 @@ def test_pass_golden_pure_and_idempotent(
 
 
 def test_each_pass_does_what_its_exir_counterpart_does() -> None:
+    views = replace_view_copies_with_views(program("reshapes_edge"))
+    returned = {a.name for a in views.graph.nodes[-1].args if isinstance(a, Ref)}
+    reshapes = [n for n in call_nodes(views.graph) if n.target in (VIEW_COPY, MEMORY_VIEW)]
+    assert [(n.target, n.name in returned) for n in reshapes] == [(MEMORY_VIEW, False), (VIEW_COPY, True), (MEMORY_VIEW, False)]
     assert not any(t.startswith("aten::_assert") for t in _targets(remove_graph_asserts(program("casts", False))))
     casts = cast_mixed_operands(program("casts"))
     metas = {n.name: casts.graph.meta(n) for n in casts.graph.nodes}

@@ -1,7 +1,8 @@
 """The snapshot schema may only change together with the right SCHEMA_VERSION bump.
 
 To change the schema: edit the IR, bump `SCHEMA_VERSION` in texir/ir/types.py (new defaulted field
-or type: minor; removed field or new required field: major; changed type: forbidden), then run
+or type: minor; removed field, new required field or a string narrowed to an enum: major; changed
+type: forbidden), then run
 `TEXIR_UPDATE_SCHEMA=1 pytest tests/test_schema_version.py` to store the new dump.
 """
 
@@ -131,6 +132,17 @@ def test_new_defaulted_field_is_minor() -> None:
     message = S.check_bump((1, 0), (1, 0), changes)
     assert message is not None and "minor bump" in message and "1.1" in message
     assert "TEXIR_UPDATE_SCHEMA=1" in message
+
+
+def test_a_string_narrowed_to_literal_values_is_major() -> None:
+    base = _node_variant(**BASE_FIELDS, kind=(str, "x"))
+    narrowed = _node_variant(**BASE_FIELDS, kind=(Literal["x", "y"], "x"))
+    changes = S.classify_changes(base, narrowed)
+    assert [(c.level, c.path) for c in changes] == [("major", "Node.kind")]
+    assert "'x', 'y'" in changes[0].what
+    assert S.check_bump((1, 0), (2, 0), changes) is None
+    # Another type than a string (or another default) is still a forbidden or major change of its own.
+    assert "forbidden" in {c.level for c in S.classify_changes(_node_variant(**BASE_FIELDS, kind=(int, 0)), narrowed)}
 
 
 def test_new_required_field_is_major() -> None:

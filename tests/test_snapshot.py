@@ -420,7 +420,7 @@ def test_wrong_version_says_found_supported_and_how_to_fix() -> None:
     assert f"{major + 1}.0" in message and "newer" in message
     assert f"{major}.0" in message and "texir snapshot" in message and "upgrade" in message
     older = data.replace(b'"schema_version":[%d,0]' % major, b'"schema_version":[0,3]', 1)
-    with pytest.raises(SnapshotVersionError, match=rf"0\.3 is older than this texir can read \(this texir reads 1\.0, 1\.1 and 2\.0 to 2\.{SCHEMA_VERSION[1]}\).*re-create"):
+    with pytest.raises(SnapshotVersionError, match=r"0\.3 is older than this texir can read \(this texir reads 1\.0, 1\.1, 2\.0 to 2\.3 and 3\.0\).*re-create"):
         loads(older)
     newer_minor = data.replace(
         b'"schema_version":[%d,0]' % major, b'"schema_version":[%d,%d]' % (major, SCHEMA_VERSION[1] + 1), 1

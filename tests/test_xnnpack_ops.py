@@ -12,7 +12,7 @@ import tokenize
 import pytest
 
 from texir.backends.xnnpack import ops
-from texir.backends.xnnpack.graph import XGraph, XNode
+from texir.backends.xnnpack.graph import XGraph, WorkNode
 from texir.backends.xnnpack.visitors import VISITORS
 
 _BACKEND = pathlib.Path(ops.__file__).parent
@@ -118,10 +118,10 @@ def test_rewritten_ops_reach_their_visitors_in_a_real_lowering() -> None:
 
 def _graph(*calls: tuple[str, str, dict[str, object]]) -> XGraph:
     """A working graph: input x, then each (name, target, kwargs) call on the previous node, output."""
-    nodes = [XNode("x", "placeholder", user_input=True)]
+    nodes = [WorkNode("x", "placeholder", user_input=True)]
     for name, target, kwargs in calls:
-        nodes.append(XNode(name, target, [nodes[-1]], dict(kwargs)))
-    nodes.append(XNode("output", "output", [[nodes[-1]]]))
+        nodes.append(WorkNode(name, target, [nodes[-1]], dict(kwargs)))
+    nodes.append(WorkNode("output", "output", [[nodes[-1]]]))
     return XGraph(nodes, {}, {})
 
 

@@ -92,9 +92,26 @@ def _quantized() -> dict[str, tuple[torch.export.ExportedProgram, None]]:
     }
 
 
+def _recipes() -> dict[str, torch.export.ExportedProgram]:
+    """A two-linear MLP through texir's recipes as `texir lower --recipe` runs them: dynamic int8
+    activations with per-channel int8 weights, and torchao's 8da4w (int4 weights in groups of 32)."""
+    from texir.recipes import Recipe, export
+
+    def mlp() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+
+    args = (torch.randn(2, 64, generator=torch.Generator().manual_seed(1)),)
+    return {
+        "int8_dynamic_mlp": export(mlp(), args, Recipe(name="xnnpack-int8-dynamic")),
+        "int4_8da4w_mlp": export(mlp(), args, Recipe(name="xnnpack-8da4w")),
+    }
+
+
 def main() -> None:
     exported = {name: torch.export.export(m.eval(), args, strict=False) for name, (m, args) in _models().items()}
     exported.update({name: ep for name, (ep, _) in _quantized().items()})
+    exported.update(_recipes())
     # written next to the goldens and moved in place once whole: a failing model leaves them as they were
     work = XNNPACK_GOLDENS.with_name("xnnpack.partial")
     if work.exists():

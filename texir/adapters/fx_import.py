@@ -440,9 +440,14 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
         range_constraints=tuple(ranges),
         module_call_graph=tuple(calls),
         lowered_modules=tuple(sorted(lowered, key=lambda e: e.name)),
-        dialect=ep.dialect,
+        dialect=_dialect(ep.dialect),
     )
     custom = recorded_op_schemas(program)  # what texir's packaged schema table lacks (custom ops)
     return msgspec.structs.replace(program, op_schemas=custom) if custom else program
 
 
+def _dialect(value: object) -> ir.Dialect:
+    for known in ir.DIALECTS:  # (a loop, not `in`, so mypy narrows the value to the Literal)
+        if value == known:
+            return known
+    raise ConversionError(ir.unknown_dialect_message(value, "ExportedProgram.dialect"))

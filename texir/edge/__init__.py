@@ -46,7 +46,7 @@ from texir.edge.pipeline import (
 from texir.edge.scalar_tensor import LIFTED_PREFIX, lift_scalar_operands
 from texir.edge.sym_to_tensor import SCALAR_TENSOR_TARGET, sym_operands_to_tensors
 from texir.edge.unused_state import remove_unused_state
-from texir.edge.view_copy import replace_view_ops
+from texir.edge.view_copy import replace_view_copies_with_views, replace_view_ops
 from texir.edge.write_back import WRITE_BACK_TARGET, insert_write_back
 from texir.edge.zero_dim import ZERO_DIM_SUMS, reduce_zero_dim_sums
 from texir.ir.types import Program
@@ -87,6 +87,7 @@ __all__ = [
     "reduce_zero_dim_sums",
     "remove_noop_ops",
     "remove_unused_state",
+    "replace_view_copies_with_views",
     "replace_view_ops",
     "rewrite_graph",
     "rewrite_program",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Final
 
 import msgspec
 
@@ -31,10 +32,10 @@ from texir.edge.names import edge_node_names
 from texir.edge.noop import remove_noop_ops
 from texir.edge.scalar_tensor import lift_scalar_operands
 from texir.edge.sym_to_tensor import sym_operands_to_tensors
-from texir.edge.view_copy import normalize_view_copy_bases, replace_view_ops
+from texir.edge.view_copy import normalize_view_copy_bases, replace_view_copies_with_views, replace_view_ops
 from texir.edge.write_back import insert_write_back
 from texir.edge.zero_dim import reduce_zero_dim_sums
-from texir.ir.types import Program
+from texir.ir.types import Dialect, Program
 from texir.ir.verify import verify
 
 __all__ = [
@@ -57,9 +58,9 @@ __all__ = [
     "verify_enabled",
 ]
 
-ATEN_DIALECTS = frozenset({"ATEN", "TRAINING"})
-PARTITIONABLE_DIALECT = "EDGE_PARTITIONABLE"
-EDGE_DIALECT = "EDGE"
+ATEN_DIALECTS: Final[frozenset[Dialect]] = frozenset({"ATEN", "TRAINING"})
+PARTITIONABLE_DIALECT: Final[Dialect] = "EDGE_PARTITIONABLE"
+EDGE_DIALECT: Final[Dialect] = "EDGE"
 VERIFY_ENV = "TEXIR_VERIFY"
 
 
@@ -123,9 +124,12 @@ TO_EXECUTORCH: Stage = (
         "NormalizeViewCopyBasePass + dead_code_elimination_pass",
     ),
     NamedPass("reduce_zero_dim_sums", reduce_zero_dim_sums, "none: the portable sum kernel aborts on a 0-dim tensor's dim"),
+    NamedPass("replace_view_copies_with_views", replace_view_copies_with_views, "ReplaceViewCopyWithViewPass"),
 )
 """ExecuTorch's to_executorch rewrites, run after partitioning (at emission), and texir's one guard
-against a portable kernel that aborts (`texir.edge.zero_dim`). Leaves `EDGE`."""
+against a portable kernel that aborts (`texir.edge.zero_dim`). Leaves `EDGE`. The views come last,
+so any reshape an earlier pass writes is a candidate too; `texir::memory_view` is read by the emitter
+only (no ExportedProgram is built from an `EDGE` program)."""
 
 
 def verify_enabled() -> bool:
@@ -187,7 +191,7 @@ def to_emittable(program: Program, *, check: bool | None = None) -> Program:
     return msgspec.structs.replace(run_stage(program, TO_EXECUTORCH, check=check), dialect=EDGE_DIALECT)
 
 
-def _require(program: Program, dialects: frozenset[str], who: str) -> None:
+def _require(program: Program, dialects: frozenset[Dialect], who: str) -> None:
     if program.dialect not in dialects:
         raise DialectError(
             f"{who} takes a program in dialect {' or '.join(sorted(dialects))}, not {program.dialect!r}: "

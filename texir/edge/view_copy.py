@@ -1,4 +1,5 @@
-"""View ops become their `*_copy` variants (exir's ReplaceViewOpsWithViewCopyOps in to_edge)."""
+"""View ops become their `*_copy` variants (exir's ReplaceViewOpsWithViewCopyOps in to_edge); in
+to_executorch, chains of them are normalized and the reshapes become memory views."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import msgspec
 from texir.edge._dead import dead_producers
 from texir.edge._rewrite import Entry, Forward, program_ops, rewrite_program
 from texir.edge.strides import contiguous_strides, refresh_strides
-from texir.ir.names import GETITEM
+from texir.ir.names import GETITEM, MEMORY_VIEW
 from texir.ir.op_facts import OpTable
-from texir.ir.types import CallFunction, Graph, Node, Program, Provenance, Ref, TensorMeta, TupleMeta, ValueMeta
+from texir.ir.types import CallFunction, Graph, Node, Output, Program, Provenance, Ref, TensorMeta, TupleMeta, ValueMeta
 
-__all__ = ["VIEW_COPY", "normalize_view_copy_bases", "replace_view_ops"]
+__all__ = ["VIEW_COPY", "normalize_view_copy_bases", "replace_view_copies_with_views", "replace_view_ops"]
 
 VIEW_COPY = "aten::view_copy.default"
 
@@ -130,3 +131,35 @@ class _ViewChains:
             return ()
         base = rebased.get(node.name)
         return None if base is None else ((msgspec.structs.replace(node, args=(base, *node.args[1:])), meta, prov),)
+
+
+def replace_view_copies_with_views(program: Program) -> Program:
+    """Each `view_copy` of a value that its graph's output does not read directly becomes a
+    `texir::memory_view` (exir's ReplaceViewCopyWithViewPass, after `normalize_view_copy_bases`; in
+    nested graphs too). Whether the view can share its base's memory depends on the memory plan,
+    so the emitter decides that and copies where it cannot (`texir.emit`)."""
+    return rewrite_program(program, _Views())
+
+
+class _Views:
+    """The rule; per graph it reads once which values the output node returns."""
+
+    def __init__(self) -> None:
+        self._returned: dict[int, tuple[Graph, frozenset[str]]] = {}
+
+    def _outputs(self, graph: Graph) -> frozenset[str]:
+        entry = self._returned.get(id(graph))
+        if entry is None or entry[0] is not graph:
+            last = graph.nodes[-1] if graph.nodes else None
+            names = frozenset(a.name for a in last.args if isinstance(a, Ref)) if isinstance(last, Output) else frozenset()
+            entry = self._returned[id(graph)] = (graph, names)
+        return entry[1]
+
+    def __call__(
+        self, node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph
+    ) -> Forward | Sequence[Entry] | None:
+        if not isinstance(node, CallFunction) or node.target != VIEW_COPY:
+            return None
+        if not node.args or not isinstance(node.args[0], Ref) or node.name in self._outputs(graph):
+            return None
+        return ((msgspec.structs.replace(node, target=MEMORY_VIEW), meta, prov),)

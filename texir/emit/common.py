@@ -125,9 +125,6 @@ GETITEM_TARGET = GETITEM
 CALL_DELEGATE_TARGET = CALL_DELEGATE
 # The dim-order ops of the edge form: their out tensors take the order the op names.
 DIM_ORDER_TARGETS = frozenset(DIM_ORDER_OPS.values())
-# Only plain reshapes become aliases (ReplaceViewCopyWithViewPass); other views are copied. In the
-# edge form every reshape is a view_copy.
-ALIASABLE_VIEWS = frozenset({"aten::view_copy.default"})
 
 PendingValue = Union["PendingTensor", KernelTypes]
 

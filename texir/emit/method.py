@@ -6,8 +6,11 @@ import math
 from collections.abc import Mapping
 from typing import cast
 
+import msgspec
+
 from texir.errors import PteError
 from texir.ir.analysis import iter_refs
+from texir.ir.names import MEMORY_VIEW
 from texir.ir.op_facts import SYM_OPS
 from texir.ir.op_schema import OpSchema
 from texir.ir.types import (
@@ -53,8 +56,8 @@ from texir.serialize.pte.schema import (
 )
 
 from texir.edge import MIXED_TYPE_OPS
+from texir.edge.view_copy import VIEW_COPY
 from texir.emit.common import (
-    ALIASABLE_VIEWS,
     CALL_DELEGATE_TARGET,
     DIM_ORDER_TARGETS,
     GETITEM_TARGET,
@@ -207,8 +210,12 @@ class MethodEmitter(DelegateCalls):
             self.kernel(target, (*args, result))
             self.by_name[node.name] = result
             return
-        if target in ALIASABLE_VIEWS and self.emit_static_view(node, where=where):
-            return
+        if target == MEMORY_VIEW:
+            if self.emit_static_view(node, where=where):
+                return
+            # The base's memory cannot be shared (see emit_static_view): the reshape is copied.
+            node = msgspec.structs.replace(node, target=VIEW_COPY)
+            target = VIEW_COPY
         facts = self.ops.op_facts(target)
         if facts is None:
             self.ops.op_schema(target)  # raises the error that names the unknown operator
@@ -392,13 +399,16 @@ class MethodEmitter(DelegateCalls):
         return ListArg(items=tuple(IntArg(value=d) for d in order))
 
     def emit_static_view(self, node: CallFunction, *, where: str) -> bool:
-        """ReplaceViewCopyWithViewPass: a reshape of a planned or constant tensor that is not a graph
-        output becomes a second Tensor value over the same memory: with no instruction when static,
-        through `executorch_prim::et_view` (which sets the runtime shape) when dynamic."""
+        """A `texir::memory_view` (the edge pass `replace_view_copies_with_views` made it of a reshape
+        no output reads) of a planned or constant, contiguous tensor becomes a second Tensor value
+        over the same memory: with no instruction when static, through `executorch_prim::et_view`
+        (which sets the runtime shape) when dynamic. False where the memory does not allow it (a base
+        neither planned nor constant, e.g. an input with `alloc_graph_input=False`; a base in another
+        dim order; a static view of a dynamic base): the caller copies instead."""
         meta = self.graph.meta(node)
         if not isinstance(meta, TensorMeta):
             return False
-        if node.name in self.output_names or not node.args or not isinstance(node.args[0], Ref):
+        if not node.args or not isinstance(node.args[0], Ref):
             return False
         base_index = self.by_name.get(node.args[0].name)
         if not isinstance(base_index, int):

@@ -311,9 +311,10 @@ class ValueTable:
 
     def scalar_tensor(self, arg: Argument, *, where: str) -> int:
         """ScalarToTensorPass: a Python scalar where the schema wants a Tensor becomes a 0-dim constant.
-        Plain `emit` does this here, at the point of use, rather than in the edge pass
-        (`lift_scalar_operands`, which `lower`'s TO_EDGE runs): lifting makes placeholders, which
-        reorders the value table and changes the bytes of every `.pte` golden."""
+        Plain `emit` (and any nested graph) does this here, at the point of use, rather than in the
+        edge pass (`lift_scalar_operands`, which `lower`'s TO_EDGE runs): lifting makes placeholders,
+        which reorders the value table and changes the bytes of every `.pte` of such a program, and
+        the IR has no inline constant to lift to instead (docs/limitations.md)."""
         if isinstance(arg, BoolArg):
             dtype, data = DType.bool, struct.pack("<?", arg.value)
         elif isinstance(arg, IntArg):

@@ -24,6 +24,7 @@ from texir.ir.types import (
 __all__ = [
     "CALL_DELEGATE",
     "GETITEM",
+    "MEMORY_VIEW",
     "NameAllocator",
     "rename_arg",
     "rename_input_spec",
@@ -35,6 +36,10 @@ CALL_DELEGATE = "texir::call_delegate"
 """Target of a node that runs a lowered module: args are (get_attr of the module, *inputs)."""
 GETITEM = "_operator::getitem"
 """Target of a node that reads item `i` of a multi-output value: args are (value, IntArg(i))."""
+MEMORY_VIEW = "texir::memory_view"
+"""Target of a reshape that may share its base's memory (exir's `memory.view`, which
+ReplaceViewCopyWithViewPass makes of a `view_copy` no output reads): args are view_copy's (base, size).
+Only `EDGE` programs hold it; the emitter aliases the base where its memory allows, else copies."""
 
 
 def rename_arg(arg: Argument, names: Mapping[str, str]) -> Argument:

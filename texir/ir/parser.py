@@ -28,7 +28,7 @@ from texir.ir.parse_lines import (
 )
 from texir.ir.printer import tensor_nbytes
 from texir.ir.types import (
-    Argument, BackendNodeMeta, CallFunction, CompileSpec, DebugHandleEntry, GetAttr, Graph,
+    DIALECTS, Argument, BackendNodeMeta, CallFunction, CompileSpec, DebugHandleEntry, Dialect, GetAttr, Graph,
     GraphSignature, Location, LoweredBackendModule, ModuleCallEntry, ModuleFrame, NamedDataEntry,
     NamedLoweredModule, Node, Output, Placeholder, Program, Provenance, RangeConstraint, SourceFn,
     StateEntry, Subgraph, TensorData, TensorMeta, TupleArg, ValueMeta,
@@ -137,7 +137,7 @@ class _Parser:
     def program(self, indent: int, path: str) -> Program:
         c = self.take(indent, "'program dialect=...'", "program ").cursor()
         c.expect("program dialect=")
-        dialect = c.rest()
+        dialect = self.dialect(c)
         self.take(indent + 2, "'inputs:'", "inputs:")
         inputs = tuple(read_input_spec(line.cursor()) for line in self.block(indent + 4))
         self.take(indent + 2, "'outputs:'", "outputs:")
@@ -172,6 +172,16 @@ class _Parser:
             range_constraints=range_constraints, module_call_graph=calls, lowered_modules=tuple(lowered),
             dialect=dialect, backend_meta=backend_meta, op_schemas=op_schemas,
         )
+
+    @staticmethod
+    def dialect(c: Cursor) -> Dialect:
+        start = c.pos
+        text = c.rest()
+        for known in DIALECTS:  # (a loop, not `in`, so mypy narrows the str to the Literal)
+            if text == known:
+                return known
+        c.pos = start
+        c.fail(f"a program dialect ({', '.join(DIALECTS)})")
 
     # -- graph --------------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -18,7 +18,7 @@ module is the schema's one entry point, and its SCHEMA_VERSION covers both.
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias, Union
+from typing import Final, Literal, TypeAlias, Union, get_args
 
 from texir.ir._struct import _Frozen, _Tagged
 from texir.ir.blob import Blob
@@ -52,8 +52,8 @@ from texir.ir.meta import (
 
 __all__ = [
     "Argument", "BackendNodeMeta", "BoolArg", "BufferInput", "BufferMutation", "CallFunction", "CompileSpec",
-    "ConstantMethod", "ConstantTensorInput", "CustomObjInput", "CustomObjMeta", "DTYPE_ITEMSIZE", "DType",
-    "DTypeArg", "DebugHandleEntry", "DelegateMeta", "DeviceArg", "Dim", "FloatArg", "FloatValue", "GetAttr",
+    "ConstantMethod", "ConstantTensorInput", "CustomObjInput", "CustomObjMeta", "DIALECTS", "DTYPE_ITEMSIZE", "DType",
+    "DTypeArg", "DebugHandleEntry", "DelegateMeta", "DeviceArg", "Dialect", "Dim", "FloatArg", "FloatValue", "GetAttr",
     "GradientToParameter", "GradientToUserInput", "Graph", "GraphSignature", "InputSpec", "IntArg", "Layout",
     "LayoutArg", "ListArg", "Location", "LossOutput", "LoweredBackendModule", "MemoryFormat", "MemoryFormatArg",
     "ModuleCallEntry", "ModuleCallSignature", "ModuleFrame", "NamedDataEntry", "NamedLoweredModule", "Node",
@@ -61,11 +61,28 @@ __all__ = [
     "ProvenanceTable", "RangeConstraint", "Ref", "SCHEMA_VERSION", "ScalarMeta", "SourceFn", "SpecialFloat",
     "StateEntry", "StrArg", "Subgraph", "SubgraphMeta", "SymBoolMeta", "SymExprArg", "SymFloatMeta", "SymIntMeta",
     "TensorData", "TensorMeta", "TokenInput", "TokenMeta", "TokenOutput", "TupleArg", "TupleMeta", "UserInput",
-    "UserInputMutation", "UserOutput", "ValueMeta",
+    "UserInputMutation", "UserOutput", "ValueMeta", "unknown_dialect_message",
 ]
 
 # Bump on any schema change by the rules in tests/test_schema_version.py.
-SCHEMA_VERSION: tuple[int, int] = (2, 3)
+SCHEMA_VERSION: tuple[int, int] = (3, 0)
+"""3.0: `Program.dialect` narrowed from any string to `Dialect` (the wire form is unchanged, so 2.x
+snapshots are read by the 3.0 decoder, which refuses a dialect outside `DIALECTS`)."""
+
+Dialect: TypeAlias = Literal["ATEN", "TRAINING", "EDGE_PARTITIONABLE", "EDGE"]
+"""The stage a program has reached: `ATEN` / `TRAINING` as torch.export gives it, `EDGE_PARTITIONABLE`
+after the to_edge rewrites (`texir.edge.pipeline.TO_EDGE`), `EDGE` after `TO_EXECUTORCH` too."""
+DIALECTS: Final[tuple[Dialect, ...]] = get_args(Dialect)
+
+
+def unknown_dialect_message(value: object, field: str) -> str:
+    """What an error about a dialect outside `DIALECTS` says (the verifier, the parser, the snapshot
+    reader and the torch.export import share it)."""
+    return (
+        f"{field}: unknown dialect {value!r}; texir's dialects are {', '.join(DIALECTS)}: convert an "
+        "ExportedProgram with texir.adapters.from_exported_program (ATEN or TRAINING) and let texir's "
+        "stages set the others"
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -438,6 +455,6 @@ class Program(_Frozen, frozen=True, kw_only=True):
     module_call_graph: tuple[ModuleCallEntry, ...] = ()
     lowered_modules: tuple[NamedLoweredModule, ...] = ()
     """Lowered backend modules called from the graph, by `get_attr` target."""
-    dialect: str = "ATEN"
+    dialect: Dialect = "ATEN"
     backend_meta: tuple[BackendNodeMeta, ...] = ()
     op_schemas: tuple[str, ...] = ()  # custom ops' schema strings, sorted (texir.ir.op_facts)

@@ -10,6 +10,7 @@ from texir.ir.op_schema import OpSchemaError, parse_schema
 from texir.ir.types import (
     BufferInput,
     BufferMutation,
+    DIALECTS,
     CallFunction,
     ConstantTensorInput,
     GetAttr,
@@ -24,6 +25,7 @@ from texir.ir.types import (
     UserInput,
     UserInputMutation,
     UserOutput,
+    unknown_dialect_message,
 )
 
 
@@ -159,6 +161,8 @@ def verify_graph(graph: Graph, *, where: str = "graph", lowered: frozenset[str] 
 
 def verify(program: Program) -> None:
     """Raise `IRError` naming the first broken invariant of `program` (and of its lowered modules)."""
+    if program.dialect not in DIALECTS:  # msgspec checks the Literal on decode only, not for IR built in code
+        raise IRError(unknown_dialect_message(program.dialect, "program.dialect"))
     lowered_names = [m.name for m in program.lowered_modules]
     if len(set(lowered_names)) != len(lowered_names):
         raise IRError(f"program: duplicate lowered module names {sorted(lowered_names)}")

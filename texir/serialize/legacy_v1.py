@@ -84,7 +84,7 @@ class ProgramV1(_Frozen, frozen=True, kw_only=True):
     range_constraints: tuple[ir.RangeConstraint, ...] = ()
     module_call_graph: tuple[ir.ModuleCallEntry, ...] = ()
     lowered_modules: tuple[NamedLoweredModuleV1, ...] = ()
-    dialect: str = "ATEN"
+    dialect: ir.Dialect = "ATEN"  # a 1.x dialect outside texir's set is refused on decode, naming the field
 
 
 class ProgramSnapshotV1(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,7 +14,7 @@ import msgspec
 from texir._io import gc_paused
 from texir.errors import SnapshotError
 from texir.ir.blob import Blob
-from texir.ir.types import SCHEMA_VERSION, LoweredBackendModule, Program
+from texir.ir.types import DIALECTS, SCHEMA_VERSION, LoweredBackendModule, Program
 from texir.serialize import legacy_v1
 
 
@@ -152,10 +152,17 @@ def immutable(data: bytes | bytearray | memoryview) -> bytes | memoryview:
     return view if view.readonly else view.tobytes()
 
 
+MIGRATED_VERSIONS: Final[tuple[tuple[int, int], ...]] = ((2, 0), (2, 1), (2, 2), (2, 3))
+"""Older versions the current decoder reads as they are: 3.0 narrowed `Program.dialect` from any
+string to `texir.ir.Dialect` and changed nothing on the wire, so a 2.x snapshot is a 3.0 one whose
+dialect the decoder checks (a dialect outside `DIALECTS` is a `SnapshotError` naming the field)."""
+
+
 def _supported_versions() -> str:
     major, minor = SCHEMA_VERSION
     current = f"{major}.0" if minor == 0 else f"{major}.0 to {major}.{minor}"
-    return ", ".join(f"{a}.{b}" for a, b in legacy_v1.LEGACY_VERSIONS) + f" and {current}"
+    migrated = f"{MIGRATED_VERSIONS[0][0]}.{MIGRATED_VERSIONS[0][1]} to {MIGRATED_VERSIONS[-1][0]}.{MIGRATED_VERSIONS[-1][1]}"
+    return ", ".join(f"{a}.{b}" for a, b in legacy_v1.LEGACY_VERSIONS) + f", {migrated} and {current}"
 
 
 def check_header(header: Header) -> None:
@@ -179,7 +186,7 @@ def check_version(version: Any) -> None:
         )
     major, minor = int(version[0]), int(version[1])
     our_major, our_minor = SCHEMA_VERSION
-    if (major == our_major and 0 <= minor <= our_minor) or (major, minor) in legacy_v1.LEGACY_VERSIONS:
+    if (major == our_major and 0 <= minor <= our_minor) or (major, minor) in (*legacy_v1.LEGACY_VERSIONS, *MIGRATED_VERSIONS):
         return
     found = f"{major}.{minor}"
     if (major, minor) > SCHEMA_VERSION:
@@ -209,6 +216,8 @@ def decode_payload(
             message = message.replace("`$", f"`$.{field}", 1)
         else:
             message = f"{message} - at `$.{field}`"
+        if message.endswith(".dialect`"):
+            message += f" (texir's dialects are {', '.join(DIALECTS)}; re-create the snapshot with `texir snapshot MODEL -o FILE`)"
         raise SnapshotError(f"invalid snapshot: {message}") from None
     except msgspec.DecodeError as exc:
         raise SnapshotError(f"corrupt snapshot in $.{field}: {exc}") from None

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from texir.backends.xnnpack.graph import Const, XGraph, XNode
+from texir.backends.xnnpack.graph import Const, XGraph, WorkNode
 from texir.backends.xnnpack.ops import BN, CONV, LINEAR, SQUEEZE, UNSQUEEZE
 from texir.ir import DType, TensorMeta
 from texir.ir.names import GETITEM
@@ -24,12 +24,12 @@ _KINDS: dict[Any, DType] = {np.float32: DType.float32, np.float16: DType.float16
 
 
 def _array(node: Any) -> np.ndarray[Any, Any] | None:
-    return node.const.numpy() if isinstance(node, XNode) and node.const is not None else None
+    return node.const.numpy() if isinstance(node, WorkNode) and node.const is not None else None
 
 
-def _constant(name: str, array: np.ndarray[Any, Any], dtype: DType, like: TensorMeta) -> XNode:
+def _constant(name: str, array: np.ndarray[Any, Any], dtype: DType, like: TensorMeta) -> WorkNode:
     shape = tuple(int(d) for d in array.shape)
-    node = XNode(name, "placeholder", meta=msgspec.structs.replace(like, shape=shape, strides=_strides(shape)))
+    node = WorkNode(name, "placeholder", meta=msgspec.structs.replace(like, shape=shape, strides=_strides(shape)))
     node.const = Const(dtype, shape, array=np.ascontiguousarray(array))
     return node
 
@@ -42,7 +42,7 @@ def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _getitems_only(g: XGraph, bn: XNode) -> list[XNode] | None:
+def _getitems_only(g: XGraph, bn: WorkNode) -> list[WorkNode] | None:
     users = g.users(bn)
     return users if all(u.target == GETITEM and u.args[1] == 0 for u in users) else None
 
@@ -126,11 +126,11 @@ def decompose_batch_norm(g: XGraph) -> None:
         if rank == 2:
             shape = (*x.tensor.shape, 1)
             meta3 = msgspec.structs.replace(x.tensor, shape=shape, strides=_strides(tuple(int(d) for d in shape)))
-            source = XNode(f"{bn.name}_unsqueeze", UNSQUEEZE, [x, 2], {}, meta3)
-        conv = XNode(f"{bn.name}_conv", CONV, [source, weight, bias, [1] * spatial, [0] * spatial, [1] * spatial,
+            source = WorkNode(f"{bn.name}_unsqueeze", UNSQUEEZE, [x, 2], {}, meta3)
+        conv = WorkNode(f"{bn.name}_conv", CONV, [source, weight, bias, [1] * spatial, [0] * spatial, [1] * spatial,
                                               False, [0] * spatial, channels], {},
                      source.meta if rank == 2 else out_meta)
-        new = [conv] if rank != 2 else [source, conv, XNode(f"{bn.name}_squeeze", SQUEEZE, [conv, 2],
+        new = [conv] if rank != 2 else [source, conv, WorkNode(f"{bn.name}_squeeze", SQUEEZE, [conv, 2],
                                                             {}, out_meta)]
         at = g.nodes.index(bn)
         g.nodes[at + 1:at + 1] = new

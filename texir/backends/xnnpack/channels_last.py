@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from texir.backends.xnnpack.checks import refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
-from texir.backends.xnnpack.graph import CHANNELS_LAST, CONTIGUOUS, XGraph, XNode
+from texir.backends.xnnpack.graph import CHANNELS_LAST, CONTIGUOUS, XGraph, WorkNode
 from texir.backends.xnnpack.ops import (
     AMAX,
     BROADCAST_OPS,
@@ -48,24 +48,24 @@ class _ChannelsLast:
     def __init__(self, g: XGraph) -> None:
         self.g = g
 
-    def is_nhwc(self, n: XNode) -> bool:
+    def is_nhwc(self, n: WorkNode) -> bool:
         return bool(n.nhwc)
 
-    def placeholder_nhwc(self, n: XNode) -> bool:
+    def placeholder_nhwc(self, n: WorkNode) -> bool:
         return isinstance(n.meta, TensorMeta) and _is_nhwc_meta(n.meta)
 
-    def can_be_nhwc(self, n: XNode) -> bool:
+    def can_be_nhwc(self, n: WorkNode) -> bool:
         nchw_const = n.const is not None and n.nhwc is False
         return n.rank == 4 and not nchw_const
 
-    def copy(self, src: XNode, to_nhwc: bool) -> XNode:
+    def copy(self, src: WorkNode, to_nhwc: bool) -> WorkNode:
         fmt = CHANNELS_LAST if to_nhwc else CONTIGUOUS
-        node = XNode(f"{src.name}_to_{fmt}", TO_COPY, [src], {"memory_format": fmt}, src.meta, None)
+        node = WorkNode(f"{src.name}_to_{fmt}", TO_COPY, [src], {"memory_format": fmt}, src.meta, None)
         node.nhwc = to_nhwc
         self.g.insert_after(src, node)
         return node
 
-    def to_format(self, src: XNode, user: XNode, nhwc: bool) -> None:
+    def to_format(self, src: WorkNode, user: WorkNode, nhwc: bool) -> None:
         if src.const is not None:
             if src.nhwc is not None and src.nhwc != nhwc:
                 raise refuse("constant_one_layout", user, f"its input, constant '{src.name}', is also read "
@@ -93,13 +93,13 @@ class _ChannelsLast:
             self.g.replace_input(user, src, partner)
             src.partner, partner.partner = partner, src
 
-    def _qdq(self, target: str, src: XNode, params: XNode, like: XNode, name: str) -> XNode:
-        node = XNode(f"{src.name}_{name}", target, [src, *params.args[1:]], {}, like.meta, None)
+    def _qdq(self, target: str, src: WorkNode, params: WorkNode, like: WorkNode, name: str) -> WorkNode:
+        node = WorkNode(f"{src.name}_{name}", target, [src, *params.args[1:]], {}, like.meta, None)
         node.nhwc = like.nhwc
         node.implicit = True
         return node
 
-    def copy_q_dq(self, before: XNode, copy: XNode) -> None:
+    def copy_q_dq(self, before: WorkNode, copy: WorkNode) -> None:
         """dq -> op becomes dq -> copy -> q -> dq -> op (every user of `before` reads the new dq)."""
         q = self._qdq(Q_PER_TENSOR, copy, before, copy, "q")
         self.g.insert_after(copy, q)
@@ -110,7 +110,7 @@ class _ChannelsLast:
         self.g.replace_all_uses(before, dq)
         self.g.replace_input(copy, dq, before)
 
-    def dq_copy_q(self, before: XNode, user: XNode, copy: XNode) -> None:
+    def dq_copy_q(self, before: WorkNode, user: WorkNode, copy: WorkNode) -> None:
         """q -> user becomes q -> dq -> copy -> q -> user."""
         dq = self._qdq(DQ_PER_TENSOR, before, before, before, "dq")
         self.g.insert_after(before, dq)
@@ -133,7 +133,7 @@ class _ChannelsLast:
             elif node.target in NHWC_OPS:
                 first = node.args[0]
                 for arg in first if isinstance(first, list) else [first]:
-                    if isinstance(arg, XNode):
+                    if isinstance(arg, WorkNode):
                         self.to_format(arg, node, True)
                 for other in node.inputs()[1:]:
                     if other.target == "placeholder" and other.nhwc:
@@ -195,11 +195,11 @@ class _ChannelsLast:
                 g.remove(node)
 
 
-    def _drop(self, node: XNode) -> None:
+    def _drop(self, node: WorkNode) -> None:
         if node in self.g.nodes and not self.g.users(node):
             self.g.remove(node)
 
-    def remove_quantized(self, node: XNode) -> None:
+    def remove_quantized(self, node: WorkNode) -> None:
         """dq1 -> copy1 -> q1 -> dq2 -> copy2 -> q2 with opposite copies: both go; with copies to the
         same format: the second copy and its q/dq go."""
         g = self.g
@@ -238,7 +238,7 @@ def max_dims_as_amax(g: XGraph) -> None:
         if len(users) != 1 or users[0].args[1] != 0:
             raise XnnpackUnsupportedError(f"'{n.name}': max.dim's indices are read (XNNPACK computes the values only)",
                                           node=n.name, op=n.target)
-        amax = XNode(n.name, AMAX, list(n.args), dict(n.kwargs), users[0].meta, n.handle)
+        amax = WorkNode(n.name, AMAX, list(n.args), dict(n.kwargs), users[0].meta, n.handle)
         g.nodes[g.nodes.index(n)] = amax
         g._users = None
         g.replace_all_uses(users[0], amax)

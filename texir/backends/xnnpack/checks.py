@@ -11,7 +11,7 @@ from typing import Any, Final
 import numpy as np
 
 from texir.backends.xnnpack.errors import XnnpackCheckError
-from texir.backends.xnnpack.graph import XNode
+from texir.backends.xnnpack.graph import WorkNode
 from texir.ir import DType
 
 __all__ = ["CHECKS", "check_per_channel_counts", "check_scales_zero_points", "refuse"]
@@ -54,13 +54,13 @@ _CALIBRATE: Final = ("run the prepared model on example inputs before convert_pt
 _ZP_RANGES: Final[dict[DType, tuple[int, int]]] = {DType.int8: (-128, 127), DType.uint8: (0, 255), DType.int32: (0, 0)}
 
 
-def refuse(check: str, node: XNode, problem: str, fix: str) -> XnnpackCheckError:
+def refuse(check: str, node: WorkNode, problem: str, fix: str) -> XnnpackCheckError:
     """The error for `node` failing ExecuTorch's `check`: what is wrong, then how to fix it."""
     return XnnpackCheckError(f"'{node.name}' ({node.target}): {problem}; ExecuTorch's XNNPACK backend refuses it "
                              f"too ({CHECKS[check].split(':')[0]}); {fix}", check=check, node=node.name, op=node.target)
 
 
-def check_per_channel_counts(node: XNode, scale: np.ndarray[Any, Any], zero_point: np.ndarray[Any, Any],
+def check_per_channel_counts(node: WorkNode, scale: np.ndarray[Any, Any], zero_point: np.ndarray[Any, Any],
                              axis: int, shape: tuple[int, ...]) -> None:
     """One scale and one zero point per channel of the quantized tensor's `axis`, as XNNPACK's
     per-channel values need (the runtime refuses the tensor otherwise)."""
@@ -77,13 +77,13 @@ def check_per_channel_counts(node: XNode, scale: np.ndarray[Any, Any], zero_poin
                          f"{list(shape)} ({channels} channels)", fix)
 
 
-def check_scales_zero_points(node: XNode, scale: Any, zero_point: Any, dtype: Any) -> None:
+def check_scales_zero_points(node: WorkNode, scale: Any, zero_point: Any, dtype: Any) -> None:
     """`validate_quant_scales` and `validate_quant_zeropoints` on a static q/dq node's parameters
     (a float or a constant array each). Scales are judged in their own float type (a Python float as
     float32, as torch makes it a tensor): NaN, infinite, zero and positive subnormal ones are refused."""
-    if any(isinstance(p, XNode) and p.const is None for p in (scale, zero_point)):
+    if any(isinstance(p, WorkNode) and p.const is None for p in (scale, zero_point)):
         return  # computed at run time: the visitor refuses it as not static
-    if isinstance(scale, XNode) and scale.const is not None:
+    if isinstance(scale, WorkNode) and scale.const is not None:
         values = scale.const.numpy()
     else:
         with np.errstate(over="ignore"):  # a float beyond float32's range is infinite there, and refused
@@ -101,7 +101,7 @@ def check_scales_zero_points(node: XNode, scale: Any, zero_point: Any, dtype: An
                      f"or fix the scales; if the model was never run, {_CALIBRATE}")
     if not isinstance(dtype, DType) or dtype not in _ZP_RANGES:
         raise refuse("quantized_dtype", node, f"quantized dtype {dtype}", "quantize to int8 (XNNPACKQuantizer does)")
-    zps = np.asarray(zero_point.const.numpy() if isinstance(zero_point, XNode) and zero_point.const is not None
+    zps = np.asarray(zero_point.const.numpy() if isinstance(zero_point, WorkNode) and zero_point.const is not None
                      else zero_point)
     low, high = _ZP_RANGES[dtype]
     outside = (zps < low) | (zps > high)

@@ -55,7 +55,7 @@ from texir.ir import (
 from texir.ir.analysis import contiguous_in, same_dim_order
 from texir.ir.blob import Blob
 
-__all__ = ["Const", "XGraph", "XNode", "conv1d_as_conv2d", "split_concatenations", "fuse_activations", "remove_clones",
+__all__ = ["Const", "XGraph", "WorkNode", "conv1d_as_conv2d", "split_concatenations", "fuse_activations", "remove_clones",
            "revert_dim_order_copies"]
 
 CHANNELS_LAST = "channels_last"
@@ -88,9 +88,9 @@ class Const:
 
 
 @dataclass(eq=False)
-class XNode:
+class WorkNode:
     """One node: ``target`` is a canonical op, "placeholder" or "output"; node inputs in `args` and
-    `kwargs` are the XNode objects themselves."""
+    `kwargs` are the WorkNode objects themselves."""
 
     name: str
     target: str
@@ -102,7 +102,7 @@ class XNode:
     user_input: bool = False
     nhwc: bool | None = None
     """ExecuTorch's XNN_NHWC_NODE tag: None when untagged."""
-    partner: XNode | None = None
+    partner: WorkNode | None = None
     min_max: tuple[float, float] | None = None
     """A fused activation's bounds."""
     implicit: bool = False
@@ -122,28 +122,28 @@ class XNode:
     def rank(self) -> int:
         return len(self.meta.shape) if isinstance(self.meta, TensorMeta) else -1
 
-    def inputs(self) -> list[XNode]:
+    def inputs(self) -> list[WorkNode]:
         """fx's `all_input_nodes`: node inputs in argument order, each once."""
-        seen: list[XNode] = []
+        seen: list[WorkNode] = []
         for a in _walk([*self.args, *self.kwargs.values()]):
             if a not in seen:
                 seen.append(a)
         return seen
 
-    def replace_input(self, old: XNode, new: XNode) -> None:
+    def replace_input(self, old: WorkNode, new: WorkNode) -> None:
         self.args = [_swap(a, old, new) for a in self.args]
         self.kwargs = {k: _swap(v, old, new) for k, v in self.kwargs.items()}
 
 
-def _walk(items: list[Any]) -> Iterator[XNode]:
+def _walk(items: list[Any]) -> Iterator[WorkNode]:
     for a in items:
-        if isinstance(a, XNode):
+        if isinstance(a, WorkNode):
             yield a
         elif isinstance(a, (list, tuple)):
             yield from _walk(list(a))
 
 
-def _swap(a: Any, old: XNode, new: XNode) -> Any:
+def _swap(a: Any, old: WorkNode, new: WorkNode) -> Any:
     if a is old:
         return new
     if isinstance(a, (list, tuple)):
@@ -151,7 +151,7 @@ def _swap(a: Any, old: XNode, new: XNode) -> Any:
     return a
 
 
-def _literal(arg: Any, nodes: dict[str, XNode]) -> Any:
+def _literal(arg: Any, nodes: dict[str, WorkNode]) -> Any:
     if isinstance(arg, Ref):
         return nodes[arg.name]
     if isinstance(arg, (ListArg, TupleArg)):
@@ -170,21 +170,21 @@ def _literal(arg: Any, nodes: dict[str, XNode]) -> Any:
 class XGraph:
     """The nodes of one partition in graph order, ending with the output node."""
 
-    def __init__(self, nodes: list[XNode], bounds: dict[str, int], hints: dict[str, int]) -> None:
+    def __init__(self, nodes: list[WorkNode], bounds: dict[str, int], hints: dict[str, int]) -> None:
         self.nodes = nodes
         self.bounds = bounds
         """Upper bound of each bounded symbol."""
         self.hints = hints
         """Each symbol's size in the example inputs (used when a tensor has an unbounded size)."""
-        self._users: dict[int, list[XNode]] | None = None
+        self._users: dict[int, list[WorkNode]] | None = None
 
     @staticmethod
     def from_program(program: Program) -> XGraph:
         graph = program.graph
         state = {e.target: e.value for e in program.state}
         specs = dict(zip((n.name for n in graph.nodes if isinstance(n, Placeholder)), program.signature.inputs))
-        by_name: dict[str, XNode] = {}
-        nodes: list[XNode] = []
+        by_name: dict[str, WorkNode] = {}
+        nodes: list[WorkNode] = []
         handles = graph.debug_handles()
         implicit = {m.node for m in program.backend_meta if m.key == IMPLICIT_KEY and m.value == "true"}
         for i, node in enumerate(graph.nodes):
@@ -192,7 +192,7 @@ class XGraph:
             tmeta = meta if isinstance(meta, (TensorMeta, TupleMeta)) else None
             if isinstance(node, Placeholder):
                 spec = specs[node.name]
-                x = XNode(node.name, "placeholder", meta=tmeta)
+                x = WorkNode(node.name, "placeholder", meta=tmeta)
                 if isinstance(spec, (ParameterInput, BufferInput, ConstantTensorInput)):
                     value = state[spec.target]
                     if value.data is None:
@@ -206,13 +206,13 @@ class XGraph:
                 else:
                     x.user_input = True
             elif isinstance(node, CallFunction):
-                x = XNode(
+                x = WorkNode(
                     node.name, node.target, [_literal(a, by_name) for a in node.args],
                     {k: _literal(v, by_name) for k, v in node.kwargs}, tmeta, handles[i],
                     implicit=node.name in implicit,
                 )
             elif isinstance(node, Output):
-                x = XNode(node.name, "output", [[_literal(a, by_name) for a in node.args]])
+                x = WorkNode(node.name, "output", [[_literal(a, by_name) for a in node.args]])
             else:
                 raise XnnpackUnsupportedError(f"node '{node.name}' ({type(node).__name__}) cannot be delegated to XNNPACK")
             by_name[x.name] = x
@@ -223,27 +223,27 @@ class XGraph:
 
     # -- queries ---------------------------------------------------------------------------------
 
-    def _index(self) -> dict[int, list[XNode]]:
+    def _index(self) -> dict[int, list[WorkNode]]:
         """Users of every node (built on demand, kept up to date by the edits below)."""
         if self._users is None:
-            users: dict[int, list[XNode]] = {}
+            users: dict[int, list[WorkNode]] = {}
             for n in self.nodes:
                 for i in n.inputs():
                     users.setdefault(id(i), []).append(n)
             self._users = users
         return self._users
 
-    def users(self, node: XNode) -> list[XNode]:
+    def users(self, node: WorkNode) -> list[WorkNode]:
         return list(self._index().get(id(node), ()))
 
     @property
-    def output(self) -> XNode:
+    def output(self) -> WorkNode:
         return self.nodes[-1]
 
-    def outputs(self) -> list[XNode]:
+    def outputs(self) -> list[WorkNode]:
         return list(self.output.args[0])
 
-    def shape(self, node: XNode) -> list[int]:
+    def shape(self, node: WorkNode) -> list[int]:
         """ExecuTorch's `get_shape`: each symbolic dim at its bound; a 0-d tensor has no dims here."""
         shape = node.tensor.shape
         dims = [d if isinstance(d, int) else _upper_bound(d, self.bounds) for d in shape]
@@ -279,7 +279,7 @@ class XGraph:
 
     # -- edits -----------------------------------------------------------------------------------
 
-    def replace_input(self, user: XNode, old: XNode, new: XNode) -> None:
+    def replace_input(self, user: WorkNode, old: WorkNode, new: WorkNode) -> None:
         user.replace_input(old, new)
         index = self._index()
         index[id(old)] = [u for u in index.get(id(old), ()) if u is not user]
@@ -287,12 +287,12 @@ class XGraph:
         if user not in users:
             users.append(user)
 
-    def replace_all_uses(self, old: XNode, new: XNode) -> None:
+    def replace_all_uses(self, old: WorkNode, new: WorkNode) -> None:
         for user in self.users(old):
             if user is not new:
                 self.replace_input(user, old, new)
 
-    def set_args(self, node: XNode, args: list[Any]) -> None:
+    def set_args(self, node: WorkNode, args: list[Any]) -> None:
         index = self._index()
         for i in node.inputs():
             index[id(i)] = [u for u in index.get(id(i), ()) if u is not node]
@@ -300,13 +300,13 @@ class XGraph:
         for i in node.inputs():
             index.setdefault(id(i), []).append(node)
 
-    def insert_after(self, anchor: XNode, node: XNode) -> None:
+    def insert_after(self, anchor: WorkNode, node: WorkNode) -> None:
         index = self._index()  # built before the insertion, which then adds the node's uses once
         self.nodes.insert(self.nodes.index(anchor) + 1, node)
         for i in node.inputs():
             index.setdefault(id(i), []).append(node)
 
-    def remove(self, node: XNode) -> None:
+    def remove(self, node: WorkNode) -> None:
         index = self._index()
         for i in node.inputs():
             index[id(i)] = [u for u in index.get(id(i), ()) if u is not node]
@@ -353,7 +353,7 @@ def remove_clones(g: XGraph) -> None:
     """XNNPACKRemoveCloneOpsTransform: an identity clone goes, except one copying an input to an
     output; a dq -> q pair the removal leaves (same params) is then bypassed."""
     outputs = g.outputs()
-    dequants: list[XNode] = []
+    dequants: list[WorkNode] = []
     for n in list(g.nodes):
         if n.target not in (CLONE, CLONE_DIM_ORDER):
             continue
@@ -426,8 +426,8 @@ def conv1d_as_conv2d(g: XGraph) -> None:
                 w.const.array = w.const.array.reshape(w.const.shape)
             w.meta = _with_unit_dim(w.meta)
         x = n.args[0]
-        before = XNode(f"{n.name}_unsqueeze", UNSQUEEZE, [x, -1], {}, _with_unit_dim(x.meta))
-        after = XNode(f"{n.name}_squeeze", SQUEEZE, [n, -1], {}, n.meta)
+        before = WorkNode(f"{n.name}_unsqueeze", UNSQUEEZE, [x, -1], {}, _with_unit_dim(x.meta))
+        after = WorkNode(f"{n.name}_squeeze", SQUEEZE, [n, -1], {}, n.meta)
         for user in g.users(n):
             user.replace_input(n, after)
         n.args = [before, *n.args[1:3], *([*n.args[i], extra] for i, extra in ((3, 1), (4, 0), (5, 1))), n.args[6],
@@ -455,7 +455,7 @@ def split_concatenations(g: XGraph) -> None:
         tensors = list(n.args[0])
         axis = n.args[1] if len(n.args) > 1 else 0
         axis += n.rank if axis < 0 else 0
-        rest = XNode(f"{n.name}_rest", CAT, [[n, *tensors[MAX_CAT:]], *n.args[1:]], dict(n.kwargs), n.meta)
+        rest = WorkNode(f"{n.name}_rest", CAT, [[n, *tensors[MAX_CAT:]], *n.args[1:]], dict(n.kwargs), n.meta)
         for user in g.users(n):
             user.replace_input(n, rest)
         n.args = [tensors[:MAX_CAT], *n.args[1:]]
@@ -479,7 +479,7 @@ def fuse_activations(g: XGraph) -> None:
     and its bounds go to the producer's `output_min_max`."""
     for act in [n for n in g.nodes if n.target in ACTIVATION_BOUNDS]:
         src = act.args[0]
-        if not isinstance(src, XNode) or act.target not in FUSES.get(src.target, ()) or src.min_max is not None:
+        if not isinstance(src, WorkNode) or act.target not in FUSES.get(src.target, ()) or src.min_max is not None:
             continue
         if len(g.users(src)) != 1:
             continue

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from texir.backends.xnnpack import schema as s
-from texir.backends.xnnpack.graph import XGraph, XNode
+from texir.backends.xnnpack.graph import XGraph, WorkNode
 from texir.backends.xnnpack.reader import decode_blob
 from texir.ir import DType
 from texir.ir.printer import format_arg, format_dtype, format_meta
@@ -69,7 +69,7 @@ def format_blob(blob: bytes) -> str:
 
 
 def _xarg(a: Any) -> str:
-    if isinstance(a, XNode):
+    if isinstance(a, WorkNode):
         return f"%{a.name}"
     if isinstance(a, (list, tuple)):
         return f"[{', '.join(_xarg(x) for x in a)}]"
@@ -80,7 +80,7 @@ def _xarg(a: Any) -> str:
     return repr(a)
 
 
-def _xnode(n: XNode) -> str:
+def _xnode(n: WorkNode) -> str:
     if n.target == "placeholder":
         text = f"%{n.name} : {format_meta(n.meta)} = placeholder"
         if n.const is not None:

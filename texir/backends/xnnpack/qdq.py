@@ -10,7 +10,7 @@ from typing import Final
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.checks import check_scales_zero_points
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
-from texir.backends.xnnpack.graph import XNode
+from texir.backends.xnnpack.graph import WorkNode
 from texir.backends.xnnpack.ops import AFFINE, CHOOSE_QPARAMS, DQ_AFFINE, DQ_PER_TENSOR, Q_PER_TENSOR, VisitorName
 from texir.backends.xnnpack.quant import from_q_dq, is_dynamic
 from texir.backends.xnnpack.serialize import Serializer
@@ -18,7 +18,7 @@ from texir.backends.xnnpack.serialize import Serializer
 __all__ = ["QDQ_VISITORS"]
 
 
-def _implicit(ser: Serializer, n: XNode) -> bool:
+def _implicit(ser: Serializer, n: WorkNode) -> bool:
     """Check a q/dq node's parameters (implicit or not, as ExecuTorch's visitor); an implicit one
     only shares its input's value id, and this says so."""
     check_scales_zero_points(n, n.args[1], n.args[2], n.args[-1])
@@ -30,7 +30,7 @@ def _implicit(ser: Serializer, n: XNode) -> bool:
     return True
 
 
-def _dequantize(ser: Serializer, n: XNode) -> None:
+def _dequantize(ser: Serializer, n: WorkNode) -> None:
     src = n.args[0]
     if _implicit(ser, n):
         return
@@ -43,7 +43,7 @@ def _dequantize(ser: Serializer, n: XNode) -> None:
     ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
 
 
-def _quantize(ser: Serializer, n: XNode) -> None:
+def _quantize(ser: Serializer, n: WorkNode) -> None:
     src = n.args[0]
     if _implicit(ser, n):
         return
@@ -56,14 +56,14 @@ def _quantize(ser: Serializer, n: XNode) -> None:
     ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
 
 
-def _not_dynamic(n: XNode) -> XnnpackUnsupportedError:
+def _not_dynamic(n: WorkNode) -> XnnpackUnsupportedError:
     return XnnpackUnsupportedError(
         f"'{n.name}': {n.target} with a scale and zero point that are not a choose_qparams's outputs is not "
         "supported by the native XNNPACK backend (dynamic quantization only); leave it out of the partition",
         node=n.name, op=n.target)
 
 
-def _check_per_token(ser: Serializer, n: XNode) -> None:
+def _check_per_token(ser: Serializer, n: WorkNode) -> None:
     """torchao's affine q/dq of an activation must be per token: blocks of one row."""
     if n.target not in AFFINE:
         return
@@ -75,7 +75,7 @@ def _check_per_token(ser: Serializer, n: XNode) -> None:
             f"{shape[-1]}]), got {block}", node=n.name, op=n.target)
 
 
-def _dynamic_quantize(ser: Serializer, n: XNode) -> None:
+def _dynamic_quantize(ser: Serializer, n: WorkNode) -> None:
     """A Convert from the float input to a qdint8 value, whatever the tag."""
     if not is_dynamic(n):
         raise _not_dynamic(n)
@@ -87,11 +87,11 @@ def _dynamic_quantize(ser: Serializer, n: XNode) -> None:
     ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
 
 
-def _dynamic_dequantize(ser: Serializer, n: XNode) -> None:
+def _dynamic_dequantize(ser: Serializer, n: WorkNode) -> None:
     """Always implicit: the value is its quantize's qdint8 one (torchao's affine dequantize of a
     static group-wise weight: nothing, its GEMM stores the weight)."""
     src = n.args[0]
-    if n.target == DQ_AFFINE and not is_dynamic(n) and isinstance(src, XNode) and src.const is not None:
+    if n.target == DQ_AFFINE and not is_dynamic(n) and isinstance(src, WorkNode) and src.const is not None:
         return
     if not is_dynamic(n):
         raise _not_dynamic(n)
@@ -100,19 +100,19 @@ def _dynamic_dequantize(ser: Serializer, n: XNode) -> None:
         ser.ids[id(n)] = ser.ids[id(src)]
 
 
-def _choose_qparams(ser: Serializer, n: XNode) -> None:
+def _choose_qparams(ser: Serializer, n: WorkNode) -> None:
     """Run time params of a dynamic quantize: nothing to serialize (XNNPACK computes them)."""
 
 
-def _getitem(ser: Serializer, n: XNode) -> None:
+def _getitem(ser: Serializer, n: WorkNode) -> None:
     src = n.args[0]
-    if not isinstance(src, XNode) or src.target not in CHOOSE_QPARAMS:
+    if not isinstance(src, WorkNode) or src.target not in CHOOSE_QPARAMS:
         raise XnnpackUnsupportedError(
             f"'{n.name}': a getitem of {getattr(src, 'target', src)!r} cannot be serialized by the native XNNPACK "
             "backend (only a choose_qparams's outputs, which it skips)", node=n.name, op=n.target)
 
 
-QDQ_VISITORS: Final[Mapping[VisitorName, Callable[[Serializer, XNode], None]]] = {
+QDQ_VISITORS: Final[Mapping[VisitorName, Callable[[Serializer, WorkNode], None]]] = {
     "quantize": _quantize,
     "dequantize": _dequantize,
     "dynamic_quantize": _dynamic_quantize,

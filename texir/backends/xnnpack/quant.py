@@ -13,7 +13,7 @@ import numpy as np
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.checks import check_per_channel_counts, refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
-from texir.backends.xnnpack.graph import XGraph, XNode
+from texir.backends.xnnpack.graph import XGraph, WorkNode
 from texir.backends.xnnpack.int4 import bf16_bytes
 from texir.backends.xnnpack.ops import (
     AFFINE,
@@ -50,7 +50,7 @@ class Serializer(Protocol):
 class QuantParams:
     """How one value is quantized."""
 
-    q_input: XNode
+    q_input: WorkNode
     """The node whose value this is the quantized form of (for a weight: its constant)."""
     scale: float | np.ndarray[Any, Any]
     zero_point: int | np.ndarray[Any, Any]
@@ -100,22 +100,22 @@ class QuantParams:
 
 
 def _scalar(v: Any, name: str) -> Any:
-    if isinstance(v, XNode):
+    if isinstance(v, WorkNode):
         raise XnnpackUnsupportedError(f"'{name}': quantization parameters computed at run time (dynamic "
                                       "quantization) are not supported by the native XNNPACK backend", node=name)
     return v
 
 
-def is_dynamic(node: XNode) -> bool:
+def is_dynamic(node: WorkNode) -> bool:
     """A q/dq whose scale and zero point are getitems of a choose_qparams (ExecuTorch's `is_dynamic_qdq`)."""
     if node.target not in QUANTS and node.target not in DEQUANTS or len(node.args) < 4:
         return False
     params = [node.args[i] for i in params_at(node.target)]
-    return all(isinstance(p, XNode) and p.target == GETITEM and isinstance(p.args[0], XNode)
+    return all(isinstance(p, WorkNode) and p.target == GETITEM and isinstance(p.args[0], WorkNode)
                and p.args[0].target in CHOOSE_QPARAMS for p in params)
 
 
-def _feeds_conv(ser: Serializer, node: XNode) -> bool:
+def _feeds_conv(ser: Serializer, node: WorkNode) -> bool:
     """Whether a convolution comes before any linear among the users downstream of `node` (a
     depth-first walk, as ExecuTorch's `_feeds_into_conv`)."""
     stack = [node]
@@ -129,7 +129,7 @@ def _feeds_conv(ser: Serializer, node: XNode) -> bool:
     return False
 
 
-def from_q_dq(ser: Serializer, node: XNode) -> QuantParams:
+def from_q_dq(ser: Serializer, node: WorkNode) -> QuantParams:
     """ExecuTorch's `QuantParams.from_q_dq_node` for per-tensor, per-channel and dynamic q/dq."""
     args = node.args
     if is_dynamic(node):
@@ -146,7 +146,7 @@ def from_q_dq(ser: Serializer, node: XNode) -> QuantParams:
     scale: Any
     zero_point: Any
     if per_channel:
-        if not all(isinstance(a, XNode) and a.const is not None for a in args[1:3]):
+        if not all(isinstance(a, WorkNode) and a.const is not None for a in args[1:3]):
             raise XnnpackUnsupportedError(f"'{node.name}': per-channel scales and zero points must be constants",
                                           node=node.name, op=node.target)
         scale, zero_point, axis = args[1].const.numpy(), args[2].const.numpy(), int(args[3])
@@ -164,12 +164,12 @@ def from_q_dq(ser: Serializer, node: XNode) -> QuantParams:
     )
 
 
-def _group_wise(node: XNode) -> QuantParams:
+def _group_wise(node: WorkNode) -> QuantParams:
     """torchao's affine dequantize of a static weight: per-channel groups of block_size[-1] columns."""
     args = node.args
     block, scale, zero_point = args[1], args[2], args[3]
-    ok = (isinstance(args[0], XNode) and args[0].const is not None and isinstance(block, list) and len(block) == 2
-          and block[0] == 1 and all(isinstance(a, XNode) and a.const is not None for a in (scale, zero_point))
+    ok = (isinstance(args[0], WorkNode) and args[0].const is not None and isinstance(block, list) and len(block) == 2
+          and block[0] == 1 and all(isinstance(a, WorkNode) and a.const is not None for a in (scale, zero_point))
           and args[4] == DType.int8)
     if not ok:
         raise XnnpackUnsupportedError(
@@ -185,17 +185,17 @@ def _group_wise(node: XNode) -> QuantParams:
     )
 
 
-def from_inputs(ser: Serializer, n: XNode) -> QuantParams | None:
+def from_inputs(ser: Serializer, n: WorkNode) -> QuantParams | None:
     """An implicit dq feeding an op: the params of its q (when that quantizes a constant) or its own."""
     if n.target not in DEQUANTS or not n.implicit:
         return None
     src = n.args[0]
-    if isinstance(src, XNode) and src.target in QUANTS and src.args[0].const is not None:
+    if isinstance(src, WorkNode) and src.target in QUANTS and src.args[0].const is not None:
         return from_q_dq(ser, src)
     return from_q_dq(ser, n)
 
 
-def from_outputs(ser: Serializer, n: XNode) -> QuantParams | None:
+def from_outputs(ser: Serializer, n: WorkNode) -> QuantParams | None:
     """A value whose only user is an implicit q has that q's params."""
     users = ser.g.users(n)
     if len(users) == 1 and users[0].target in QUANTS and users[0].implicit:
@@ -203,16 +203,16 @@ def from_outputs(ser: Serializer, n: XNode) -> QuantParams | None:
     return None
 
 
-def from_weights(ser: Serializer, n: XNode) -> QuantParams | None:
+def from_weights(ser: Serializer, n: WorkNode) -> QuantParams | None:
     if n.target not in DEQUANTS:
         return None
-    src = n.args[0] if isinstance(n.args[0], XNode) and n.args[0].target in QUANTS else n
+    src = n.args[0] if isinstance(n.args[0], WorkNode) and n.args[0].target in QUANTS else n
     if src.args[0].const is None:
         raise XnnpackUnsupportedError(f"'{n.name}': a quantized weight must be a constant", node=n.name, op=n.target)
     return from_q_dq(ser, src)
 
 
-def bias_params(bias: XNode, weight: QuantParams | None, act: QuantParams | None) -> QuantParams | None:
+def bias_params(bias: WorkNode, weight: QuantParams | None, act: QuantParams | None) -> QuantParams | None:
     """The int32 quantization of a GEMM's bias: scale = weight scale x input scale, zero point 0."""
     if weight is None or act is None:
         if (weight is None) != (act is None):

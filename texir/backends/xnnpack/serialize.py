@@ -10,7 +10,7 @@ import numpy as np
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.checks import refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
-from texir.backends.xnnpack.graph import XGraph, XNode
+from texir.backends.xnnpack.graph import XGraph, WorkNode
 from texir.backends.xnnpack.int4 import check_groups, pack_int4
 from texir.backends.xnnpack.quant import QuantParams, from_inputs, from_outputs, quantize, schema_params, swapped_axis
 from texir.ir import DType
@@ -58,10 +58,10 @@ class Serializer:
             self.externals[id(n)] = (len(inputs) + i, 2)
         self.num_externs = len(inputs) + len(outputs)
 
-    def id(self, n: XNode) -> int:
+    def id(self, n: WorkNode) -> int:
         return self.ids[id(n)]
 
-    def define(self, n: XNode, *, nhwc: bool = False, swap: bool = False, groups: int = 1,
+    def define(self, n: WorkNode, *, nhwc: bool = False, swap: bool = False, groups: int = 1,
                force_fp32: bool = False, quant: QuantParams | None | str = "auto") -> int:
         """ExecuTorch's `define_tensor`: the first definition of a value fixes its id and layout.
         `quant` "auto" takes the params of an implicit dq producing `n` or an implicit q after it."""
@@ -115,13 +115,13 @@ class Serializer:
             self.ids[id(qp.q_input)] = id_out
         return id_out
 
-    def external(self, n: XNode, qp: QuantParams | None) -> tuple[int, int]:
+    def external(self, n: WorkNode, qp: QuantParams | None) -> tuple[int, int]:
         """External id and flags (ExecuTorch's `gen_ids_and_flags`): a quantized value is external
         when the fp32 tensor it quantizes is a graph input, or when its q's only user is the output."""
         if qp is not None and qp.is_dynamic:
             n, qp = qp.q_input, None  # judged by the float tensor it quantizes
         q_in = qp is not None and qp.is_input and qp.q_input.const is None
-        key: XNode | None = None
+        key: WorkNode | None = None
         if n.user_input or q_in:
             key = qp.q_input if (q_in and qp is not None and not n.user_input) else n
         elif id(n) in self.externals or (qp is not None and qp.is_output):
@@ -135,7 +135,7 @@ class Serializer:
                                           "nor an output of the partition", node=n.name)
         return self.externals[id(key)]
 
-    def constant(self, n: XNode, qp: QuantParams | None, *, nhwc: bool, swap: bool, groups: int,
+    def constant(self, n: WorkNode, qp: QuantParams | None, *, nhwc: bool, swap: bool, groups: int,
                  force_fp32: bool) -> int:
         """The `constant_data` index of a constant's payload (0 for a non-constant). A payload kept
         as it is stays the IR's Blob; a transformed one is made once and hashed once. A quantized
@@ -181,12 +181,12 @@ class Serializer:
         self.constants.append((blob, sha256, prefix))
         return len(self.constants)
 
-    def emit(self, n: XNode, node: Any, *, min_max: tuple[float, float] | None = None) -> None:
+    def emit(self, n: WorkNode, node: Any, *, min_max: tuple[float, float] | None = None) -> None:
         bounds = None if min_max is None else s.OutputMinMax(output_min=min_max[0], output_max=min_max[1])
         handle = NO_HANDLE if n.handle is None else n.handle
         self.xnodes.append(s.XNode(xnode_union=node, debug_handle=handle, output_min_max=bounds))
 
-    def io(self, n: XNode, *, nhwc: bool = False) -> None:
+    def io(self, n: WorkNode, *, nhwc: bool = False) -> None:
         """`define_nodes_tensor_inputs_outputs`: the output first, then each input."""
         self.define(n, nhwc=nhwc)
         for i in n.inputs():

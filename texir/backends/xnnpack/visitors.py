@@ -9,7 +9,7 @@ from typing import Any, Final
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.checks import refuse
 from texir.backends.xnnpack.errors import XnnpackUnsupportedError
-from texir.backends.xnnpack.graph import CHANNELS_LAST, CONTIGUOUS, XNode
+from texir.backends.xnnpack.graph import CHANNELS_LAST, CONTIGUOUS, WorkNode
 from texir.backends.xnnpack.ops import OPS, UNSQUEEZE, Bounds, OpSpec, VisitorName
 from texir.backends.xnnpack.qdq import QDQ_VISITORS
 from texir.backends.xnnpack.quant import QuantParams, bias_params, from_inputs, from_weights
@@ -18,14 +18,14 @@ from texir.ir.analysis import same_dim_order
 
 __all__ = ["VISITORS", "Visitor"]
 
-Visitor = Callable[[Serializer, XNode], None]
+Visitor = Callable[[Serializer, WorkNode], None]
 
 
-def _arg(n: XNode, i: int, default: Any = None) -> Any:
+def _arg(n: WorkNode, i: int, default: Any = None) -> Any:
     return n.args[i] if len(n.args) > i else default
 
 
-def _linear(ser: Serializer, n: XNode) -> None:
+def _linear(ser: Serializer, n: WorkNode) -> None:
     x, w = n.args[0], n.args[1]
     b = _arg(n, 2)
     ser.define(x)
@@ -38,14 +38,14 @@ def _linear(ser: Serializer, n: XNode) -> None:
                                     output_id=ser.define(n)), min_max=n.min_max)
 
 
-def _bias(ser: Serializer, b: XNode, x: XNode, w: XNode) -> QuantParams | None:
+def _bias(ser: Serializer, b: WorkNode, x: WorkNode, w: WorkNode) -> QuantParams | None:
     return bias_params(b, from_weights(ser, w), from_inputs(ser, x))
 
 
 TRANSPOSE_WEIGHTS: Final = 1
 
 
-def _addmm(ser: Serializer, n: XNode) -> None:
+def _addmm(ser: Serializer, n: WorkNode) -> None:
     """addmm(bias, input, weight): output, input, weight, bias; XNNPACK transposes the [in, out] weight."""
     b, x, w = n.args[:3]
     out = ser.define(n)
@@ -56,14 +56,14 @@ def _addmm(ser: Serializer, n: XNode) -> None:
                                     flags=TRANSPOSE_WEIGHTS))
 
 
-def _mm(ser: Serializer, n: XNode) -> None:
+def _mm(ser: Serializer, n: WorkNode) -> None:
     ser.io(n)
     x, w = n.args[:2]
     ser.emit(n, s.XNNFullyConnected(input1_id=ser.id(x), filter_id=ser.id(w), bias_id=s.INVALID_ID,
                                     output_id=ser.id(n), flags=TRANSPOSE_WEIGHTS))
 
 
-def _conv(ser: Serializer, n: XNode) -> None:
+def _conv(ser: Serializer, n: WorkNode) -> None:
     x, w, b, stride, padding, dilation, transposed, output_padding, groups = n.args[:9]
     ser.define(x, nhwc=True)
     kernel = ser.g.shape(w)
@@ -97,9 +97,9 @@ def _binary(cls: type[Any], *, fused: bool) -> Visitor:
     """add/sub/mul define input1, input2, output and take a fused activation; the others use the
     output-first helper."""
 
-    def visit(ser: Serializer, n: XNode) -> None:
+    def visit(ser: Serializer, n: WorkNode) -> None:
         a, b = n.args[0], n.args[1]
-        if not isinstance(b, XNode):
+        if not isinstance(b, WorkNode):
             raise XnnpackUnsupportedError(
                 f"'{n.name}' ({n.target}) has a scalar operand; XNNPACK needs two tensors", node=n.name, op=n.target)
         if fused:
@@ -116,7 +116,7 @@ def _binary(cls: type[Any], *, fused: bool) -> Visitor:
 
 
 def _unary(cls: type[Any], bounds: Bounds | None = None) -> Visitor:
-    def visit(ser: Serializer, n: XNode) -> None:
+    def visit(ser: Serializer, n: WorkNode) -> None:
         ser.io(n)
         ser.emit(n, cls(input_id=ser.id(n.args[0]), output_id=ser.id(n)),
                  min_max=None if bounds is None else bounds(n.args))
@@ -124,7 +124,7 @@ def _unary(cls: type[Any], bounds: Bounds | None = None) -> Visitor:
     return visit
 
 
-def _softmax(ser: Serializer, n: XNode) -> None:
+def _softmax(ser: Serializer, n: WorkNode) -> None:
     dim, rank = n.args[1], n.args[0].rank
     if dim not in (-1, rank - 1):
         raise XnnpackUnsupportedError(f"'{n.name}': softmax over dim {dim} (XNNPACK: last dim only)",
@@ -141,18 +141,18 @@ def _pair(v: Any, default: list[int]) -> list[int]:
     return [values[0], values[0]] if len(values) == 1 else [values[0], values[1]]
 
 
-def _pool(n: XNode, dilation: bool) -> tuple[list[int], list[int], list[int], list[int]]:
+def _pool(n: WorkNode, dilation: bool) -> tuple[list[int], list[int], list[int], list[int]]:
     kernel = _pair(_arg(n, 1), [])
     return (kernel, _pair(_arg(n, 2), kernel), _pair(_arg(n, 3), [0, 0]),
             _pair(_arg(n, 4), [1, 1]) if dilation else [1, 1])
 
 
-def _pool_4d(n: XNode) -> None:
+def _pool_4d(n: WorkNode) -> None:
     if n.args[0].rank != 4:
         raise refuse("pool_rank", n, f"the input is {n.args[0].rank}-D", "pool a 4-D (N, C, H, W) tensor")
 
 
-def _max_pool(ser: Serializer, n: XNode) -> None:
+def _max_pool(ser: Serializer, n: WorkNode) -> None:
     _pool_4d(n)
     ser.io(n, nhwc=True)
     kernel, stride, pad, dil = _pool(n, True)
@@ -168,7 +168,7 @@ def _max_pool(ser: Serializer, n: XNode) -> None:
         flags=KEEP_DIMS))
 
 
-def _amax(ser: Serializer, n: XNode) -> None:
+def _amax(ser: Serializer, n: WorkNode) -> None:
     """amax over H or W of a 4-D tensor with keepdim (a max.dim whose indices nobody reads): a max
     pooling over that whole dim, in NHWC."""
     dim = _arg(n, 1)
@@ -192,7 +192,7 @@ def _ceil_pad(size: int, kernel: int, stride: int, pad: int, dilation: int) -> i
     return stride - partial if partial > 0 and not (out - 1) * stride >= size + pad else 0
 
 
-def _avg_pool(ser: Serializer, n: XNode) -> None:
+def _avg_pool(ser: Serializer, n: WorkNode) -> None:
     ser.io(n, nhwc=True)
     kernel, stride, pad, _ = _pool(n, False)
     ser.emit(n, s.XNNAvgPooling2d(
@@ -201,7 +201,7 @@ def _avg_pool(ser: Serializer, n: XNode) -> None:
         input_id=ser.id(n.args[0]), output_id=ser.id(n), flags=KEEP_DIMS))
 
 
-def _mean(ser: Serializer, n: XNode) -> None:
+def _mean(ser: Serializer, n: WorkNode) -> None:
     ser.io(n, nhwc=True)
     dims = sorted(d % 4 for d in n.args[1])
     if n.args[0].rank != 4 or dims != [2, 3] or not _arg(n, 2, False) or n.kwargs.get("dtype") is not None:
@@ -211,7 +211,7 @@ def _mean(ser: Serializer, n: XNode) -> None:
     ser.emit(n, s.XNNGlobalAvgPooling2d(input_id=ser.id(n.args[0]), output_id=ser.id(n), flags=KEEP_DIMS))
 
 
-def _view(ser: Serializer, n: XNode) -> None:
+def _view(ser: Serializer, n: WorkNode) -> None:
     ser.io(n)
     shape = [d if d != -1 else 0 for d in n.args[1]]
     if not all(isinstance(d, int) for d in shape):
@@ -225,7 +225,7 @@ def _view(ser: Serializer, n: XNode) -> None:
                                    output_id=ser.id(n)))
 
 
-def _permute(ser: Serializer, n: XNode) -> None:
+def _permute(ser: Serializer, n: WorkNode) -> None:
     ser.io(n)
     rank = n.args[0].rank
     perm = [d + rank if d < 0 else d for d in n.args[1]]
@@ -237,7 +237,7 @@ def _permute(ser: Serializer, n: XNode) -> None:
                                      output_id=ser.id(n)))
 
 
-def _to_copy(ser: Serializer, n: XNode) -> None:
+def _to_copy(ser: Serializer, n: WorkNode) -> None:
     fmt = n.kwargs.get("memory_format", CONTIGUOUS)
     if fmt not in (CHANNELS_LAST, CONTIGUOUS):
         raise XnnpackUnsupportedError(f"'{n.name}': a copy to memory format {fmt} (XNNPACK converts to channels-last "
@@ -253,7 +253,7 @@ def _to_copy(ser: Serializer, n: XNode) -> None:
 _CATS: Final = {2: s.XNNConcatenate2, 3: s.XNNConcatenate3, 4: s.XNNConcatenate4, 5: s.XNNConcatenate5}
 
 
-def _cat(ser: Serializer, n: XNode) -> None:
+def _cat(ser: Serializer, n: WorkNode) -> None:
     tensors = list(n.args[0])
     if len(tensors) not in _CATS:
         raise XnnpackUnsupportedError(f"'{n.name}': concatenation of {len(tensors)} tensors (2 to 5 supported)",
@@ -271,7 +271,7 @@ def _cat(ser: Serializer, n: XNode) -> None:
                                     input4_id=ids[3], input5_id=ids[4], output_id=out))
 
 
-def _copy(ser: Serializer, n: XNode) -> None:
+def _copy(ser: Serializer, n: WorkNode) -> None:
     if not same_dim_order(n.tensor, n.args[0].tensor):
         raise refuse("clone_dim_order", n, "the clone changes its input's dim order (XNNPACK's Copy keeps it)",
                      "leave the node out of the partition (texir's partitioner does)")
@@ -280,7 +280,7 @@ def _copy(ser: Serializer, n: XNode) -> None:
     ser.emit(n, s.XNNCopy(input_id=ser.id(n.args[0]), output_id=ser.id(n)))
 
 
-def _pad(ser: Serializer, n: XNode) -> None:
+def _pad(ser: Serializer, n: WorkNode) -> None:
     ser.io(n)
     pads = list(n.args[1])
     rank = len(ser.g.shape(n.args[0]) or [1])
@@ -296,7 +296,7 @@ def _pad(ser: Serializer, n: XNode) -> None:
                                        output_id=ser.id(n)))
 
 
-def _slice(ser: Serializer, n: XNode) -> None:
+def _slice(ser: Serializer, n: WorkNode) -> None:
     ser.io(n)
     src = n.args[0]
     in_shape, out_shape = ser.g.shape(src), ser.g.shape(n)
@@ -316,19 +316,19 @@ def _slice(ser: Serializer, n: XNode) -> None:
                                  input_id=ser.id(src), output_id=ser.id(n)))
 
 
-def _nhwc_4d(n: XNode, rank: int) -> None:
+def _nhwc_4d(n: WorkNode, rank: int) -> None:
     if rank != 4:
         raise refuse("nhwc_rank", n, f"a {rank}-D value is tagged channels-last", "report it: the channels-last "
                      "pass tags only 4-D values")
 
 
-def _one_dynamic_size(n: XNode, shape: list[int]) -> None:
+def _one_dynamic_size(n: WorkNode, shape: list[int]) -> None:
     if shape.count(0) > 1:
         raise refuse("reshape_dynamic_dims", n, f"new shape {shape} has {shape.count(0)} dynamic (0 or -1) sizes",
                      "give every size but one statically")
 
 
-def _squeeze(ser: Serializer, n: XNode) -> None:
+def _squeeze(ser: Serializer, n: WorkNode) -> None:
     """(un)squeeze of the last dim as a reshape; the one symbolic size (if any) becomes 0."""
     dim, rank = _arg(n, 1), n.args[0].rank
     last = rank if n.target == UNSQUEEZE else rank - 1
@@ -343,7 +343,7 @@ def _squeeze(ser: Serializer, n: XNode) -> None:
                                    output_id=ser.id(n)))
 
 
-def _leaky_relu(ser: Serializer, n: XNode) -> None:
+def _leaky_relu(ser: Serializer, n: WorkNode) -> None:
     """The slope is absent from the args when it is torch's default, 0.01."""
     ser.io(n)
     slope = float(_arg(n, 1, 0.01))
@@ -354,7 +354,7 @@ ALIGN_CORNERS: Final = 0x8
 """XNNPACK's XNN_FLAG_ALIGN_CORNERS."""
 
 
-def _upsample_bilinear(ser: Serializer, n: XNode) -> None:
+def _upsample_bilinear(ser: Serializer, n: WorkNode) -> None:
     """Channels-last resize to the output's static height and width."""
     if not all(isinstance(d, int) for d in n.tensor.shape[-2:]):
         raise refuse("upsample_static", n, f"output size {list(n.tensor.shape)} is symbolic",

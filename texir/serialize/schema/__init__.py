@@ -5,7 +5,7 @@
 
 - a new field with a default, a new type, a new union variant or enum value: minor bump;
 - a removed field, type, variant or enum value, a new required field, a field that lost its default or
-  whose default changed: major bump;
+  whose default changed, a string field narrowed to an enum of strings: major bump;
 - a changed field type: forbidden (add a new field instead).
 
 Descriptions (docstrings) are left out of the dump, so rewording prose needs no bump.
@@ -193,6 +193,18 @@ _MISSING: Final[Any] = object()
 _STRUCTURAL_KEYS: Final = frozenset({"properties", "required"})
 
 
+def _narrowed_to_enum(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """A string field that now takes only some strings (`str` -> `Literal[...]`): the wire form is the
+    same, but snapshots holding another value are refused, as for a removed enum value."""
+    rest_old = {k: v for k, v in old.items() if k != "type"}
+    rest_new = {k: v for k, v in new.items() if k != "enum"}
+    values = new.get("enum")
+    return (
+        old.get("type") == "string" and "enum" not in old and "type" not in new and rest_old == rest_new
+        and isinstance(values, list) and all(isinstance(v, str) for v in values)
+    )
+
+
 def _compare(old: Any, new: Any, path: str) -> list[SchemaChange]:
     if old == new:
         return []
@@ -203,6 +215,9 @@ def _compare(old: Any, new: Any, path: str) -> list[SchemaChange]:
                 out.extend(_compare(a, b, f"{path}[{i}]"))
             return out
         return [SchemaChange(level="forbidden", path=path, what=f"type changed: {_describe(old)} -> {_describe(new)}")]
+    if _narrowed_to_enum(old, new):
+        values = ", ".join(repr(v) for v in new["enum"])
+        return [SchemaChange(level="major", path=path, what=f"string narrowed to the values {values}")]
     changes: list[SchemaChange] = []
     if "properties" in old or "properties" in new:
         changes.extend(_compare_properties(old, new, path))
