@@ -324,3 +324,19 @@ def test_find_cycle_finds_a_circle() -> None:
 def test_no_import_circle_in_texir() -> None:
     cycle = _find_cycle(_import_graph())
     assert cycle is None, "import circle: " + " -> ".join(cycle or ())
+
+
+def test_records_are_msgspec_or_pydantic() -> None:
+    """texir's records are msgspec Structs and its user-facing options pydantic models: no third
+    record library (`dataclasses.replace` on torch's own dataclasses is fine)."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for dec in node.decorator_list:
+                    target = dec.func if isinstance(dec, ast.Call) else dec
+                    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+                    if name == "dataclass":
+                        found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name}")
+    assert not found, f"dataclass records (make them msgspec Structs or pydantic models): {found}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
@@ -68,8 +67,7 @@ IMPLICIT_KEY = "IS_IMPLICIT_Q_DQ_TAG"
 """The partitioner's note on a q/dq node the backend folds into quantized values (ExecuTorch's tag)."""
 
 
-@dataclass(eq=False)
-class Const:
+class Const(msgspec.Struct, eq=False):
     """A constant's payload: the IR's own `Blob` while unchanged, a numpy array once transformed."""
 
     dtype: DType
@@ -87,15 +85,14 @@ class Const:
         return np.frombuffer(self.blob.view(), dtype=_NUMPY[self.dtype]).reshape(self.shape)
 
 
-@dataclass(eq=False)
-class WorkNode:
+class WorkNode(msgspec.Struct, eq=False):
     """One node: ``target`` is a canonical op, "placeholder" or "output"; node inputs in `args` and
     `kwargs` are the WorkNode objects themselves."""
 
     name: str
     target: str
-    args: list[Any] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    args: list[Any] = msgspec.field(default_factory=list)
+    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
     meta: TensorMeta | TupleMeta | None = None
     handle: int | None = None
     const: Const | None = None

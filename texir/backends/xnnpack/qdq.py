@@ -4,8 +4,9 @@ is a Convert to qdint8, a dynamic dequantize shares its input's id."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Final
+
+import msgspec
 
 from texir.backends.xnnpack import schema as s
 from texir.backends.xnnpack.checks import check_scales_zero_points
@@ -37,7 +38,7 @@ def _dequantize(ser: Serializer, n: WorkNode) -> None:
     if n.target != DQ_PER_TENSOR:
         raise XnnpackUnsupportedError(f"'{n.name}': a per-channel dequantize must feed a GEMM's weight",
                                       node=n.name, op=n.target)
-    qp = replace(from_q_dq(ser, n), is_output=False)
+    qp = msgspec.structs.replace(from_q_dq(ser, n), is_output=False)
     out = ser.define(n, quant=None)
     ser.define(src, quant=qp)
     ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
@@ -50,7 +51,7 @@ def _quantize(ser: Serializer, n: WorkNode) -> None:
     if n.target != Q_PER_TENSOR:
         raise XnnpackUnsupportedError(f"'{n.name}': per-channel quantize of an activation", node=n.name,
                                       op=n.target)
-    qp = replace(from_q_dq(ser, n), q_input=n, is_input=False)
+    qp = msgspec.structs.replace(from_q_dq(ser, n), q_input=n, is_input=False)
     ser.define(src, quant=None)
     out = ser.define(n, quant=qp)
     ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
@@ -82,7 +83,7 @@ def _dynamic_quantize(ser: Serializer, n: WorkNode) -> None:
     _check_per_token(ser, n)
     src = n.args[0]
     ser.define(src, quant=None)
-    qp = replace(from_q_dq(ser, n), q_input=n, is_input=False)
+    qp = msgspec.structs.replace(from_q_dq(ser, n), q_input=n, is_input=False)
     out = ser.define(n, quant=qp)
     ser.emit(n, s.XNNConvert(input_id=ser.id(src), output_id=out))
 

@@ -5,9 +5,9 @@ q/dq visitors are in `qdq.py`)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
+import msgspec
 import numpy as np
 
 from texir.backends.xnnpack import schema as s
@@ -46,8 +46,7 @@ class Serializer(Protocol):
     def add_constant(self, blob: Blob, sha256: str | None, prefix: str = "") -> int: ...
 
 
-@dataclass(frozen=True)
-class QuantParams:
+class QuantParams(msgspec.Struct, frozen=True):
     """How one value is quantized."""
 
     q_input: WorkNode
@@ -283,4 +282,4 @@ def swapped_axis(qp: QuantParams, rank: int) -> QuantParams:
     """The channel axis of a depthwise filter after its in/out swap."""
     if not qp.per_channel:
         return qp
-    return replace(qp, axis=rank - 1 if qp.axis == 0 else 0 if qp.axis == 1 else qp.axis)
+    return msgspec.structs.replace(qp, axis=rank - 1 if qp.axis == 0 else 0 if qp.axis == 1 else qp.axis)

@@ -13,8 +13,9 @@ the backend as a `BackendNodeMeta` note.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Final
+
+import msgspec
 
 from texir.backends.xnnpack.ops import (
     AFFINE,
@@ -42,18 +43,17 @@ IMPLICIT_KEY: Final = "IS_IMPLICIT_Q_DQ_TAG"
 """ExecuTorch's node-meta key for an implicit q/dq node (the note's value is "true")."""
 
 
-@dataclass
-class QuantPlan:
+class QuantPlan(msgspec.Struct):
     """What the int8 analysis found in one program."""
 
-    gemms: set[str] = field(default_factory=set)
+    gemms: set[str] = msgspec.field(default_factory=set)
     """Quantized GEMMs whose whole pattern is valid (taken with their deps)."""
-    deps: dict[str, str] = field(default_factory=dict)
+    deps: dict[str, str] = msgspec.field(default_factory=dict)
     """Node (call or constant) -> the anchor op whose partition it joins."""
-    implicit: set[str] = field(default_factory=set)
-    members: dict[str, list[str]] = field(default_factory=dict)
+    implicit: set[str] = msgspec.field(default_factory=set)
+    members: dict[str, list[str]] = msgspec.field(default_factory=dict)
     """Anchor op -> every node its config takes with it (`deps` keeps each node's first anchor only)."""
-    refused: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, str] = msgspec.field(default_factory=dict)
     """Node -> why the native backend turns down its quantized form."""
     static: bool = True
     """False when the partitioner's options leave static int8 out."""
