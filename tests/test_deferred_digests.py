@@ -52,3 +52,21 @@ def test_equal_payloads_behind_two_stand_ins_are_refused_and_nothing_is_written(
     with pytest.raises(PteError, match="equal payloads"):
         pte.dump_ptd(_file([(one.digest(), one), (two.digest(), two)]), tmp_path / "out.ptd")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_snapshot_files_name_deferred_payloads_by_their_real_digest() -> None:
+    import msgspec
+
+    from texir.serialize import snapshot
+    from texir.testing.programs import chain_program
+
+    program = chain_program()
+    entry = program.state[0]
+    data = entry.value.data
+    assert data is not None
+    stand_in = _stand_in("snapshot")
+    lazy = msgspec.structs.replace(program, state=(msgspec.structs.replace(entry, value=msgspec.structs.replace(
+        entry.value, sha256=stand_in, data=deferred_blob(data.view(), stand_in))), *program.state[1:]))
+    assert stand_in.encode() in snapshot.dumps(lazy)  # as is: in-process keys
+    assert snapshot.dumps_value(lazy) == snapshot.dumps_value(program)
+    assert stand_in.encode() in snapshot.dumps(lazy, format="msgpack")
