@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import warnings
@@ -224,8 +225,14 @@ def _stand_ins(tensors: Sequence[torch.Tensor], views: Sequence[memoryview]) -> 
     (so its bytes are unique among them, and deduplication by digest is unchanged), else None."""
     out: list[str | None] = [None] * len(tensors)
     large = [i for i, v in enumerate(views) if v.nbytes >= _DEFER_BYTES]
-    mapped = _file_mappings() if large else []
-    large = [i for i in large if any(lo <= tensors[i].data_ptr() < hi for lo, hi in mapped)]
+    mapped = sorted(_file_mappings()) if large else []
+    starts = [lo for lo, _ in mapped]
+
+    def in_file(address: int) -> bool:
+        k = bisect.bisect_right(starts, address) - 1
+        return k >= 0 and address < mapped[k][1]
+
+    large = [i for i in large if in_file(tensors[i].data_ptr())]
     if not large:
         return out
     sizes = {views[i].nbytes for i in large}
