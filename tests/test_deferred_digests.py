@@ -70,3 +70,28 @@ def test_snapshot_files_name_deferred_payloads_by_their_real_digest() -> None:
     assert stand_in.encode() in snapshot.dumps(lazy)  # as is: in-process keys
     assert snapshot.dumps_value(lazy) == snapshot.dumps_value(program)
     assert stand_in.encode() in snapshot.dumps(lazy, format="msgpack")
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads Linux's /proc/self/maps")
+def test_only_large_tensors_mapped_from_a_file_get_a_stand_in(tmp_path: Path) -> None:
+    import mmap
+    import os
+
+    import torch
+
+    from texir.adapters import tensors
+
+    path = tmp_path / "weights.bin"
+    path.write_bytes(os.urandom(3 << 20))
+    with open(path, "rb") as fh:
+        mapping = mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    mapped = torch.frombuffer(mapping, dtype=torch.uint8)
+    small = mapped[: 1 << 10]
+    in_memory = mapped.clone()
+    stand_ins = tensors.tensor_digests([mapped, small, in_memory], ["mapped", "small", "in memory"])
+    real = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert stand_ins[0] == stand_ins[2] == real  # a copy shares its sample: both hashed at once, as equal
+    assert stand_ins[1] == hashlib.sha256(path.read_bytes()[: 1 << 10]).hexdigest()
+    alone = tensors.tensor_digests([mapped], ["mapped"])[0]
+    data = tensors.tensor_data_from_tensor(mapped, digest=alone).data
+    assert alone != real and data is not None and data.deferred and data.content_digest() == real
