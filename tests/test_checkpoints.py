@@ -401,3 +401,50 @@ def test_checkpoint_options_need_a_checkpoint(capsys: pytest.CaptureFixture[str]
     assert "--task is for a checkpoint directory MODEL (hf:DIR)" in capsys.readouterr().err
     assert main(["lower", "hf:.", "--backend", "texir-reference", "--whole"]) == 2
     assert "--backend, --whole: not with hf:DIR" in capsys.readouterr().err
+
+
+def test_deferred_digests_write_the_bytes_hashing_first_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #42: the digests of memory-mapped weights are computed by the `.ptd` writer as it
+    copies them (one read of the checkpoint, not two), and the files equal hashing every weight
+    first: two weights with equal bytes still share one payload, and two that differ only where
+    the sample does not look are hashed at once and kept apart."""
+    from safetensors.torch import load_file, save_file
+
+    import texir.adapters.tensors as tensors
+    from texir.ir import blob
+
+    directory = _save(tmp_path / "ckpt", TINY, torch.float32)
+    (path,) = directory.glob("*.safetensors")
+    weights = load_file(path)
+    weights["model.layers.1.mlp.up_proj.weight"] = weights["model.layers.0.mlp.up_proj.weight"].clone()
+    near = weights["model.layers.0.mlp.gate_proj.weight"].clone()
+    near.view(-1)[near.numel() // 4] += 1.0  # outside the first, middle and last 64 bytes
+    weights["model.layers.1.mlp.gate_proj.weight"] = near
+    save_file(weights, path, metadata={"format": "pt"})
+
+    (tmp_path / "eager").mkdir()
+    (tmp_path / "deferred").mkdir()
+    monkeypatch.setattr(tensors, "_DEFER_BYTES", 1 << 62)
+    assert _lower(directory, tmp_path / "eager" / "llama.pte") == 0
+    monkeypatch.setattr(tensors, "_DEFER_BYTES", 1024)
+    monkeypatch.setattr(tensors, "_SAMPLE", 64)
+    stand_ins = len(tensors._STAND_INS)
+    copies: list[int] = []
+    chunks = blob.HashingCopy.chunks
+
+    def counted(self: blob.HashingCopy, payload: blob.Blob) -> Any:
+        if payload.deferred:
+            copies.append(payload.nbytes)
+        return chunks(self, payload)
+
+    monkeypatch.setattr(blob.HashingCopy, "chunks", counted)
+    assert _lower(directory, tmp_path / "deferred" / "llama.pte") == 0
+    for name in ("llama.pte", "llama.ptd"):
+        assert (tmp_path / "deferred" / name).read_bytes() == (tmp_path / "eager" / name).read_bytes(), name
+    assert len(tensors._STAND_INS) - stand_ins >= 8 and len(copies) >= 8, (copies, tensors._STAND_INS)
+    from texir.serialize import pte
+
+    ptd = pte.loads_ptd((tmp_path / "deferred" / "llama.ptd").read_bytes())
+    payloads = [bytes(e.data.view()) for e in ptd.entries]
+    equal = weights["model.layers.0.mlp.up_proj.weight"].numpy().tobytes()
+    assert payloads.count(equal) == 1 and near.numpy().tobytes() in payloads

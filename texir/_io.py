@@ -10,7 +10,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -100,8 +100,11 @@ def atomic_write(
     chunks: Iterable[bytes | memoryview],
     *,
     error: type[TexirError] = TexirError,
+    head: Callable[[], bytes | memoryview] | None = None,
 ) -> None:
     """Write `chunks` to `path` through a temporary file in the same directory and `os.replace`.
+    `head`, when given, is called once every chunk is written, and its bytes are written over the
+    file's first bytes (a header that depends on what writing the chunks learnt, of the same length).
 
     Payloads are streamed chunk by chunk (never joined into one bytes object). On any failure, and
     on SIGTERM, the temporary file is removed and `path` is left as it was; temporary files a
@@ -130,6 +133,12 @@ def atomic_write(
                 view = memoryview(chunk)
                 for start in range(0, view.nbytes, _CHUNK):
                     fh.write(view[start : start + _CHUNK])
+            if head is not None:
+                size = fh.tell()
+                fh.seek(0)
+                fh.write(head())
+                if fh.tell() > size:
+                    raise error(f"cannot write {target}: its header grew past the data written after it")
             os.replace(tmp, target)
     except BaseException as exc:
         with contextlib.suppress(OSError):

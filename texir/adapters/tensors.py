@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import warnings
@@ -13,7 +14,7 @@ import msgspec
 import torch
 
 from texir.errors import ConversionError, UnsupportedError
-from texir.ir.blob import Blob, sha256_many
+from texir.ir.blob import Blob, deferred_blob, is_deferred, sha256_many
 from texir.ir.literals import float_value
 from texir.ir.types import (
     Dim,
@@ -186,13 +187,85 @@ def _remember(t: torch.Tensor, digest: str) -> None:
         memo[id(t)] = (t, t._version, t.data_ptr(), digest)  # holds t, so its id stays its own
 
 
+_STAND_INS: dict[str, tuple[int, int]] = {}
+"""Each stand-in digest given out -> the (address, size) of the bytes it stands for."""
+_DEFER_BYTES = 1 << 20
+"""File-mapped tensors from this size up have their digest deferred to the writer (`deferred_blob`)."""
+_SAMPLE = 4096
+_MAPS = "/proc/self/maps"
+
+
+def _file_mappings() -> list[tuple[int, int]]:
+    """The address ranges of this process's data mappings of files (a memory-mapped checkpoint's
+    weights); none where the system does not list them (not Linux)."""
+    ranges = []
+    try:
+        with open(_MAPS, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and fields[5].startswith("/") and "x" not in fields[1]:
+                    lo, _, hi = fields[0].partition("-")
+                    ranges.append((int(lo, 16), int(hi, 16)))
+    except (OSError, ValueError):
+        return []
+    return ranges
+
+
+def _sample(view: memoryview) -> bytes:
+    """Size and a few pages of `view` (first, middle, last): equal bytes give equal samples, and
+    payloads whose samples differ are known to differ without reading them whole."""
+    n = view.nbytes
+    middle = max(0, n // 2 - _SAMPLE // 2)
+    return hashlib.sha256(b"".join([n.to_bytes(8, "little"), view[:_SAMPLE], view[middle:middle + _SAMPLE],
+                                    view[max(0, n - _SAMPLE):]])).digest()
+
+
+def _stand_ins(tensors: Sequence[torch.Tensor], views: Sequence[memoryview]) -> list[str | None]:
+    """A stand-in digest for each large mapped tensor whose sample no other tensor here shares
+    (so its bytes are unique among them, and deduplication by digest is unchanged), else None."""
+    out: list[str | None] = [None] * len(tensors)
+    large = [i for i, v in enumerate(views) if v.nbytes >= _DEFER_BYTES]
+    mapped = sorted(_file_mappings()) if large else []
+    starts = [lo for lo, _ in mapped]
+
+    def in_file(address: int) -> bool:
+        k = bisect.bisect_right(starts, address) - 1
+        return k >= 0 and address < mapped[k][1]
+
+    large = [i for i in large if in_file(tensors[i].data_ptr())]
+    if not large:
+        return out
+    sizes = {views[i].nbytes for i in large}
+    samples: dict[int, bytes] = {i: _sample(v) for i, v in enumerate(views) if v.nbytes in sizes}
+    counts: dict[bytes, int] = {}
+    for sample in samples.values():
+        counts[sample] = counts.get(sample, 0) + 1
+    for i in large:
+        sample = samples[i]
+        if counts[sample] > 1:
+            continue  # maybe equal to another tensor: hashed now, so equal bytes share a digest
+        stand_in = hashlib.sha256(b"texir deferred digest\0" + sample).hexdigest()
+        place = (tensors[i].data_ptr(), views[i].nbytes)
+        if _STAND_INS.get(stand_in, place) != place and is_deferred(stand_in):
+            continue  # other bytes with this sample are still in use: hashed now
+        _STAND_INS[stand_in] = place
+        out[i] = stand_in
+    return out
+
+
 def tensor_digests(tensors: Sequence[torch.Tensor], wheres: Sequence[str]) -> list[str]:
     """The sha256 of each tensor's bytes (as `tensor_data_from_tensor` computes it), large ones
-    hashed in parallel threads; digests inside a `digest_memo` block are reused."""
+    hashed in parallel threads; digests inside a `digest_memo` block are reused. A large
+    tensor memory-mapped from a file (a checkpoint) whose bytes no other tensor here can share gets a
+    stand-in instead, which `tensor_data_from_tensor` turns into a deferred payload."""
     digests: list[str | None] = [_remembered(t) for t in tensors]
     todo = [i for i, d in enumerate(digests) if d is None]
     views = [_byte_view(tensors[i], wheres[i])[1] for i in todo]
-    for i, digest in zip(todo, sha256_many(views)):
+    deferred = _stand_ins([tensors[i] for i in todo], views)
+    for i, stand_in in zip(todo, deferred):
+        digests[i] = stand_in
+    hashed = [(i, v) for i, v, d in zip(todo, views, deferred) if d is None]
+    for (i, _), digest in zip(hashed, sha256_many([v for _, v in hashed])):
         digests[i] = digest
     result = [d if d is not None else "" for d in digests]  # every index is filled above
     for t, digest in zip(tensors, result):
@@ -210,6 +283,8 @@ def tensor_data_from_tensor(t: torch.Tensor, *, where: str = "tensor", digest: s
         if digest is None:
             digest = hashlib.sha256(view).hexdigest()
             _remember(t, digest)
+    if digest in _STAND_INS:  # these bytes, or a copy of them (a buffer): still unique
+        return TensorData(meta=meta, sha256=digest, nbytes=view.nbytes, data=deferred_blob(view, digest))
     return TensorData(meta=meta, sha256=digest, nbytes=view.nbytes, data=Blob(view, digest=digest))
 
 

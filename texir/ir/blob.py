@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import final
 
@@ -31,6 +32,83 @@ def digest_all(blobs: Sequence["Blob"]) -> None:
         object.__setattr__(blob, "_digest", digest)
 
 
+# --- deferred digests -----------------------------------------------------------------------------
+# A weight larger than the machine's memory (a memory-mapped checkpoint) costs a disk read per pass
+# over it. Its digest is then deferred: the IR carries a stand-in, a 64-hex-digit string that is no
+# payload's digest, until the file writer hashes the payload as it copies it (`HashingCopy`) and the
+# written bytes get the real digest in place of the stand-in (`resolve_digests`). Stand-ins are
+# given only to payloads whose bytes are known to differ from every other payload's (see
+# texir.adapters.tensors), so deduplication by digest gives the same layout either way; the writers
+# check this again once the real digests are known.
+
+_DEFERRED: "weakref.WeakValueDictionary[str, Blob]" = weakref.WeakValueDictionary()
+"""Stand-in -> a live payload carrying it (payloads carrying one stand-in hold the same bytes)."""
+
+
+def deferred_blob(data: bytes | bytearray | memoryview, stand_in: str) -> "Blob":
+    """A Blob whose `digest()` is `stand_in` until its bytes are hashed (by a writer or by
+    `content_digest()`); the writers put the real digest wherever the stand-in was written."""
+    blob = Blob(data, digest=stand_in)
+    object.__setattr__(blob, "_deferred", True)
+    _DEFERRED[stand_in] = blob
+    return blob
+
+
+def is_deferred(digest: str) -> bool:
+    """Whether `digest` is the stand-in of a payload still in use."""
+    return digest in _DEFERRED
+
+
+def resolve_digests(data: bytes | memoryview) -> bytes | memoryview:
+    """`data` with every live stand-in it contains replaced by its payload's real digest (hashed
+    now if no writer has yet); `data` itself when it holds none."""
+    if not _DEFERRED:
+        return data
+    raw = bytes(data)
+    found = False
+    for stand_in, blob in list(_DEFERRED.items()):
+        needle = stand_in.encode()
+        if needle in raw:
+            raw = raw.replace(needle, blob.content_digest().encode())
+            found = True
+    return raw if found else data
+
+
+def real_digest(digest: str) -> str:
+    """The real digest behind `digest` when it is a live stand-in (hashing the payload if needed),
+    else `digest`."""
+    blob = _DEFERRED.get(digest) if _DEFERRED else None
+    return digest if blob is None else blob.content_digest()
+
+
+class HashingCopy:
+    """The chunks of a payload to write, hashed as they are handed out (hashlib releases the GIL,
+    so the hash of one slice overlaps the write of the one before): one pass over a payload that
+    is read from disk. A deferred payload learns its real digest when the last slice is out."""
+
+    _SLICE = 16 << 20
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self._pool = pool
+
+    def chunks(self, blob: "Blob") -> Iterator[memoryview]:
+        view = blob._view
+        if not blob._deferred or blob._content is not None:
+            yield view
+            return
+        h = hashlib.sha256()
+        pending = None
+        for start in range(0, view.nbytes, self._SLICE):
+            piece = view[start : start + self._SLICE]
+            if pending is not None:
+                pending.result()
+            pending = self._pool.submit(h.update, piece)
+            yield piece
+        if pending is not None:
+            pending.result()
+        object.__setattr__(blob, "_content", h.hexdigest())
+
+
 @final
 class Blob:
     """A read-only run of bytes: tensor payloads and delegate blobs.
@@ -41,10 +119,13 @@ class Blob:
     cheap); use `digest()` for a content hash.
     """
 
-    __slots__ = ("_view", "_digest")
+    __slots__ = ("_view", "_digest", "_deferred", "_content", "__weakref__")
 
     _view: memoryview
     _digest: str | None
+    _deferred: bool
+    """Whether `_digest` is a stand-in (`deferred_blob`): `_content` is then the real digest, once known."""
+    _content: str | None
 
     def __init__(self, data: bytes | bytearray | memoryview, *, digest: str | None = None) -> None:
         view = memoryview(data)
@@ -52,6 +133,8 @@ class Blob:
             view = view.cast("B")
         object.__setattr__(self, "_view", view.toreadonly())
         object.__setattr__(self, "_digest", digest)
+        object.__setattr__(self, "_deferred", False)
+        object.__setattr__(self, "_content", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Blob is immutable")
@@ -75,6 +158,22 @@ class Blob:
             object.__setattr__(self, "_digest", digest)
         return digest
 
+    @property
+    def deferred(self) -> bool:
+        """Whether `digest()` is a stand-in for a digest not computed yet (`deferred_blob`)."""
+        return self._deferred
+
+    def content_digest(self) -> str:
+        """SHA-256 of the content as lowercase hex: `digest()`, or for a deferred payload the real
+        digest behind its stand-in (hashed now unless a writer already did)."""
+        if not self._deferred:
+            return self.digest()
+        content = self._content
+        if content is None:
+            content = hashlib.sha256(self._view).hexdigest()
+            object.__setattr__(self, "_content", content)
+        return content
+
     def __len__(self) -> int:
         return self._view.nbytes
 
@@ -95,5 +194,7 @@ class Blob:
     def __repr__(self) -> str:
         return f"Blob(nbytes={self.nbytes})"
 
-    def __reduce__(self) -> tuple[type[Blob], tuple[bytes]]:
+    def __reduce__(self) -> tuple[object, tuple[bytes] | tuple[bytes, str]]:
+        if self._deferred and self._digest is not None:
+            return (deferred_blob, (self.tobytes(), self._digest))  # the stand-in is in the IR it travels with
         return (Blob, (self.tobytes(),))

@@ -149,6 +149,12 @@ class PreprocessCache:
                      snapshot.dumps(program, format="msgpack")):
             h.update(len(part).to_bytes(8, "little"))
             h.update(part)
+        # A deferred digest (a memory-mapped checkpoint's weight) is a stand-in, not the bytes' name:
+        # such a key holds only in this process, for these very payloads.
+        deferred = [e.value.data for e in program.state if e.value.data is not None and e.value.data.deferred]
+        if deferred:
+            durable = False
+            h.update(",".join(str(id(blob)) for blob in deferred).encode())
         return h.hexdigest(), durable
 
     def lookup(self, key: str, durable: bool) -> PreprocessResult | None:

@@ -30,7 +30,7 @@ import msgspec
 from texir._io import atomic_write, gc_paused
 from texir.errors import IRError, SnapshotError
 from texir.ir.canonical import drop_stack_traces
-from texir.ir.blob import Blob
+from texir.ir.blob import Blob, resolve_digests
 from texir.ir.verify import check_indices
 from texir.serialize import legacy_v1
 from texir.serialize.snapshot_wire import (
@@ -179,13 +179,16 @@ def dumps_value(
     include_data: bool = False,
     include_stack_traces: bool = False,
 ) -> bytes:
-    """`dumps` or `dumps_lowered_module`, by the type of `value`."""
+    """`dumps` or `dumps_lowered_module`, by the type of `value`, with real digests in place of
+    deferred ones (`texir.ir.blob.deferred_blob`: hashed now if no writer has yet). `dumps` itself
+    leaves them as they are: in-process keys need no hashing."""
     if isinstance(value, LoweredBackendModule):
-        return dumps_lowered_module(
+        return bytes(resolve_digests(dumps_lowered_module(
             value, format=format, include_data=include_data, include_stack_traces=include_stack_traces
-        )
+        )))
     if isinstance(value, Program):
-        return dumps(value, format=format, include_data=include_data, include_stack_traces=include_stack_traces)
+        return bytes(resolve_digests(
+            dumps(value, format=format, include_data=include_data, include_stack_traces=include_stack_traces)))
     raise SnapshotError(
         f"cannot snapshot a {type(value).__name__}; pass a Program or a LoweredBackendModule"
     )

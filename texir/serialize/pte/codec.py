@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from texir._io import atomic_write
 from texir.errors import PteError
-from texir.ir.blob import Blob
+from texir.ir.blob import Blob, resolve_digests
 from texir.ir.types import Program
 from texir.serialize.pte import schema as s
 from texir.serialize.pte.check import check_indices
@@ -159,6 +159,21 @@ def _check_logical(pte: s.PteProgram) -> None:
                 )
 
 
+def _check_deferred(segments: dict[Blob, int]) -> None:
+    """Named-data segments whose digests were deferred hold distinct payloads (else the real
+    digests would have merged them and the layout differs)."""
+    if not any(blob.deferred for blob in segments):
+        return
+    seen: dict[tuple[str, int], int] = {}
+    for blob, index in segments.items():
+        first = seen.setdefault((blob.content_digest(), blob.nbytes), index)
+        if first != index:
+            raise PteEncodeError(
+                f"named data segments {first} and {index} hold equal payloads ({blob.nbytes} bytes) that a deferred "
+                "digest kept apart; lower this checkpoint loaded into memory instead of memory-mapped, and report it"
+            )
+
+
 def _layout(pte: s.PteProgram, options: PteOptions) -> tuple[bytes, list[memoryview], int]:
     """(flatbuffer head incl. header and pre-segment padding, segment chunks, total file size)."""
     _check_logical(pte)
@@ -193,7 +208,7 @@ def _layout(pte: s.PteProgram, options: PteOptions) -> tuple[bytes, list[memoryv
                     if index is None:
                         index = len(segments)
                         by_content[inline.data] = index
-                        segments.append(_Segment((inline.data.view(),), inline.data.nbytes))
+                        segments.append(_Segment((memoryview(resolve_digests(inline.data.view())),), inline.data.nbytes))
                     ref = s.BackendDelegateDataReference(location=s.DataLocation.SEGMENT, index=index)
                 else:
                     ref = s.BackendDelegateDataReference(location=s.DataLocation.INLINE, index=len(remaining))
@@ -217,6 +232,7 @@ def _layout(pte: s.PteProgram, options: PteOptions) -> tuple[bytes, list[memoryv
             align_of[index] = math.lcm(align_of.get(index, 1), nb.alignment)
             entries.append(s.NamedData(key=nb.key, segment_index=index))
         named = tuple(entries)
+        _check_deferred(named_index)
 
     table: list[s.DataSegment] = []
     chunks: list[memoryview] = []
@@ -243,6 +259,7 @@ def _layout(pte: s.PteProgram, options: PteOptions) -> tuple[bytes, list[memoryv
         tensor_alignment=options.constant_tensor_alignment,
         delegate_alignment=options.delegate_alignment,
     )
+    fb = bytes(resolve_digests(fb))  # named-data keys and inline delegates may name deferred digests
     if data_size == 0:
         return fb, [], len(fb)
     padded = _align(_HEADER_LENGTH, max(options.constant_tensor_alignment, options.delegate_alignment))

@@ -23,7 +23,9 @@ import flatbuffers
 from texir.serialize.fb_builder import Builder
 from texir._io import atomic_write
 from texir.errors import PteError
-from texir.ir.blob import Blob
+from concurrent.futures import ThreadPoolExecutor
+
+from texir.ir.blob import Blob, HashingCopy, resolve_digests
 from texir.serialize.fb_reader import FbReader, PteDecodeError, file_view
 from texir.serialize.pte.codec import tensor_nbytes
 from texir.serialize.pte.schema import PtdEntry, PtdFile, Program, ScalarType, Tensor, TensorDataLocation, TensorLayout
@@ -154,10 +156,31 @@ def _encode(ptd: PtdFile, entry_segment: list[int], offsets: list[int], sizes: l
     return bytes(b.Output())
 
 
+def _check_deferred(pieces: list[tuple[int, Blob]]) -> None:
+    """Once deferred digests are known: no two segments hold equal payloads (the stand-ins kept
+    apart what digests would have merged), else the layout is not the one the real digests give."""
+    if not any(blob.deferred for _, blob in pieces):
+        return
+    seen: dict[tuple[str, int], int] = {}
+    for index, (_, blob) in enumerate(pieces):
+        first = seen.setdefault((blob.content_digest(), blob.nbytes), index)
+        if first != index:
+            raise PteError(
+                f".ptd segments {first} and {index} hold equal payloads ({blob.nbytes} bytes) that a deferred digest "
+                "kept apart; lower this checkpoint loaded into memory (transformers' from_pretrained) instead of "
+                "memory-mapped, and report the checkpoint"
+            )
+
+
+def _resolved_head(head: bytes, pieces: list[tuple[int, Blob]]) -> bytes | memoryview:
+    _check_deferred(pieces)
+    return resolve_digests(head)
+
+
 def iter_ptd_chunks(ptd: PtdFile) -> Iterator[memoryview]:
     """The file's bytes as a sequence of views (payloads are not copied)."""
     head, pieces, _ = _layout(ptd)
-    yield memoryview(head)
+    yield memoryview(_resolved_head(head, pieces))
     for pad, blob in pieces:
         if pad:
             yield memoryview(b"\0" * pad)
@@ -170,9 +193,25 @@ def dumps_ptd(ptd: PtdFile) -> bytes:
 
 
 def dump_ptd(ptd: PtdFile, path: str | os.PathLike[str]) -> None:
-    """Write `ptd` to `path` atomically (a failure leaves `path` untouched), streaming payloads."""
-    _layout(ptd)  # refuse bad input before a temporary file exists
-    atomic_write(path, iter_ptd_chunks(ptd), error=PteError)
+    """Write `ptd` to `path` atomically (a failure leaves `path` untouched), streaming payloads.
+    Payloads with deferred digests (memory-mapped checkpoints) are hashed as they are copied, and
+    the header, which names them by digest, is written last: one read of each payload."""
+    head, pieces, _ = _layout(ptd)  # refuse bad input before a temporary file exists
+    if not any(blob.deferred for _, blob in pieces):
+        atomic_write(path, iter_ptd_chunks(ptd), error=PteError)
+        return
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        copy = HashingCopy(pool)
+
+        def chunks() -> Iterator[memoryview]:
+            yield memoryview(head)  # its stand-ins are replaced once the payloads are hashed
+            for pad, blob in pieces:
+                if pad:
+                    yield memoryview(b"\0" * pad)
+                yield from copy.chunks(blob)
+
+        atomic_write(path, chunks(), error=PteError, head=lambda: _resolved_head(head, pieces))
 
 
 # --- reading --------------------------------------------------------------------------------------
