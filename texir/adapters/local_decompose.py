@@ -185,7 +185,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         return found
 
     def record(
-        self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: torch.Tensor | None = None
+        self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None
     ) -> Any:
         """A node for `func`; `whole` when it is the program's own node, not one of a decomposition;
         `known` its value when the program's node already holds it (no fake-tensor dispatch)."""
@@ -480,7 +480,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     ]
     return rebuilt_exported(
         ep,
-        graph_module=torch.fx.GraphModule(ep.graph_module, rec.graph),
+        graph=rec.graph,  # (nothing runs it as Python: code generated only when asked for)
         graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
         verifiers=[Verifier],  # ATen, what run_decompositions gives back, whatever `ep`'s dialect
     )
