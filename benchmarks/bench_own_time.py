@@ -10,7 +10,9 @@ texir's time over the export's, printed beside the goal (steady <= 0.25x, cold <
 phases of `lower`'s own report (wall seconds) show where the time goes. --repeat N takes the
 median of N fresh processes.
 
-Run: .venv/bin/python benchmarks/bench_own_time.py [--models mobilenet_v2,gpt2,mlp] [--repeat N]
+Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_own_time.py [--models mobilenet_v2,gpt2,mlp] [--repeat N]
+(the venv's texir-torchvision.pth imports texir at start-up: without PYTHONPATH, a checkout other
+than the installed one measures the installed texir; each model's line says which it measured)
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def _child(name: str, blocks: int, steady: int) -> dict[str, Any]:
     result["steady"], result["steady_phases"] = best[0], best[1]
     result["same_bytes"] = all(r[2] == data for r in runs)
     result["sha256"] = hashlib.sha256(data).hexdigest()
+    result["texir"] = str(Path(sys.modules["texir"].__file__ or "").parent)
     return result
 
 
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label:<13} {when:<6} export {export:6.3f} s  texir {own:6.3f} s  {ratio:5.2f}x "
                   f"(goal <= {GOALS[when]:.2f}x: {verdict})  [{detail}]")
         same = all(f["same_bytes"] for f in found) and len({f["sha256"] for f in found}) == 1
-        print(f"{'':<13} .pte sha256 {found[0]['sha256'][:16]}, the same in every run: {same}")
+        print(f"{'':<13} .pte sha256 {found[0]['sha256'][:16]}, the same in every run: {same}; texir from {found[0]['texir']}")
     return 0
 
 
