@@ -4,10 +4,11 @@ to decompose, on inputs that hold the program's own values, gives the program's 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 import torch
+from torch._C import DispatchKey
 from torch._ops import OpOverload
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
@@ -16,28 +17,37 @@ from texir.adapters.symbolic_sizes import SizeOf
 __all__ = ["known_value", "plain_op"]
 
 
+_BELOW_THE_RECORDER = frozenset({DispatchKey.Meta})
+"""Python kernels that never run before the recorder sees the op: a Meta kernel (most core ATen
+ops have one, torch's shape function) only computes a fake tensor's result, below the mode."""
+
+
 def plain_op(op: OpOverload, table: Mapping[Any, Any], special: Set[OpOverload]) -> bool:
     """Nothing to decompose: not in `special`, no entry in `table`, no composite kernel and no
-    Python kernel (which the Python dispatcher would run first), so the op reaches the recorder as
-    it is."""
+    Python kernel the Python dispatcher would run first (one for Meta only computes a fake
+    tensor's result), so the op reaches the recorder as it is."""
     return op not in table and op not in special and _kernel_free(op)
 
 
 @functools.cache
 def _kernel_free(op: OpOverload) -> bool:
-    return not op.py_kernels and not torch._C._dispatch_has_kernel_for_dispatch_key(
+    return _BELOW_THE_RECORDER.issuperset(op.py_kernels) and not torch._C._dispatch_has_kernel_for_dispatch_key(
         op.name(), "CompositeImplicitAutograd"  # type: ignore[no-untyped-call]  # OpOverload.name is untyped
     )
 
 
-def known_value(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any], bound: Mapping[int, Any]) -> torch.Tensor | None:
-    """`node`'s own value, when its op is recorded whole on inputs holding the program's own values
-    (`env`: the new node of each; a weight's value detached) or its own symbolic sizes: the export
-    computed it from the same metadata, and it has no autograd state. None otherwise, or when the
-    value already stands for another node (`bound`, by id)."""
+def known_value(
+    node: torch.fx.Node, env: Mapping[torch.fx.Node, Any], bound: Mapping[int, Any]
+) -> torch.Tensor | Sequence[torch.Tensor] | None:
+    """`node`'s own value (a tensor, or the results of a multi-result op such as batch norm), when
+    its op is recorded whole on inputs holding the program's own values (`env`: the new node of
+    each; a weight's value detached) or its own symbolic sizes: the export computed it from the
+    same metadata, and it has no autograd state. None otherwise, or when a value already stands
+    for another node (`bound`, by id)."""
     known = node.meta.get("val")
-    if not isinstance(known, torch.Tensor) or known.requires_grad or id(known) in bound or free_unbacked_symbols(known):
-        return None  # (a size only known at run time: the retrace names its own symbol)
+    parts = known if isinstance(known, (tuple, list)) and known else (known,)
+    if not all(_fresh(part, bound) for part in parts) or len({id(part) for part in parts}) != len(parts):
+        return None
     for arg in node.all_input_nodes:
         got, mine = env.get(arg), arg.meta.get("val")
         if isinstance(got, SizeOf):
@@ -46,6 +56,15 @@ def known_value(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any], bound: Ma
         elif not isinstance(got, torch.fx.Node) or not _same_meta(got.meta.get("val"), mine):
             return None
     return known
+
+
+def _fresh(value: Any, bound: Mapping[int, Any]) -> bool:
+    """A tensor without autograd state that no node stands for yet, of sizes known before it runs
+    (for a size only known at run time the retrace names its own symbol)."""
+    return (
+        isinstance(value, torch.Tensor) and not value.requires_grad and id(value) not in bound
+        and not free_unbacked_symbols(value)
+    )
 
 
 def _expr(size: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -12,6 +13,7 @@ from torch._export.verifier import TrainingIRVerifier, Verifier
 from torch.export import ExportedProgram
 from torch.export import exported_program as ep_mod
 from torch.export import graph_signature as gs
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.traceback import NodeSource
 from torch.utils import _pytree as pytree
 
@@ -405,19 +407,27 @@ def rebuilt_exported(
     graph_signature: gs.ExportGraphSignature | None = None,
     state_dict: dict[str, Any] | None = None,
     verifiers: list[type[Verifier]] | None = None,
+    graph: torch.fx.Graph | None = None,
 ) -> ExportedProgram:
     """A new ExportedProgram of `ep` with the given parts replaced (its graph is `graph_module`'s)
     and every other field `ep`'s own: range constraints, module call graph, example inputs,
-    constants, and its verifiers unless `verifiers` is given. Building it runs the verifiers."""
+    constants, and its verifiers unless `verifiers` is given. Building it runs the verifiers.
+
+    `graph`, instead of `graph_module`: a new graph on `ep`'s module whose Python code (and that
+    of the module ExportedProgram wraps it in) is generated when first asked for, not twice here:
+    the programs texir decomposes are converted and shown to partitioners, seldom run."""
+    if graph is not None:
+        graph_module = _LazyGraphModule(ep.graph_module, graph)
     gm = ep.graph_module if graph_module is None else graph_module
-    return ExportedProgram(
-        root=gm,
-        graph=gm.graph,
-        graph_signature=ep.graph_signature if graph_signature is None else graph_signature,
-        state_dict=ep.state_dict if state_dict is None else state_dict,
-        range_constraints=ep.range_constraints,
-        module_call_graph=ep.module_call_graph,
-        example_inputs=ep.example_inputs,
-        constants=ep.constants,
-        verifiers=list(ep.verifiers) if verifiers is None else verifiers,
-    )
+    with lazy_graph_module_codegen() if graph is not None else contextlib.nullcontext():
+        return ExportedProgram(
+            root=gm,
+            graph=gm.graph,
+            graph_signature=ep.graph_signature if graph_signature is None else graph_signature,
+            state_dict=ep.state_dict if state_dict is None else state_dict,
+            range_constraints=ep.range_constraints,
+            module_call_graph=ep.module_call_graph,
+            example_inputs=ep.example_inputs,
+            constants=ep.constants,
+            verifiers=list(ep.verifiers) if verifiers is None else verifiers,
+        )

@@ -11,17 +11,28 @@ from typing import Any
 import torch
 import torch.fx
 from torch._ops import HigherOrderOperator, OpOverload
+from torch.fx.traceback import NodeSource, NodeSourceAction
 
 from texir.adapters import delegate_op
 from texir.adapters.targets import canonical_target
 from texir.errors import ConversionError
 from texir.ir import types as ir
 
-__all__ = ["CustomMetaError", "FxProvenance", "getattr_path"]
+__all__ = ["CustomMetaError", "FxProvenance", "created_from", "getattr_path"]
 
 
 class CustomMetaError(ConversionError):
     """A node's ``meta["custom"]`` holds a value that is not JSON data."""
+
+
+def created_from(source: torch.fx.Node, pass_name: str) -> NodeSource:
+    """What torch's `NodeSource(source, pass_name, CREATE)` records, without deep-copying
+    `source`'s own origins (a chain as long as the passes behind it, for every node made): they are
+    shared, as nothing changes a recorded origin."""
+    made = NodeSource(None, pass_name, NodeSourceAction.CREATE)
+    made.node_info = NodeSource.NodeInfo(name=source.name, target=str(source.target), graph_id=id(source.graph))
+    made.from_node = list(source.meta.get("from_node", ()))
+    return made
 
 
 def getattr_path(module: torch.nn.Module, target: str) -> Any:

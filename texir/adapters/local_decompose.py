@@ -54,15 +54,16 @@ from torch._guards import detect_fake_mode
 from torch._ops import OpOverload
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
-from torch.fx.traceback import NodeSource, NodeSourceAction
 from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_decomposed
 
 from texir.adapters.buffer_writes import BufferWrites, LazyView, NeedsRetrace as _Retrace, in_place_twin, inline_region
 from texir.adapters.buffer_writes import invisible_twin, retrace_inputs, weight_meta
 from texir.adapters.dispatch_free import known_value, plain_op
+from texir.adapters.fake_memo import detached, fake_result
 from texir.adapters.fx_export import rebuilt_exported
 from texir.adapters.decompositions import as_the_retrace_decomposes, edge_decomposition_table, has_subclass_state
 from texir.adapters.decompositions import must_decompose_functionally, preservable_composite
+from texir.adapters.fx_provenance import created_from
 from texir.adapters.fx_signature import signature_outputs
 from texir.adapters.symbolic_sizes import SYM_SIZE, SizeNodes, SizeOf
 from texir.adapters.targets import canonical_target, dispatch_form, resolve_target
@@ -185,7 +186,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         return found
 
     def record(
-        self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: torch.Tensor | None = None
+        self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None
     ) -> Any:
         """A node for `func`; `whole` when it is the program's own node, not one of a decomposition;
         `known` its value when the program's node already holds it (no fake-tensor dispatch)."""
@@ -220,11 +221,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             self.buffers.note_view(viewed[0], self.lazy[id(val)])
             return val
         node = self.node_for(func, args, kwargs)
-        if known is not None:
-            val = known
-        else:
-            with self.fake_mode, torch.no_grad():  # values of the retrace carry no autograd state
-                val = func(*args, **kwargs)
+        val = known if known is not None else fake_result(func, args, kwargs, self.fake_mode)
         self.annotate(node, val)
         if viewed is not None:  # a view of a buffer's value: out of date once the buffer is written
             self.buffers.note_view(viewed[0], node)
@@ -263,7 +260,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         for key in _COPIED_META:
             if key in meta:
                 node.meta[key] = meta[key]
-        node.meta["from_node"] = [NodeSource(source, "texir.local_decompose", NodeSourceAction.CREATE)]
+        node.meta["from_node"] = [created_from(source, "texir.local_decompose")]
         if val is not None:  # an assertion has no value, and no entry
             node.meta["val"] = val
 
@@ -422,9 +419,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
             p.meta.update(weight_meta(node))
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and val.requires_grad:
-            with fake_mode:
-                val = val.detach()  # computed without autograd state, as the retrace computes
-            rec.inputs[p] = val
+            val = rec.inputs[p] = detached(val, fake_mode)
         rec.bind(val, p)
         if isinstance(val, torch.Tensor):
             rec.sizes.track(val, p)
@@ -480,7 +475,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     ]
     return rebuilt_exported(
         ep,
-        graph_module=torch.fx.GraphModule(ep.graph_module, rec.graph),
+        graph=rec.graph,  # (nothing runs it as Python: code generated only when asked for)
         graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
         verifiers=[Verifier],  # ATen, what run_decompositions gives back, whatever `ep`'s dialect
     )

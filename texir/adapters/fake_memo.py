@@ -1,0 +1,107 @@
+"""Fake-tensor results `texir.adapters.local_decompose` records, remembered by the metadata they
+depend on: a second lowering of the same model runs no operator's shape function again."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
+
+__all__ = ["detached", "fake_result"]
+
+_LIMIT = 8192
+"""Entries kept before the memo starts afresh (each a few tuples of ints)."""
+
+_PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+_Meta = tuple[tuple[int, ...], tuple[int, ...], torch.dtype, torch.device]
+
+_memo: dict[Hashable, tuple[bool, tuple[_Meta, ...]]] = {}
+_lock = threading.Lock()
+_detached: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
+
+
+def detached(value: torch.Tensor, fake_mode: Any) -> torch.Tensor:
+    """`value.detach()` under `fake_mode` (a weight's fake value without autograd state, as the
+    retrace computes with it), the same tensor each time `value` is asked for while it lives: a
+    second lowering of a program dispatches none of its weights again."""
+    found = _detached.get(id(value))
+    if found is not None and found[0]() is value:
+        return found[1]
+    with fake_mode:
+        made = value.detach()
+    with _lock:
+        if len(_detached) >= _LIMIT:
+            _detached.clear()
+        _detached[id(value)] = (weakref.ref(value), made)
+    return made
+
+
+def fake_result(func: OpOverload, args: Any, kwargs: Any, fake_mode: Any) -> Any:
+    """`func` on `args`, `kwargs` under `fake_mode`, without autograd state (as the retrace's
+    values); from the memo when an earlier call on inputs of the same metadata gave fresh, plain
+    tensors: new fake tensors of its results' shapes, strides, dtypes and devices. Only for
+    functional ops whose results alias no input, on static shapes and inputs without tracked
+    constants, so nothing else can differ."""
+    key = _key(func, args, kwargs)
+    found = _memo.get(key) if key is not None else None
+    if found is not None:
+        several, metas = found
+        # A fake tensor straight from its meta storage: a tenth of the cost of a dispatch, even of
+        # empty_strided's, through the fake mode (made with no mode on: a recorder's dispatch runs
+        # under the fake mode).
+        with _disable_current_modes():
+            made = tuple(
+                FakeTensor(fake_mode, torch.empty_strided(shape, stride, dtype=dtype, device="meta"), device)
+                for shape, stride, dtype, device in metas
+            )
+        return made if several else made[0]
+    with fake_mode, torch.no_grad():
+        val = func(*args, **kwargs)
+    if key is not None:
+        several = isinstance(val, tuple)
+        parts = val if several else (val,)
+        made_metas = [m for m in map(_meta, parts) if m is not None]
+        if len(made_metas) == len(parts):
+            with _lock:
+                if len(_memo) >= _LIMIT:
+                    _memo.clear()
+                _memo[key] = (several, tuple(made_metas))
+    return val
+
+
+def _key(func: OpOverload, args: Any, kwargs: Any) -> Hashable | None:
+    schema = func._schema
+    if schema.is_mutable or any(r.alias_info is not None for r in schema.returns) or not schema.returns:
+        return None
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    items: list[Hashable] = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            meta = _meta(leaf)
+            if meta is None or leaf.requires_grad:
+                return None
+            items.append(meta)
+        elif isinstance(leaf, _PLAIN):
+            items.append((type(leaf), repr(leaf)))  # (repr: -0.0 and nan as themselves)
+        else:
+            return None  # a symbolic size, a list of tensors with holes, anything else: not remembered
+    return (func, str(spec), tuple(items))
+
+
+def _meta(value: Any) -> _Meta | None:
+    """A fake tensor's metadata, when that is all there is to it: static sizes, no storage offset,
+    no constant tracked."""
+    if not isinstance(value, FakeTensor) or value.constant is not None or value.storage_offset() != 0:
+        return None
+    shape, stride = tuple(value.shape), tuple(value.stride())
+    if not all(type(n) is int for n in (*shape, *stride)):
+        return None
+    return shape, stride, value.dtype, value.device
