@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 # Bump on any schema change by the rules in tests/test_schema_version.py.
-SCHEMA_VERSION: tuple[int, int] = (2, 3)
+SCHEMA_VERSION: tuple[int, int] = (2, 4)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -412,6 +412,9 @@ class LoweredBackendModule(_Frozen, frozen=True, kw_only=True):
     original_program: Program
     debug_handle_map: tuple[DebugHandleEntry, ...] | None = None
     named_data: tuple[NamedDataEntry, ...] = ()
+    delegate_info: str | None = None
+    """What the backend attached for tools beside its blob (ExecuTorch's
+    `PreprocessResult._delegate_info_meta`), as JSON text with sorted keys; never written to a .pte."""
 
 
 class BackendNodeMeta(_Frozen, frozen=True, kw_only=True):
