@@ -15,6 +15,9 @@ import torch
 pytest.importorskip("executorch")
 
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner  # noqa: E402
+from executorch.exir.backend.backend_details import BackendDetails  # noqa: E402
+from executorch.exir.backend.backend_details import PreprocessResult as EtPreprocessResult  # noqa: E402
+from executorch.exir.backend.canonical_partitioners.all_node_partitioner import AllNodePartitioner  # noqa: E402
 from executorch.exir.backend.compile_spec_schema import CompileSpec  # noqa: E402
 from executorch.exir.backend.test.op_partitioner_demo import AddMulPartitionerDemo  # noqa: E402
 from executorch.exir.backend.utils import (  # noqa: E402
@@ -30,6 +33,8 @@ from executorch.exir.lowered_backend_module import (  # noqa: E402
 
 import texir.compat  # noqa: E402  (after the importorskip: the facade needs executorch)
 from texir.errors import ConversionError  # noqa: E402
+from texir.executorch import import_executorch_program  # noqa: E402
+from texir.lowering import BackendPreprocessError  # noqa: E402
 
 
 class LinearSin(torch.nn.Module):
@@ -221,3 +226,61 @@ def test_after_to_executorch_the_view_writes_mutated_buffers_back() -> None:
     (copy_node,) = [n for n in view.graph.nodes if n.target is torch.ops.aten.copy_.default]
     assert copy_node.args[0].name == "b_count"
     assert et.buffer == edge.to_executorch().buffer  # the view changes no byte
+
+
+_INFO = {"kind": "demo", "sizes": (1, 2), "nested": {"b": 1.5, "a": None}}
+
+
+class DelegateInfoDemo(BackendDetails):  # type: ignore[misc]  # ExecuTorch's class is untyped
+    """An ExecuTorch backend attaching `_delegate_info_meta` (a JSON value) to its result."""
+
+    @staticmethod
+    def preprocess(edge_program: Any, compile_specs: list[Any]) -> Any:
+        return EtPreprocessResult(processed_bytes=b"info", _delegate_info_meta=_INFO)
+
+
+class OpaqueInfoDemo(BackendDetails):  # type: ignore[misc]  # ExecuTorch's class is untyped
+    """An ExecuTorch backend attaching a Python object texir's IR cannot hold."""
+
+    @staticmethod
+    def preprocess(edge_program: Any, compile_specs: list[Any]) -> Any:
+        return EtPreprocessResult(processed_bytes=b"opaque", _delegate_info_meta={"handle": object()})
+
+
+def _sin_edge() -> texir.compat.EdgeProgramManager:
+    return texir.compat.to_edge(torch.export.export(Sin(), (torch.ones(1),), strict=True))
+
+
+class Sin(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x)
+
+
+def test_delegate_info_meta_is_kept_in_the_ir_and_shown_in_the_view() -> None:
+    lowered = _sin_edge().to_backend(AllNodePartitioner("DelegateInfoDemo", []))
+    ours = lowered.program().lowered_modules[0].module
+    assert ours.delegate_info == '{"kind":"demo","nested":{"a":null,"b":1.5},"sizes":[1,2]}'
+    (module,) = _lowered(lowered.exported_program().graph_module)
+    assert module.meta["_delegate_info_meta"] == {"kind": "demo", "sizes": [1, 2], "nested": {"b": 1.5, "a": None}}
+    # a view fed back is imported with it, and the view of that import shows it again
+    again = texir.compat.EdgeProgramManager({"forward": lowered.program()})
+    again._edge_programs["forward"] = lowered.exported_program()
+    reimported = import_executorch_program(lowered.exported_program())
+    assert reimported.lowered_modules[0].module.delegate_info == ours.delegate_info
+    assert again.to_executorch().buffer == lowered.to_executorch().buffer  # never written to the file
+
+
+def test_delegate_info_meta_is_set_only_when_the_backend_gives_one(
+    addmul_edge: texir.compat.EdgeProgramManager, xnnpack_edge: texir.compat.EdgeProgramManager
+) -> None:
+    # ExecuTorch's BackendWithCompilerDemo attaches "test" (test_delegate_info_partitioner reads it)
+    assert [m.module.delegate_info for m in addmul_edge.program().lowered_modules] == ['"test"', '"test"']
+    assert [m.meta["_delegate_info_meta"] for m in _lowered(addmul_edge.exported_program().graph_module)] == ["test"] * 2
+    # texir's native XNNPACK backend attaches none: the key is absent, as after ExecuTorch's to_backend
+    assert xnnpack_edge.program().lowered_modules[0].module.delegate_info is None
+    assert all("_delegate_info_meta" not in m.meta for m in _lowered(xnnpack_edge.exported_program().graph_module))
+
+
+def test_delegate_info_meta_that_is_not_json_is_a_typed_error() -> None:
+    with pytest.raises(BackendPreprocessError, match=r"OpaqueInfoDemo.*\['handle'\] is a builtins.object.*JSON values"):
+        _sin_edge().to_backend(AllNodePartitioner("OpaqueInfoDemo", []))

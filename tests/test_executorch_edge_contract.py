@@ -281,3 +281,36 @@ def test_custom_meta_is_json_text_in_the_ir() -> None:
     program = from_exported_program(_annotated())
     texts = {loc.custom for loc in program.graph.provenance.locations if loc.custom}  # type: ignore[union-attr]  # the graph has provenance
     assert texts and all(isinstance(json.loads(t), dict) for t in texts)
+
+
+class _ScalarOperands(nn.Module):
+    """Scalars in Tensor positions (`add.Tensor(x, 2)`), beside a buffer of the model's own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("offset", torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + 2) * 0.5 + self.offset
+
+
+def test_scalar_operands_are_lifted_as_persistent_buffers_as_executorchs_to_edge_lifts_them() -> None:
+    """ExecuTorch's lift_constant_tensor_pass makes each scalar ScalarToTensorPass turned into a
+    tensor a persistent BUFFER `_lifted_tensor_constant<n>` (numbered on from the buffers); ExecuTorch's
+    own tools count on it (`LoweredBackendModule.program()` drops only parameters and buffers)."""
+    from executorch.exir import to_edge
+
+    import texir.compat
+    from texir.ir import BufferInput
+
+    def specs(ep: torch.export.ExportedProgram) -> list[tuple[str, str, str | None, bool | None]]:
+        return [(s.kind.name, s.arg.name, s.target, s.persistent) for s in ep.graph_signature.input_specs]
+
+    inputs = (torch.randn(3),)
+    theirs = specs(to_edge(torch.export.export(_ScalarOperands(), inputs, strict=True)).exported_program())
+    edge = texir.compat.to_edge(torch.export.export(_ScalarOperands(), inputs, strict=True))
+    assert specs(edge.exported_program()) == theirs
+    assert [k for k, name, _, _ in theirs if name.startswith("_lifted_tensor_constant")] == ["BUFFER", "BUFFER"]
+    lifted = [s for s in edge.program().signature.inputs if isinstance(s, BufferInput) and s.target != "offset"]
+    assert lifted == [BufferInput(name=f"_lifted_tensor_constant{i}", target=f"_lifted_tensor_constant{i}") for i in (1, 2)]
+    assert edge.to_executorch().buffer == to_edge(torch.export.export(_ScalarOperands(), inputs, strict=True)).to_executorch().buffer

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 from torch import nn
@@ -393,3 +394,38 @@ def test_a_write_failing_before_its_entry_is_in_place_leaves_nothing(
     PreprocessCache(location).store(_KEY, True, _result())  # a cache that cannot be written is only slower
     assert read(f"ab/{_KEY}") is None and [f for f in listed() if not f.endswith("/")] == []
     assert PreprocessCache(location).lookup(_KEY, True) is None
+
+
+class _Informing:
+    """A backend attaching `delegate_info` (importable by workers, durable: it has a cache_version)."""
+
+    cache_version = "informing-1"
+
+    def preprocess(self, program: Program, compile_specs: Sequence[CompileSpec], /) -> PreprocessResult:
+        return PreprocessResult(processed_bytes=b"i", delegate_info=f'{{"nodes":{len(program.graph.nodes)}}}')
+
+
+def test_delegate_info_survives_the_disk_cache_workers_text_and_snapshots(tmp_path: Path) -> None:
+    from texir.ir import payloads_of
+    from texir.ir.parser import parse_program
+    from texir.ir.printer import format_program
+    from texir.serialize import snapshot
+
+    register_backend("texir-informing", _Informing(), replace=True)
+    part = [OpSupportPartitioner("texir-informing", {"aten::addmm.default"})]
+    cold = lower(_model(), part, cache=PreprocessCache(tmp_path)).program
+    infos = [m.module.delegate_info for m in cold.lowered_modules]
+    assert len(infos) == 3 and all(i is not None and i.startswith('{"nodes":') for i in infos)
+    fresh = PreprocessCache(tmp_path)  # a new process's cache: the results come from disk
+    from_disk = lower(_model(), part, cache=fresh).program
+    assert fresh.hits == 3 and [m.module.delegate_info for m in from_disk.lowered_modules] == infos
+    in_workers = lower(_model(), part, cache=None, jobs=2).program
+    assert [m.module.delegate_info for m in in_workers.lowered_modules] == infos
+    text = format_program(cold)
+    assert "delegate_info '{\"nodes\":" in text
+    parsed = parse_program(text, payloads=payloads_of(cold))
+    assert [m.module.delegate_info for m in parsed.lowered_modules] == infos
+    assert [m.module.delegate_info for m in snapshot.loads(snapshot.dumps(cold)).lowered_modules] == infos
+    assert _pte(cold) == _pte(msgspec.structs.replace(cold, lowered_modules=tuple(
+        msgspec.structs.replace(m, module=msgspec.structs.replace(m.module, delegate_info=None))
+        for m in cold.lowered_modules)))  # never written to the .pte

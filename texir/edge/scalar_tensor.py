@@ -15,7 +15,6 @@ from texir.ir.types import (
     BoolArg,
     BufferInput,
     CallFunction,
-    ConstantTensorInput,
     DType,
     FloatArg,
     IntArg,
@@ -46,9 +45,10 @@ def _tensor_of(arg: Argument) -> tuple[DType, bytes] | None:
 
 def lift_scalar_operands(program: Program) -> Program:
     """`program` with each bool/int/float literal that its op's schema types as a Tensor replaced by
-    a new constant placeholder (`_lifted_tensor_constant<i>`, one per use, before the user inputs),
-    numbered on from the program's buffers as ExecuTorch's lift_constant_tensor_pass numbers them
-    (its lifted constants join the buffers). The top-level graph only: nested graphs keep their
+    a new placeholder (`_lifted_tensor_constant<i>`, one per use, before the user inputs): a
+    persistent buffer, numbered on from the program's buffers, as ExecuTorch's
+    lift_constant_tensor_pass makes it (ExecuTorch's tools count on the kind: its
+    `LoweredBackendModule.program()` drops only parameter and buffer placeholders). The top-level graph only: nested graphs keep their
     literals for the emitter. Pure."""
     graph = program.graph
     ops = op_table(program.op_schemas)
@@ -105,7 +105,7 @@ def lift_scalar_operands(program: Program) -> Program:
         builder.add(body.get(node.name, node), meta, prov)
     new_specs = (
         *specs[:first_user],
-        *(ConstantTensorInput(name=n.name, target=n.name) for n, _, _ in lifted),
+        *(BufferInput(name=n.name, target=n.name, persistent=True) for n, _, _ in lifted),
         *specs[first_user:],
     )
     return msgspec.structs.replace(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
+
+import msgspec
 
 from texir.executorch.deps import installed_version, require_executorch
 from texir.executorch.edge_program import to_edge_exported_program
@@ -16,12 +19,13 @@ from texir.lowering.errors import BackendPreprocessError, UnknownBackendError
 __all__ = [
     "ExecutorchBackend",
     "compile_spec_from_executorch",
+    "delegate_info_from_executorch",
     "executorch_backend_class",
     "named_data_entries",
     "register_executorch_backend",
 ]
 
-_ADAPTER_VERSION = 2
+_ADAPTER_VERSION = 3  # 3: the result keeps _delegate_info_meta
 """Bump when what `preprocess` is shown changes (cached results then miss)."""
 
 
@@ -94,7 +98,57 @@ def _translate(backend_id: str, result: Any) -> PreprocessResult:
             for key, handles in raw_map.items()
         )
     named = named_data_entries(backend_id, getattr(result, "data_store_output", None))
-    return PreprocessResult(processed_bytes=bytes(processed), debug_handle_map=handle_map, named_data=named)
+    info = delegate_info_from_executorch(
+        f"ExecuTorch backend {backend_id!r} (PreprocessResult._delegate_info_meta)",
+        getattr(result, "_delegate_info_meta", None),
+    )
+    return PreprocessResult(
+        processed_bytes=bytes(processed), debug_handle_map=handle_map, named_data=named, delegate_info=info
+    )
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _json_problem(value: object, where: str) -> str | None:
+    """Where `value` is not a JSON value (None, bool, int, finite float, str, list/tuple, dict
+    with str keys) and what is there, or None when it is one."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where} is {value!r}"
+    if isinstance(value, _JSON_SCALARS):
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            problem = _json_problem(item, f"{where}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where} has the key {key!r} ({type(key).__name__}, not str)"
+            problem = _json_problem(item, f"{where}[{key!r}]")
+            if problem is not None:
+                return problem
+        return None
+    return f"{where} is a {type(value).__module__}.{type(value).__qualname__}"
+
+
+def delegate_info_from_executorch(owner: str, value: object) -> str | None:
+    """ExecuTorch's `_delegate_info_meta` value as texir's `delegate_info` (JSON text, sorted keys),
+    None for None. texir's lowered module is data (snapshots, the preprocess cache, worker
+    processes), so the value must be a JSON value; anything else is a typed error naming `owner`.
+    Tuples come back as lists."""
+    if value is None:
+        return None
+    problem = _json_problem(value, "the value")
+    if problem is not None:
+        raise BackendPreprocessError(
+            f"{owner}: {problem}, which texir cannot keep: texir keeps this metadata in its IR, which "
+            "holds JSON values only (None, bool, int, finite float, str, lists, dicts with str keys); "
+            "have the backend attach such a value (e.g. a dict of its fields), or None"
+        )
+    return msgspec.json.encode(value, order="sorted").decode()
 
 
 def named_data_entries(backend_id: str, store: Any) -> tuple[NamedDataEntry, ...]:

@@ -143,6 +143,8 @@ def executorch_lowered_module(module: LoweredBackendModule, *, converted: Export
         "debug_handle_map": None if handles is None
         else {entry.identifier: entry.debug_handles for entry in handles},
     }
+    if module.delegate_info is not None:  # ExecuTorch's to_backend sets it only when there is one
+        lowered.meta["_delegate_info_meta"] = json.loads(module.delegate_info)  # tuples come back as lists
     return lowered
 
 

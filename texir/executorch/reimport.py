@@ -19,7 +19,7 @@ from texir.adapters.foreign import register_lowered_importer, register_target_na
 from texir.adapters.fx_import import from_exported_program
 from texir.adapters.targets import canonical_target
 from texir.edge.pipeline import PARTITIONABLE_DIALECT
-from texir.executorch.backend import compile_spec_from_executorch, named_data_entries
+from texir.executorch.backend import compile_spec_from_executorch, delegate_info_from_executorch, named_data_entries
 from texir.ir import DebugHandleEntry, LoweredBackendModule, Program
 from texir.ir.names import CALL_DELEGATE
 
@@ -88,6 +88,10 @@ def from_executorch_lowered(
         original_program=original,
         debug_handle_map=_debug_handle_map(getattr(module, "meta", None)),
         named_data=named_data_entries(backend_id, module.named_data_store_output),
+        delegate_info=delegate_info_from_executorch(
+            f"lowered module of backend {backend_id!r} (meta['_delegate_info_meta'])",
+            (getattr(module, "meta", None) or {}).get("_delegate_info_meta"),
+        ),
     )
 
 

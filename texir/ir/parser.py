@@ -359,6 +359,7 @@ class _Parser:
         processed = self.blob(line, sha, nbytes, f"delegate blob of {path.rstrip(':') or 'the module'!r}", required=True)
         specs, debug, named = [], [], []
         debug_map: tuple[DebugHandleEntry, ...] | None = None
+        info: str | None = None
         while (entry := self.peek(indent)) is not None and not entry.text.startswith("program "):
             self.pos += 1
             line, c = entry, entry.cursor()
@@ -394,15 +395,18 @@ class _Parser:
                 data = None if absent else self.blob(line, digest, size, f"named data {key!r}", required=False)
                 named.append(NamedDataEntry(key=key, sha256=digest, nbytes=size, alignment=alignment,
                                             data=data if data is None or isinstance(data, Blob) else Blob(data, digest=digest)))
+            elif c.eat("delegate_info "):
+                info = c.string()
+                c.end()
             else:
-                c.fail("compile_spec, debug or named_data")
+                c.fail("compile_spec, debug, named_data or delegate_info")
         if debug:
             debug_map = tuple(debug)
         original = self.program(indent, path)
         return LoweredBackendModule(
             backend_id=backend, processed_bytes=processed.tobytes() if isinstance(processed, Blob) else bytes(processed or b""),
             compile_specs=tuple(specs), original_program=original, debug_handle_map=debug_map,
-            named_data=tuple(named),
+            named_data=tuple(named), delegate_info=info,
         )
 
 

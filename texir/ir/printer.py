@@ -295,6 +295,8 @@ def _format_lowered(module: LoweredBackendModule, indent: str) -> list[str]:
         lines.append(
             f"{indent}  named_data {item.key!r}: {item.nbytes}B sha256={item.sha256} alignment={item.alignment}{data}"
         )
+    if module.delegate_info is not None:
+        lines.append(f"{indent}  delegate_info {module.delegate_info!r}")
     lines.extend(_format_program_lines(module.original_program, indent + "  "))
     return lines
 

@@ -67,7 +67,8 @@ __all__ = [
 # Bump on any schema change by the rules in tests/test_schema_version.py.
 SCHEMA_VERSION: tuple[int, int] = (3, 0)
 """3.0: `Program.dialect` narrowed from any string to `Dialect` (the wire form is unchanged, so 2.x
-snapshots are read by the 3.0 decoder, which refuses a dialect outside `DIALECTS`)."""
+snapshots are read by the 3.0 decoder, which refuses a dialect outside `DIALECTS`); a lowered
+module's `delegate_info` (its backend's `_delegate_info_meta`, JSON text), absent in 2.x."""
 
 Dialect: TypeAlias = Literal["ATEN", "TRAINING", "EDGE_PARTITIONABLE", "EDGE"]
 """The stage a program has reached: `ATEN` / `TRAINING` as torch.export gives it, `EDGE_PARTITIONABLE`
@@ -429,6 +430,9 @@ class LoweredBackendModule(_Frozen, frozen=True, kw_only=True):
     original_program: Program
     debug_handle_map: tuple[DebugHandleEntry, ...] | None = None
     named_data: tuple[NamedDataEntry, ...] = ()
+    delegate_info: str | None = None
+    """What the backend attached for tools beside its blob (ExecuTorch's
+    `PreprocessResult._delegate_info_meta`), as JSON text with sorted keys; never written to a .pte."""
 
 
 class BackendNodeMeta(_Frozen, frozen=True, kw_only=True):

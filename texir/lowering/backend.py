@@ -34,6 +34,8 @@ class PreprocessResult(msgspec.Struct, frozen=True, kw_only=True):
     debug_handle_map: tuple[DebugHandleEntry, ...] | None = None
     named_data: tuple[NamedDataEntry, ...] = ()
     """Payloads stored by key next to the blob (`named_data_entry`); keys unique."""
+    delegate_info: str | None = None
+    """Anything else for tools, as JSON text (`LoweredBackendModule.delegate_info`); not in the .pte."""
 
 
 def named_data_entry(key: str, data: bytes | Blob, *, alignment: int = 1) -> NamedDataEntry:

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 CACHE_DIR_ENV = "TEXIR_CACHE_DIR"
-_KEY_VERSION = b"texir-preprocess-cache-1"
+_KEY_VERSION = b"texir-preprocess-cache-2"  # 2: results carry delegate_info
 
 
 class PreprocessRequest(msgspec.Struct, frozen=True):
@@ -64,6 +64,7 @@ class _Stored(msgspec.Struct, frozen=True, array_like=True):
     processed: bytes
     handles: list[tuple[int | str, list[int]]] | None
     named: list[tuple[str, int, bytes]]
+    info: str | None = None
 
 
 def _encode(result: PreprocessResult) -> bytes:
@@ -75,7 +76,8 @@ def _encode(result: PreprocessResult) -> bytes:
         if entry.data is None:
             raise BackendPreprocessError(f"named data {entry.key!r} has no payload; backends must return payloads")
         named.append((entry.key, entry.alignment, entry.data.tobytes()))
-    return msgspec.msgpack.encode(_Stored(processed=bytes(result.processed_bytes), handles=handles, named=named))
+    return msgspec.msgpack.encode(_Stored(processed=bytes(result.processed_bytes), handles=handles, named=named,
+                                         info=result.delegate_info))
 
 
 def _decode(data: bytes) -> PreprocessResult:
@@ -87,6 +89,7 @@ def _decode(data: bytes) -> PreprocessResult:
         processed_bytes=stored.processed,
         debug_handle_map=handles,
         named_data=tuple(named_data_entry(k, d, alignment=a) for k, a, d in stored.named),
+        delegate_info=stored.info,
     )
 
 
@@ -418,6 +421,7 @@ def run_preprocess_timed(
             original_program=request.program,
             debug_handle_map=result.debug_handle_map,
             named_data=tuple(result.named_data),
+            delegate_info=result.delegate_info,
         )
         modules.append(Compiled(module=module, cache_hit=i not in todo, seconds=seconds[i]))
     return modules
