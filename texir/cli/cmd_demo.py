@@ -13,6 +13,7 @@ from typing import Any, Literal
 import pydantic
 
 from texir.backends.demo import BACKEND_ID
+from texir.cli.noise import native_stderr_filtered
 from texir.cli.progress import Progress
 from texir.errors import TexirError
 from texir.ir import CallFunction, verify
@@ -53,6 +54,8 @@ class DemoOptions(pydantic.BaseModel):
     out_dir: Path = Path("out")
     partitioner: Literal["xnnpack", "executorch:xnnpack", "ops", "whole"] = "xnnpack"
     json_output: bool = False
+    verbose: bool = False
+    """Let native libraries' probes through (the runtime's cpuinfo lines)."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,7 +79,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     try:
-        options = DemoOptions(out_dir=args.out_dir, partitioner=args.partitioner, json_output=args.json)
+        options = DemoOptions(out_dir=args.out_dir, partitioner=args.partitioner, json_output=args.json,
+                              verbose=bool(getattr(args, "verbose", False)))
     except pydantic.ValidationError as exc:
         raise TexirError(f"invalid demo options: {exc.errors()[0]['msg']}") from None
     summary = run_demo(options)
@@ -209,7 +213,7 @@ def _run_xnnpack(options: DemoOptions) -> dict[str, Any]:
             verify(lowered)
         with progress.phase("emitting .pte"):
             data = pte_bytes(emit(lowered))
-        with progress.phase("running the .pte in ExecuTorch's runtime"):
+        with progress.phase("running the .pte in ExecuTorch's runtime"), native_stderr_filtered(options.verbose):
             (got,) = run_pte(data, inputs)
             with torch.no_grad():
                 expected = model(*inputs)
