@@ -28,10 +28,14 @@ from texir.ir.analysis import node_inputs
 
 __all__ = ["FusedPart", "FusionOrder", "Item", "executorch_node_order"]
 
-_JUMP_THE_QUEUE = frozenset(
-    f"_operator::{op}" for op in ("add", "mul", "sub", "floordiv", "truediv", "mod", "le", "lt", "ge", "gt", "eq", "ne")
-)
-"""Targets legalize_graph puts at the front of its queue (symbolic arithmetic and comparisons)."""
+_JUMP_THE_QUEUE = frozenset({
+    *(f"_operator::{op}" for op in ("add", "mul", "sub", "floordiv", "truediv", "mod", "le", "lt", "ge", "gt", "eq", "ne")),
+    "aten::sym_constrain_range.default", "aten::sym_constrain_range_for_size.default", "aten::_assert_async.msg",
+    "aten::scalar_tensor.default", "aten::_assert_scalar.default",
+})
+"""Targets legalize_graph puts at the front of its queue (torch's `PRIORITIZED_OPS`: symbolic
+arithmetic and comparisons, and the ATen ops below; ExecuTorch's to_edge leaves those as ATen ops
+(`texir.edge.names.NON_EDGE_OPS`), so they keep their priority in its edge graphs)."""
 
 Item = tuple[str, str, str]
 """A node of the final order: ("node", name, "") for a node of the program, ("attr", tag, "") and
