@@ -61,7 +61,7 @@ from texir.adapters.buffer_writes import invisible_twin, retrace_inputs, weight_
 from texir.adapters.dispatch_free import known_value, plain_op
 from texir.adapters.fake_memo import detached, fake_result
 from texir.adapters.fx_export import rebuilt_exported
-from texir.adapters.decompositions import as_the_retrace_decomposes, edge_decomposition_table, has_subclass_state
+from texir.adapters.decompositions import as_the_retrace_decomposes, has_subclass_state, lazy_edge_decomposition_table
 from texir.adapters.decompositions import must_decompose_functionally, preservable_composite
 from texir.adapters.fx_provenance import created_from
 from texir.adapters.fx_signature import signature_outputs
@@ -398,7 +398,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     fake_mode = detect_fake_mode([n.meta.get("val") for n in placeholders])
     if fake_mode is None:
         raise _Retrace("no fake values on the inputs")
-    table = {} if functional_only else edge_decomposition_table(kept)
+    table = {} if functional_only else lazy_edge_decomposition_table(kept)
     rec = _Recorder(table, kept, fake_mode, functional_only=functional_only)
     env: dict[torch.fx.Node, Any] = dict(regions)
     # Inputs take their final names after the calls are named, as export renames the retrace's
