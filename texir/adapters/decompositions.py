@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import torch
-from torch._decomp import get_decompositions
-from torch._export.utils import _is_preservable_cia_op, _special_op_to_preserve_cia
+from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
+from torch._export.utils import _get_decomp_for_cia, _is_preservable_cia_op, _special_op_to_preserve_cia
 from torch._ops import OpOverload, OpOverloadPacket
 from torch.export._trace import _ignore_backend_decomps
+from torch.export.decomp_utils import PRESERVED_ATEN_CIA_OPS
 from torch.export.exported_program import _override_composite_implicit_decomp
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
@@ -31,6 +32,7 @@ __all__ = [
     "functional_names",
     "functional_overload",
     "functionalize",
+    "lazy_edge_decomposition_table",
     "functionally_decomposed_ops",
     "graph_modules",
     "has_subclass_state",
@@ -72,6 +74,57 @@ def edge_decomposition_table(keep: Iterable[str] = ()) -> dict[OpOverload | OpOv
     return table
 
 
+class _LazyEdgeTable(Mapping[Any, Callable[..., Any]]):
+    """The entries of `edge_decomposition_table(keep)` one op at a time, for lookups (`get`, `in`)
+    only: torch's table lists every composite op of every namespace, which costs a fresh process
+    about 0.1 s to collect; an op here is looked up when a program asks for it (and remembered)."""
+
+    def __init__(self, keep: Iterable[str]) -> None:
+        self._kept = frozenset(_op(name) for name in keep)
+
+    def __getitem__(self, op: Any) -> Callable[..., Any]:
+        found = None if op in self._kept else _edge_entry(op)
+        if found is None:
+            raise KeyError(op)
+        return found
+
+    def __iter__(self) -> Iterator[Any]:
+        return (op for op in edge_decomposition_table() if op not in self._kept)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+@functools.cache
+def _core_and_extra() -> dict[Any, Callable[..., Any]]:
+    table: dict[Any, Callable[..., Any]] = dict(_core_aten_decompositions_post_autograd())
+    table.update(get_decompositions([_op(n) for n in EXTRA_EDGE_DECOMPOSITIONS]))
+    return table
+
+
+_entries: dict[Any, Callable[..., Any] | None] = {}
+
+
+def _edge_entry(op: Any) -> Callable[..., Any] | None:
+    """`op`'s entry in the edge table, decided as torch's `default_decompositions` decides it: the
+    core-ATen table's, else a composite op's own kernel (any namespace) unless torch preserves it,
+    none for the quantization namespaces; remembered per process, as `_table` is."""
+    if op in _entries:
+        return _entries[op]
+    found: Callable[..., Any] | None = None
+    if getattr(op, "namespace", None) not in KEPT_NAMESPACES:
+        found = _core_and_extra().get(op)
+        if found is None and isinstance(op, OpOverload) and op not in PRESERVED_ATEN_CIA_OPS and _is_preservable_cia_op(op):
+            found = _get_decomp_for_cia(op)
+    _entries[op] = found
+    return found
+
+
+def lazy_edge_decomposition_table(keep: Iterable[str] = ()) -> Mapping[Any, Callable[..., Any]]:
+    """`edge_decomposition_table(keep)` for lookups, without collecting every composite op first."""
+    return _LazyEdgeTable(keep)
+
+
 def preservable_composite(op: OpOverload) -> bool:
     """A CompositeImplicitAutograd op torch's retrace keeps whole (a functional one)."""
     return bool(_is_preservable_cia_op(op))
@@ -94,9 +147,12 @@ def as_the_retrace_decomposes(keep: Iterable[str]) -> Iterator[None]:
         if not shielded:
             yield
             return
-        # The edge table is built once per process, from each composite op's kernel at that time:
-        # built under the shield, it would keep `shielded` whole for good (torch's retrace too).
-        edge_decomposition_table()
+        # An entry of the edge table is made once per process, from the composite op's kernel at
+        # that time: made under the shield, it would keep `shielded` whole for good (torch's
+        # retrace too). Nothing inside looks a shielded op up (it is kept), so making theirs first
+        # is enough.
+        for op in shielded:
+            _edge_entry(op)
         with _override_composite_implicit_decomp(shielded):
             yield
 

@@ -11,7 +11,6 @@ from typing import Any
 import torch
 from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
 __all__ = ["detached", "fake_result"]
@@ -81,19 +80,30 @@ def _key(func: OpOverload, args: Any, kwargs: Any) -> Hashable | None:
     schema = func._schema
     if schema.is_mutable or any(r.alias_info is not None for r in schema.returns) or not schema.returns:
         return None
-    leaves, spec = pytree.tree_flatten((args, kwargs))
-    items: list[Hashable] = []
-    for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            meta = _meta(leaf)
-            if meta is None or leaf.requires_grad:
-                return None
-            items.append(meta)
-        elif isinstance(leaf, _PLAIN):
-            items.append((type(leaf), repr(leaf)))  # (repr: -0.0 and nan as themselves)
-        else:
-            return None  # a symbolic size, a list of tensors with holes, anything else: not remembered
-    return (func, str(spec), tuple(items))
+    try:
+        return (func, _shape_of(args), tuple((name, _shape_of(v)) for name, v in kwargs.items()))
+    except _NotRemembered:
+        return None
+
+
+class _NotRemembered(Exception):
+    """An argument the memo does not key on."""
+
+
+def _shape_of(value: Any) -> Hashable:
+    """`value` as a key: a tensor by its metadata, a plain value by its type and repr, lists and
+    tuples (their type too: torch.Size) by their items (a walk of its own: pytree's costs several
+    times more)."""
+    if isinstance(value, torch.Tensor):
+        meta = _meta(value)
+        if meta is None or value.requires_grad:
+            raise _NotRemembered
+        return meta
+    if isinstance(value, _PLAIN):
+        return (type(value), repr(value))  # (repr: -0.0 and nan as themselves)
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple([_shape_of(v) for v in value]))
+    raise _NotRemembered  # a symbolic size, a dict, anything else: not remembered
 
 
 def _meta(value: Any) -> _Meta | None:

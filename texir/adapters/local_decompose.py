@@ -61,7 +61,8 @@ from texir.adapters.buffer_writes import invisible_twin, retrace_inputs, weight_
 from texir.adapters.dispatch_free import known_value, plain_op
 from texir.adapters.fake_memo import detached, fake_result
 from texir.adapters.fx_export import rebuilt_exported
-from texir.adapters.decompositions import as_the_retrace_decomposes, edge_decomposition_table, has_subclass_state
+from texir.adapters.op_args import leaves, map_leaves
+from texir.adapters.decompositions import as_the_retrace_decomposes, has_subclass_state, lazy_edge_decomposition_table
 from texir.adapters.decompositions import must_decompose_functionally, preservable_composite
 from texir.adapters.fx_provenance import created_from
 from texir.adapters.fx_signature import signature_outputs
@@ -239,10 +240,12 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         return val
 
     def node_for(self, func: OpOverload, args: Any, kwargs: Any) -> torch.fx.Node:
-        node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, self.node_of, (args, kwargs))
-        if any(isinstance(a, (torch.SymFloat, torch.SymBool)) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
+        flat = leaves(args, kwargs)  # (walks of its own over an op's lists and tuples: pytree's costs more)
+        node_args, node_kwargs = map_leaves(torch.Tensor, self.node_of, (args, kwargs))
+        if any(isinstance(a, (torch.SymFloat, torch.SymBool)) for a in flat):
             raise _Retrace(f"{func} takes a symbolic float or bool")
-        node_args, node_kwargs = torch.utils._pytree.tree_map_only(torch.SymInt, self.sym_node_of, (node_args, node_kwargs))
+        if any(isinstance(a, torch.SymInt) for a in flat):  # (after every tensor's node, as before)
+            node_args, node_kwargs = map_leaves(torch.SymInt, self.sym_node_of, (node_args, node_kwargs))
         return self.graph.create_node(
             "call_function", func, tuple(node_args), dict(node_kwargs),
             name=self.graph._target_to_str(func.overloadpacket.__name__),
@@ -398,7 +401,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     fake_mode = detect_fake_mode([n.meta.get("val") for n in placeholders])
     if fake_mode is None:
         raise _Retrace("no fake values on the inputs")
-    table = {} if functional_only else edge_decomposition_table(kept)
+    table = {} if functional_only else lazy_edge_decomposition_table(kept)
     rec = _Recorder(table, kept, fake_mode, functional_only=functional_only)
     env: dict[torch.fx.Node, Any] = dict(regions)
     # Inputs take their final names after the calls are named, as export renames the retrace's
