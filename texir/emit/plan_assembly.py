@@ -23,7 +23,10 @@ def assemble_plan(table: ValueTable) -> ExecutionPlan:
     """The method's ExecutionPlan once every node is emitted: its storages memory-planned, each
     tensor's allocation set, the arena sized (padded for XNNPACK)."""
     offsets: dict[int, int] = {}
-    arena = _plan_group(table, 0, 0, offsets)
+    members: dict[int, list[int]] = {}  # group -> its storages, in creation order
+    for k, storage in enumerate(table.storages):
+        members.setdefault(storage.group, []).append(k)
+    arena = _plan_group(table, 0, 0, offsets, members)
     values: list[EValue] = []
     for value in table.values:
         if isinstance(value, PendingTensor):
@@ -62,7 +65,9 @@ def assemble_plan(table: ValueTable) -> ExecutionPlan:
     )
 
 
-def _plan_group(table: ValueTable, group: int, base: int, offsets: dict[int, int]) -> int:
+def _plan_group(
+    table: ValueTable, group: int, base: int, offsets: dict[int, int], members: dict[int, list[int]]
+) -> int:
     """Plan `group`'s storages from `base` (filling `offsets`, storage index -> arena offset) and
     return the bytes it needs. As ExecuTorch's `apply_algo`: each torch.cond branch of the group is
     planned on its own from 0, the branches' memory comes first, the group's own tensors after it.
@@ -77,7 +82,7 @@ def _plan_group(table: ValueTable, group: int, base: int, offsets: dict[int, int
         planned = []
         for branch in region.branches:
             inner: dict[int, int] = {}
-            planned.append((_plan_group(table, branch, 0, inner), inner))
+            planned.append((_plan_group(table, branch, 0, inner, members), inner))
         branch_offsets.append(planned)
         region_sizes.append(max((size for size, _ in planned), default=0))
     region_intervals = [
@@ -90,7 +95,7 @@ def _plan_group(table: ValueTable, group: int, base: int, offsets: dict[int, int
             for storage, offset in inner.items():
                 offsets[storage] = base + region_offset + offset
     reserved = region_plan.total
-    own = [k for k, s in enumerate(table.storages) if s.group == group]
+    own = members.get(group, [])
     intervals = [Interval(size=table.storages[k].size, start=table.storages[k].start, end=table.storages[k].end)
                  for k in own]
     plan = plan_memory(intervals, planner=table.options.planner, alignment=table.options.alignment)
