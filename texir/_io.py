@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
+import mmap
 import os
 import signal
 import stat
@@ -146,6 +148,39 @@ def atomic_write(
         if isinstance(exc, OSError):
             raise error(f"cannot write {target}: {exc.strerror or exc}") from None
         raise
+
+
+_PAGE = mmap.PAGESIZE
+_MADV_WILLNEED: int | None = getattr(mmap, "MADV_WILLNEED", None)
+_madvise: Callable[[int, int, int], int] | None = None
+"""libc's madvise, bound on first use (None until then, and where there is none)."""
+_madvise_tried = False
+
+
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    global _madvise, _madvise_tried
+    if not _madvise_tried:
+        _madvise_tried = True
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).madvise
+        except (OSError, AttributeError):
+            return None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        fn.restype = ctypes.c_int
+        _madvise = fn
+    return _madvise
+
+
+def advise_willneed(address: int, nbytes: int) -> None:
+    """Ask the kernel to start reading the pages of `[address, address + nbytes)` (a file mapping:
+    a memory-mapped checkpoint) into memory now, asynchronously, so that reading them later finds
+    them cached instead of faulting them in one by one. Only a hint: does nothing where the system
+    has no `madvise`, and ignores its failures (the bytes are read by page faults then)."""
+    fn = _libc_madvise() if _MADV_WILLNEED is not None and nbytes > 0 else None
+    if fn is None or _MADV_WILLNEED is None:
+        return
+    start = address - address % _PAGE  # madvise wants a page-aligned start
+    fn(start, address + nbytes - start, _MADV_WILLNEED)  # ctypes releases the GIL around the call
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import final
 
@@ -45,11 +45,16 @@ _DEFERRED: "weakref.WeakValueDictionary[str, Blob]" = weakref.WeakValueDictionar
 """Stand-in -> a live payload carrying it (payloads carrying one stand-in hold the same bytes)."""
 
 
-def deferred_blob(data: bytes | bytearray | memoryview, stand_in: str) -> "Blob":
+def deferred_blob(data: bytes | bytearray | memoryview, stand_in: str, *,
+                  read_ahead: Callable[[int, int], None] | None = None) -> "Blob":
     """A Blob whose `digest()` is `stand_in` until its bytes are hashed (by a writer or by
-    `content_digest()`); the writers put the real digest wherever the stand-in was written."""
+    `content_digest()`); the writers put the real digest wherever the stand-in was written.
+    `read_ahead(start, nbytes)`, when given, asks the system to start loading those bytes of the
+    payload (a memory-mapped checkpoint read from disk) ahead of the writer's copy of them; a hint,
+    it changes no byte."""
     blob = Blob(data, digest=stand_in)
     object.__setattr__(blob, "_deferred", True)
+    object.__setattr__(blob, "_read_ahead", read_ahead)
     _DEFERRED[stand_in] = blob
     return blob
 
@@ -82,23 +87,59 @@ def real_digest(digest: str) -> str:
 
 
 class HashingCopy:
-    """The chunks of a payload to write, hashed as they are handed out (hashlib releases the GIL,
+    """The chunks of payloads to write, hashed as they are handed out (hashlib releases the GIL,
     so the hash of one slice overlaps the write of the one before): one pass over a payload that
-    is read from disk. A deferred payload learns its real digest when the last slice is out."""
+    is read from disk. A deferred payload learns its real digest when the last slice is out.
+
+    Given the payloads in the order they will be copied and a second pool, the slices of payloads
+    that can be read ahead (`deferred_blob(..., read_ahead=...)`) are asked for `_AHEAD` slices
+    before the copy reaches them, across payload boundaries: the disk then serves many requests
+    at once instead of one page fault at a time. Memory stays bounded: what is read ahead is the
+    page cache's, at most `_AHEAD` slices of it ahead of the copy."""
 
     _SLICE = 16 << 20
+    _AHEAD = 16
 
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, payloads: Sequence["Blob"] = (),
+                 ahead: ThreadPoolExecutor | None = None) -> None:
         self._pool = pool
+        self._ahead = ahead
+        self._slices: list[tuple[Callable[[int, int], None], int, int]] = []
+        """(read_ahead, start, nbytes) of every slice that can be read ahead, in copy order."""
+        self._first: dict[int, int] = {}
+        """id(payload) -> the index in `_slices` of its first slice."""
+        self._asked = 0
+        for blob in payloads if ahead is not None else ():
+            read_ahead = blob._read_ahead
+            if read_ahead is None or not self._hashed(blob) or id(blob) in self._first:
+                continue
+            self._first[id(blob)] = len(self._slices)
+            n = blob._view.nbytes
+            self._slices.extend((read_ahead, start, min(self._SLICE, n - start)) for start in range(0, n, self._SLICE))
+
+    @staticmethod
+    def _hashed(blob: "Blob") -> bool:
+        return blob._deferred and blob._content is None
+
+    def _ask_until(self, end: int) -> None:
+        """Ask for read-ahead of every slice before index `end` not asked for yet."""
+        end = min(end, len(self._slices))
+        while self._asked < end and self._ahead is not None:
+            read_ahead, start, nbytes = self._slices[self._asked]
+            self._ahead.submit(_hint, read_ahead, start, nbytes)
+            self._asked += 1
 
     def chunks(self, blob: "Blob") -> Iterator[memoryview]:
         view = blob._view
-        if not blob._deferred or blob._content is not None:
+        if not self._hashed(blob):
             yield view
             return
+        first = self._first.get(id(blob))
         h = hashlib.sha256()
         pending = None
-        for start in range(0, view.nbytes, self._SLICE):
+        for k, start in enumerate(range(0, view.nbytes, self._SLICE)):
+            if first is not None:
+                self._ask_until(first + k + 1 + self._AHEAD)
             piece = view[start : start + self._SLICE]
             if pending is not None:
                 pending.result()
@@ -107,6 +148,14 @@ class HashingCopy:
         if pending is not None:
             pending.result()
         object.__setattr__(blob, "_content", h.hexdigest())
+
+
+def _hint(read_ahead: Callable[[int, int], None], start: int, nbytes: int) -> None:
+    """Run a read-ahead hint; its failure costs only speed (the copy then reads by page faults)."""
+    try:
+        read_ahead(start, nbytes)
+    except Exception:  # noqa: BLE001 - a hint: the bytes are read by the copy regardless
+        pass
 
 
 @final
@@ -119,13 +168,15 @@ class Blob:
     cheap); use `digest()` for a content hash.
     """
 
-    __slots__ = ("_view", "_digest", "_deferred", "_content", "__weakref__")
+    __slots__ = ("_view", "_digest", "_deferred", "_content", "_read_ahead", "__weakref__")
 
     _view: memoryview
     _digest: str | None
     _deferred: bool
     """Whether `_digest` is a stand-in (`deferred_blob`): `_content` is then the real digest, once known."""
     _content: str | None
+    _read_ahead: Callable[[int, int], None] | None
+    """For a deferred payload: asks the system to load bytes [start, start + n) ahead of a copy."""
 
     def __init__(self, data: bytes | bytearray | memoryview, *, digest: str | None = None) -> None:
         view = memoryview(data)
@@ -135,6 +186,7 @@ class Blob:
         object.__setattr__(self, "_digest", digest)
         object.__setattr__(self, "_deferred", False)
         object.__setattr__(self, "_content", None)
+        object.__setattr__(self, "_read_ahead", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Blob is immutable")

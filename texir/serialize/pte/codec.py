@@ -170,7 +170,8 @@ def _check_deferred(segments: dict[Blob, int]) -> None:
         if first != index:
             raise PteEncodeError(
                 f"named data segments {first} and {index} hold equal payloads ({blob.nbytes} bytes) that a deferred "
-                "digest kept apart; lower this checkpoint loaded into memory instead of memory-mapped, and report it"
+                "digest kept apart; lower again with TEXIR_HASH_AT_IMPORT=1 in the environment (every weight hashed "
+                "when converted), and report the model"
             )
 
 

@@ -167,8 +167,8 @@ def _check_deferred(pieces: list[tuple[int, Blob]]) -> None:
         if first != index:
             raise PteError(
                 f".ptd segments {first} and {index} hold equal payloads ({blob.nbytes} bytes) that a deferred digest "
-                "kept apart; lower this checkpoint loaded into memory (transformers' from_pretrained) instead of "
-                "memory-mapped, and report the checkpoint"
+                "kept apart; lower again with TEXIR_HASH_AT_IMPORT=1 in the environment (every weight hashed when "
+                "converted), and report the model"
             )
 
 
@@ -194,15 +194,16 @@ def dumps_ptd(ptd: PtdFile) -> bytes:
 
 def dump_ptd(ptd: PtdFile, path: str | os.PathLike[str]) -> None:
     """Write `ptd` to `path` atomically (a failure leaves `path` untouched), streaming payloads.
-    Payloads with deferred digests (memory-mapped checkpoints) are hashed as they are copied, and
-    the header, which names them by digest, is written last: one read of each payload."""
+    Payloads with deferred digests (large weights: memory-mapped checkpoints, big models in
+    memory) are hashed as they are copied, and the header, which names them by digest, is written
+    last: one read of each payload; mapped ones are read ahead of the copy (`HashingCopy`)."""
     head, pieces, _ = _layout(ptd)  # refuse bad input before a temporary file exists
     if not any(blob.deferred for _, blob in pieces):
         atomic_write(path, iter_ptd_chunks(ptd), error=PteError)
         return
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        copy = HashingCopy(pool)
+    with ThreadPoolExecutor(max_workers=1) as pool, ThreadPoolExecutor(max_workers=1) as ahead:
+        copy = HashingCopy(pool, [blob for _, blob in pieces], ahead)
 
         def chunks() -> Iterator[memoryview]:
             yield memoryview(head)  # its stand-ins are replaced once the payloads are hashed
