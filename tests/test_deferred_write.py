@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,47 @@ def test_deferred_write_bytes_do_not_depend_on_hash_seed(tmp_path: Path) -> None
     assert len({e.data.tobytes() for e in pte.loads_ptd(data).entries}) == 5
     data_size = struct.unpack_from("<Q", data, 8 + 32)[0]
     assert data_size == 4 * 4096 + 2048  # equal payloads (w0 and w1, the two zeros) share one segment each
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="O_DIRECT is Linux's")
+@pytest.mark.parametrize("refuse", [False, True], ids=["direct", "refused_by_the_file_system"])
+def test_large_files_are_written_past_the_page_cache_with_the_same_bytes(
+    refuse: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import fcntl
+
+    from texir import _io
+
+    monkeypatch.setattr(_io, "_DIRECT_BYTES", 1)
+    monkeypatch.setattr(_io, "_DIRECT_BLOCK", 1 << 16)  # 64 KiB blocks: whole ones, then a tail
+    modes: list[tuple[bool, bool]] = []
+    set_direct = _io._set_direct
+
+    def recorded(fd: int, on: bool) -> bool:
+        modes.append((on, set_direct(fd, on)))
+        return modes[-1][1]
+
+    monkeypatch.setattr(_io, "_set_direct", recorded)
+    write = os.write
+    refused: list[int] = []
+
+    def maybe_refusing(fd: int, data: Any) -> int:
+        if refuse and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            refused.append(fd)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return write(fd, data)
+
+    monkeypatch.setattr(_io.os, "write", maybe_refusing)
+    asked: list[tuple[int, int, int]] = []
+    deferred = _asking(150_001, 5, asked)
+    ptd = PtdFile(tag=TAG, entries=(PtdEntry(key=deferred.digest(), data=deferred, alignment=16),
+                                    PtdEntry(key="plain", data=Blob(os.urandom(70_003)), alignment=64)))
+    pte.dump_ptd(ptd, tmp_path / "out.ptd")
+    known = PtdFile(tag=TAG, entries=tuple(
+        PtdEntry(key=blob.real_digest(e.key), data=Blob(e.data.tobytes()), alignment=e.alignment)
+        for e in ptd.entries))
+    assert (tmp_path / "out.ptd").read_bytes() == pte.dumps_ptd(known)
+    if modes[0] == (True, True):  # the file system takes O_DIRECT (tmpfs before Linux 6.6 does not)
+        assert modes[-1] == (False, True) and bool(refused) == refuse
+    assert [p.name for p in tmp_path.iterdir()] == ["out.ptd"]

@@ -6,7 +6,8 @@ import hashlib
 import os
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import itertools
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import final
 
 _PARALLEL_BYTES = 1 << 20
@@ -87,74 +88,89 @@ def real_digest(digest: str) -> str:
 
 
 class HashingCopy:
-    """The chunks of payloads to write, hashed as they are handed out (hashlib releases the GIL,
-    so the hash of one slice overlaps the write of the one before): one pass over a payload that
-    is read from disk. A deferred payload learns its real digest when the last slice is out.
+    """The chunks of payloads to write; deferred payloads are hashed on the pool's threads ahead of
+    the copy (hashlib releases the GIL: the hashes run beside the write, several payloads at once),
+    so each payload is read once from disk for both when it is memory-mapped: the hash brings its
+    pages in and the copy finds them cached. A deferred payload learns its real digest once it is
+    hashed, at the latest when its last chunk is out.
 
-    Given the payloads in the order they will be copied and a second pool, the slices of payloads
-    that can be read ahead (`deferred_blob(..., read_ahead=...)`) are asked for `_AHEAD` slices
-    before the copy reaches them, across payload boundaries: the disk then serves many requests
-    at once instead of one page fault at a time. Memory stays bounded: what is read ahead is the
-    page cache's, at most `_AHEAD` slices of it ahead of the copy."""
+    Given the payloads in copy order, at most `_WINDOW` bytes of payloads past the one being copied
+    are hashed ahead (bounded memory: for mapped payloads what is read ahead is the page cache's).
+    A hash of a payload that can be read ahead (`deferred_blob(..., read_ahead=...)`) first asks
+    for the `_AHEAD` slices after the one it reads, so the disk serves many requests at once
+    instead of one page fault at a time."""
 
     _SLICE = 16 << 20
-    _AHEAD = 16
+    _AHEAD = 8
+    _WINDOW = 512 << 20
 
-    def __init__(self, pool: ThreadPoolExecutor, payloads: Sequence["Blob"] = (),
-                 ahead: ThreadPoolExecutor | None = None) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, payloads: Sequence["Blob"] = ()) -> None:
         self._pool = pool
-        self._ahead = ahead
-        self._slices: list[tuple[Callable[[int, int], None], int, int]] = []
-        """(read_ahead, start, nbytes) of every slice that can be read ahead, in copy order."""
-        self._first: dict[int, int] = {}
-        """id(payload) -> the index in `_slices` of its first slice."""
-        self._asked = 0
-        for blob in payloads if ahead is not None else ():
-            read_ahead = blob._read_ahead
-            if read_ahead is None or not self._hashed(blob) or id(blob) in self._first:
-                continue
-            self._first[id(blob)] = len(self._slices)
-            n = blob._view.nbytes
-            self._slices.extend((read_ahead, start, min(self._SLICE, n - start)) for start in range(0, n, self._SLICE))
+        self._queue: list[Blob] = []
+        """The deferred payloads to hash, in copy order, each once."""
+        self._index: dict[int, int] = {}
+        """id(payload) -> its place in `_queue`."""
+        for blob in payloads:
+            if self._hashed(blob) and id(blob) not in self._index:
+                self._index[id(blob)] = len(self._queue)
+                self._queue.append(blob)
+        self._ends = list(itertools.accumulate(b._view.nbytes for b in self._queue))
+        self._futures: dict[int, Future[str]] = {}
+        self._submitted = 0
 
     @staticmethod
     def _hashed(blob: "Blob") -> bool:
         return blob._deferred and blob._content is None
 
-    def _ask_until(self, end: int) -> None:
-        """Ask for read-ahead of every slice before index `end` not asked for yet."""
-        end = min(end, len(self._slices))
-        while self._asked < end and self._ahead is not None:
-            read_ahead, start, nbytes = self._slices[self._asked]
-            self._ahead.submit(_hint, read_ahead, start, nbytes)
-            self._asked += 1
+    def _submit_through(self, current: int) -> None:
+        """Start hashing the payloads of `_queue` up to `current` and those ahead of it within `_WINDOW`."""
+        copied = self._ends[current] - self._queue[current]._view.nbytes
+        while self._submitted < len(self._queue) and (
+                self._submitted <= current or self._ends[self._submitted - 1] - copied < self._WINDOW):
+            blob = self._queue[self._submitted]
+            self._futures[id(blob)] = self._pool.submit(self._digest, blob)
+            self._submitted += 1
+
+    def _digest(self, blob: "Blob") -> str:
+        view, read_ahead = blob._view, blob._read_ahead
+        h = hashlib.sha256()
+        starts = range(0, view.nbytes, self._SLICE)
+        if read_ahead is not None:
+            for start in starts[: self._AHEAD]:
+                _hint(read_ahead, start, min(self._SLICE, view.nbytes - start))
+        for k, start in enumerate(starts):
+            if read_ahead is not None and k + self._AHEAD < len(starts):
+                ahead = starts[k + self._AHEAD]
+                _hint(read_ahead, ahead, min(self._SLICE, view.nbytes - ahead))
+            h.update(view[start : start + self._SLICE])
+        return h.hexdigest()
 
     def chunks(self, blob: "Blob") -> Iterator[memoryview]:
         view = blob._view
         if not self._hashed(blob):
             yield view
             return
-        first = self._first.get(id(blob))
-        h = hashlib.sha256()
-        pending = None
-        for k, start in enumerate(range(0, view.nbytes, self._SLICE)):
-            if first is not None:
-                self._ask_until(first + k + 1 + self._AHEAD)
-            piece = view[start : start + self._SLICE]
-            if pending is not None:
-                pending.result()
-            pending = self._pool.submit(h.update, piece)
-            yield piece
-        if pending is not None:
-            pending.result()
-        object.__setattr__(blob, "_content", h.hexdigest())
+        index = self._index.get(id(blob))
+        if index is None:  # not announced: hashed now, beside its own copy
+            future = self._pool.submit(self._digest, blob)
+        else:
+            self._submit_through(index)
+            future = self._futures.pop(id(blob))
+        for start in range(0, view.nbytes, self._SLICE):
+            yield view[start : start + self._SLICE]
+        object.__setattr__(blob, "_content", future.result())
+
+    def cancel(self) -> None:
+        """Drop the hashes not started (the write failed)."""
+        for future in self._futures.values():
+            future.cancel()
 
 
 def _hint(read_ahead: Callable[[int, int], None], start: int, nbytes: int) -> None:
-    """Run a read-ahead hint; its failure costs only speed (the copy then reads by page faults)."""
+    """Run a read-ahead hint; its failure costs only speed (the bytes are read by page faults then)."""
     try:
         read_ahead(start, nbytes)
-    except Exception:  # noqa: BLE001 - a hint: the bytes are read by the copy regardless
+    except Exception:  # noqa: BLE001 - a hint: the bytes are read by the hash and the copy regardless
         pass
 
 

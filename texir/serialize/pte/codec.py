@@ -316,8 +316,8 @@ def dump(pte: s.PteProgram, path: str | os.PathLike[str], options: PteOptions | 
     """
     _check_argument(pte, "dump")
     check_indices(pte, PteEncodeError)
-    head, chunks, _ = _layout(pte, options or _DEFAULT_OPTIONS)
-    atomic_write(path, itertools.chain((memoryview(head),), chunks), error=PteError)
+    head, chunks, size = _layout(pte, options or _DEFAULT_OPTIONS)
+    atomic_write(path, itertools.chain((memoryview(head),), chunks), error=PteError, size_hint=size)
 
 
 # --- decoding -------------------------------------------------------------------------------------
