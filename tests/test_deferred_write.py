@@ -265,3 +265,27 @@ def test_large_files_are_written_past_the_page_cache_with_the_same_bytes(
     if modes[0] == (True, True):  # the file system takes O_DIRECT (tmpfs before Linux 6.6 does not)
         assert modes[-1] == (False, True) and bool(refused) == refuse
     assert [p.name for p in tmp_path.iterdir()] == ["out.ptd"]
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="O_DIRECT is Linux's")
+def test_a_full_disk_during_a_direct_write_is_a_pte_error_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from texir import _io
+
+    monkeypatch.setattr(_io, "_DIRECT_BYTES", 1)
+    monkeypatch.setattr(_io, "_DIRECT_BLOCK", 1 << 16)
+    write = os.write
+    calls: list[int] = []
+
+    def filling(fd: int, data: Any) -> int:
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return write(fd, data)
+
+    monkeypatch.setattr(_io.os, "write", filling)
+    ptd = PtdFile(tag=TAG, entries=(PtdEntry(key="plain", data=Blob(os.urandom(300_000)), alignment=64),))
+    with pytest.raises(PteError, match="No space left on device"):
+        pte.dump_ptd(ptd, tmp_path / "out.ptd")
+    assert list(tmp_path.iterdir()) == [] and len(calls) == 2

@@ -225,8 +225,11 @@ def _write_direct(fd: int, chunks: Iterable[bytes | memoryview]) -> None:
             _set_direct(fd, False)
         _write_all(fd, whole[:fill])
     finally:
-        whole.release()
-        buffer.close()
+        # A failed write's traceback may still hold a slice of the buffer: then the collector frees
+        # it, and the failure, not a BufferError, is what the caller sees.
+        with contextlib.suppress(BufferError):
+            whole.release()
+            buffer.close()
 
 
 _PAGE = mmap.PAGESIZE
