@@ -170,6 +170,7 @@ def _set_direct(fd: int, on: bool) -> bool:
     if not direct:
         return not on
     try:
+        # fcntl exists on POSIX only, and only large writes need it: imported here, where its absence is handled
         import fcntl
     except ImportError:  # not POSIX
         return not on
