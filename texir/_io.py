@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import gc
+import mmap
 import os
 import signal
 import stat
@@ -101,6 +104,7 @@ def atomic_write(
     *,
     error: type[TexirError] = TexirError,
     head: Callable[[], bytes | memoryview] | None = None,
+    size_hint: int = 0,
 ) -> None:
     """Write `chunks` to `path` through a temporary file in the same directory and `os.replace`.
     `head`, when given, is called once every chunk is written, and its bytes are written over the
@@ -111,6 +115,8 @@ def atomic_write(
     killed writer left for the same destination are removed first. An existing destination keeps
     its permission bits; a read-only one is refused. An OSError becomes `error`, naming the file.
     No fsync: `os.replace` is atomic for readers; power-loss durability is left to the OS.
+    `size_hint`: the bytes the chunks will hold; from `_DIRECT_BYTES` up they are written past the
+    page cache where the file system allows it (`_write_direct`).
     """
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
@@ -129,10 +135,13 @@ def atomic_write(
     try:
         with _sigterm_cleanup(tmp), os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), mode)
-            for chunk in chunks:
-                view = memoryview(chunk)
-                for start in range(0, view.nbytes, _CHUNK):
-                    fh.write(view[start : start + _CHUNK])
+            if size_hint >= _DIRECT_BYTES and _set_direct(fh.fileno(), True):
+                _write_direct(fh.fileno(), chunks)
+            else:
+                for chunk in chunks:
+                    view = memoryview(chunk)
+                    for start in range(0, view.nbytes, _CHUNK):
+                        fh.write(view[start : start + _CHUNK])
             if head is not None:
                 size = fh.tell()
                 fh.seek(0)
@@ -146,6 +155,115 @@ def atomic_write(
         if isinstance(exc, OSError):
             raise error(f"cannot write {target}: {exc.strerror or exc}") from None
         raise
+
+
+_DIRECT_BYTES = 64 << 20
+"""Files from this size up are written with O_DIRECT (`_write_direct`)."""
+_DIRECT_BLOCK = 16 << 20
+"""The bounce buffer of a direct write: page-aligned, a multiple of any device's logical block."""
+
+
+def _set_direct(fd: int, on: bool) -> bool:
+    """Turn O_DIRECT on or off for `fd`; whether it is now as asked (False where the system or
+    the file system has no O_DIRECT: tmpfs, other platforms)."""
+    direct = getattr(os, "O_DIRECT", 0)
+    if not direct:
+        return not on
+    try:
+        # fcntl exists on POSIX only, and only large writes need it: imported here, where its absence is handled
+        import fcntl
+    except ImportError:  # not POSIX
+        return not on
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | direct if on else flags & ~direct)
+    except OSError:
+        return not on
+    return True
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view.nbytes:
+        view = view[os.write(fd, view):]
+
+
+def _write_direct(fd: int, chunks: Iterable[bytes | memoryview]) -> None:
+    """Write `chunks` from the start of `fd` (O_DIRECT set), through a page-aligned bounce buffer
+    in whole `_DIRECT_BLOCK`s, then the tail with O_DIRECT off (it need not be a whole block);
+    O_DIRECT is off when this returns. Why: a write through the page cache first has the kernel
+    find fresh pages for the file (on this project's VMs 350-700 MiB/s), while a direct write
+    goes from the buffer to the device (1.5 GB/s there); a file of many GB passes through the
+    page cache at the disk's speed anyway once dirty pages are throttled. The file system may
+    refuse a direct write (EINVAL): the rest is then written through the page cache."""
+    buffer = mmap.mmap(-1, _DIRECT_BLOCK)
+    whole = memoryview(buffer)
+    fill = 0
+    direct = True
+    try:
+        for chunk in chunks:
+            view = memoryview(chunk)
+            if view.ndim != 1 or view.format != "B":
+                view = view.cast("B")
+            pos = 0
+            while pos < view.nbytes:
+                take = min(view.nbytes - pos, _DIRECT_BLOCK - fill)
+                whole[fill : fill + take] = view[pos : pos + take]
+                fill += take
+                pos += take
+                if fill == _DIRECT_BLOCK:
+                    if direct:
+                        try:
+                            _write_all(fd, whole)
+                        except OSError as exc:
+                            if exc.errno != errno.EINVAL or os.lseek(fd, 0, os.SEEK_CUR) % _DIRECT_BLOCK:
+                                raise
+                            direct = not _set_direct(fd, False)  # refused: the page cache then
+                            _write_all(fd, whole)
+                    else:
+                        _write_all(fd, whole)
+                    fill = 0
+        if direct:
+            _set_direct(fd, False)
+        _write_all(fd, whole[:fill])
+    finally:
+        # A failed write's traceback may still hold a slice of the buffer: then the collector frees
+        # it, and the failure, not a BufferError, is what the caller sees.
+        with contextlib.suppress(BufferError):
+            whole.release()
+            buffer.close()
+
+
+_PAGE = mmap.PAGESIZE
+_MADV_WILLNEED: int | None = getattr(mmap, "MADV_WILLNEED", None)
+_madvise: Callable[[int, int, int], int] | None = None
+"""libc's madvise, bound on first use (None until then, and where there is none)."""
+_madvise_tried = False
+
+
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    global _madvise, _madvise_tried
+    if not _madvise_tried:
+        _madvise_tried = True
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).madvise
+        except (OSError, AttributeError):
+            return None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        fn.restype = ctypes.c_int
+        _madvise = fn
+    return _madvise
+
+
+def advise_willneed(address: int, nbytes: int) -> None:
+    """Ask the kernel to start reading the pages of `[address, address + nbytes)` (a file mapping:
+    a memory-mapped checkpoint) into memory now, asynchronously, so that reading them later finds
+    them cached instead of faulting them in one by one. Only a hint: does nothing where the system
+    has no `madvise`, and ignores its failures (the bytes are read by page faults then)."""
+    fn = _libc_madvise() if _MADV_WILLNEED is not None and nbytes > 0 else None
+    if fn is None or _MADV_WILLNEED is None:
+        return
+    start = address - address % _PAGE  # madvise wants a page-aligned start
+    fn(start, address + nbytes - start, _MADV_WILLNEED)  # ctypes releases the GIL around the call
 
 
 @contextlib.contextmanager

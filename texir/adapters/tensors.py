@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import hashlib
+import os
 import warnings
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
@@ -13,6 +15,7 @@ from typing import Any, Union
 import msgspec
 import torch
 
+from texir._io import advise_willneed
 from texir.errors import ConversionError, UnsupportedError
 from texir.ir.blob import Blob, deferred_blob, is_deferred, sha256_many
 from texir.ir.literals import float_value
@@ -187,10 +190,18 @@ def _remember(t: torch.Tensor, digest: str) -> None:
         memo[id(t)] = (t, t._version, t.data_ptr(), digest)  # holds t, so its id stays its own
 
 
-_STAND_INS: dict[str, tuple[int, int]] = {}
-"""Each stand-in digest given out -> the (address, size) of the bytes it stands for."""
+_STAND_INS: dict[str, tuple[int, int, bool]] = {}
+"""Each stand-in digest given out -> the (address, size) of the bytes it stands for, and whether
+they are mapped from a file."""
 _DEFER_BYTES = 1 << 20
 """File-mapped tensors from this size up have their digest deferred to the writer (`deferred_blob`)."""
+_DEFER_IN_MEMORY_BYTES = 1 << 30
+"""In-memory tensors from `_DEFER_BYTES` up have their digests deferred too when together they
+hold at least this much: hashing them here costs seconds (sha256 runs at about 1 GB/s a core)
+that the `.ptd` writer spends while the disk writes. Smaller programs keep digests that name their
+bytes at once, which a preprocess cache on disk can use (a key with a stand-in holds in memory only)."""
+_HASH_AT_IMPORT = "TEXIR_HASH_AT_IMPORT"
+"""Environment variable: when "1", no digest is deferred (every weight hashed when converted)."""
 _SAMPLE = 4096
 _MAPS = "/proc/self/maps"
 
@@ -221,8 +232,9 @@ def _sample(view: memoryview) -> bytes:
 
 
 def _stand_ins(tensors: Sequence[torch.Tensor], views: Sequence[memoryview]) -> list[str | None]:
-    """A stand-in digest for each large mapped tensor whose sample no other tensor here shares
-    (so its bytes are unique among them, and deduplication by digest is unchanged), else None."""
+    """A stand-in digest for each large mapped tensor (each large one when those in memory hold
+    `_DEFER_IN_MEMORY_BYTES`) whose sample no other tensor here shares (so its bytes are unique
+    among them, and deduplication by digest is unchanged), else None."""
     out: list[str | None] = [None] * len(tensors)
     large = [i for i, v in enumerate(views) if v.nbytes >= _DEFER_BYTES]
     mapped = sorted(_file_mappings()) if large else []
@@ -232,8 +244,11 @@ def _stand_ins(tensors: Sequence[torch.Tensor], views: Sequence[memoryview]) -> 
         k = bisect.bisect_right(starts, address) - 1
         return k >= 0 and address < mapped[k][1]
 
-    large = [i for i in large if in_file(tensors[i].data_ptr())]
-    if not large:
+    mapped_ones = {i for i in large if in_file(tensors[i].data_ptr())}
+    in_memory = sum(views[i].nbytes for i in large if i not in mapped_ones)
+    if in_memory < _DEFER_IN_MEMORY_BYTES:
+        large = [i for i in large if i in mapped_ones]
+    if not large or os.environ.get(_HASH_AT_IMPORT) == "1":
         return out
     sizes = {views[i].nbytes for i in large}
     samples: dict[int, bytes] = {i: _sample(v) for i, v in enumerate(views) if v.nbytes in sizes}
@@ -245,8 +260,8 @@ def _stand_ins(tensors: Sequence[torch.Tensor], views: Sequence[memoryview]) -> 
         if counts[sample] > 1:
             continue  # maybe equal to another tensor: hashed now, so equal bytes share a digest
         stand_in = hashlib.sha256(b"texir deferred digest\0" + sample).hexdigest()
-        place = (tensors[i].data_ptr(), views[i].nbytes)
-        if _STAND_INS.get(stand_in, place) != place and is_deferred(stand_in):
+        place = (tensors[i].data_ptr(), views[i].nbytes, i in mapped_ones)
+        if _STAND_INS.get(stand_in, place)[:2] != place[:2] and is_deferred(stand_in):
             continue  # other bytes with this sample are still in use: hashed now
         _STAND_INS[stand_in] = place
         out[i] = stand_in
@@ -256,7 +271,8 @@ def _stand_ins(tensors: Sequence[torch.Tensor], views: Sequence[memoryview]) -> 
 def tensor_digests(tensors: Sequence[torch.Tensor], wheres: Sequence[str]) -> list[str]:
     """The sha256 of each tensor's bytes (as `tensor_data_from_tensor` computes it), large ones
     hashed in parallel threads; digests inside a `digest_memo` block are reused. A large
-    tensor memory-mapped from a file (a checkpoint) whose bytes no other tensor here can share gets a
+    tensor memory-mapped from a file (a checkpoint), or any large one of a program whose weights in
+    memory are large (`_DEFER_IN_MEMORY_BYTES`), whose bytes no other tensor here can share gets a
     stand-in instead, which `tensor_data_from_tensor` turns into a deferred payload."""
     digests: list[str | None] = [_remembered(t) for t in tensors]
     todo = [i for i, d in enumerate(digests) if d is None]
@@ -273,6 +289,10 @@ def tensor_digests(tensors: Sequence[torch.Tensor], wheres: Sequence[str]) -> li
     return result
 
 
+def _read_ahead(address: int, start: int, nbytes: int) -> None:
+    advise_willneed(address + start, nbytes)
+
+
 def tensor_data_from_tensor(t: torch.Tensor, *, where: str = "tensor", digest: str | None = None) -> TensorData:
     """A real CPU tensor's value. The payload aliases the tensor's storage when it is contiguous
     (zero-copy, read-only view); only non-contiguous tensors are copied. `digest`, when given, is
@@ -283,8 +303,13 @@ def tensor_data_from_tensor(t: torch.Tensor, *, where: str = "tensor", digest: s
         if digest is None:
             digest = hashlib.sha256(view).hexdigest()
             _remember(t, digest)
-    if digest in _STAND_INS:  # these bytes, or a copy of them (a buffer): still unique
-        return TensorData(meta=meta, sha256=digest, nbytes=view.nbytes, data=deferred_blob(view, digest))
+    place = _STAND_INS.get(digest)
+    if place is not None:  # these bytes, or a copy of them (a buffer): still unique
+        read_ahead = None
+        if place[2] and t.is_contiguous() and t.data_ptr() == place[0]:  # the mapping itself, not a copy
+            read_ahead = functools.partial(_read_ahead, place[0])
+        return TensorData(meta=meta, sha256=digest, nbytes=view.nbytes,
+                          data=deferred_blob(view, digest, read_ahead=read_ahead))
     return TensorData(meta=meta, sha256=digest, nbytes=view.nbytes, data=Blob(view, digest=digest))
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 import weakref
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+import itertools
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import final
 
 _PARALLEL_BYTES = 1 << 20
@@ -45,11 +46,16 @@ _DEFERRED: "weakref.WeakValueDictionary[str, Blob]" = weakref.WeakValueDictionar
 """Stand-in -> a live payload carrying it (payloads carrying one stand-in hold the same bytes)."""
 
 
-def deferred_blob(data: bytes | bytearray | memoryview, stand_in: str) -> "Blob":
+def deferred_blob(data: bytes | bytearray | memoryview, stand_in: str, *,
+                  read_ahead: Callable[[int, int], None] | None = None) -> "Blob":
     """A Blob whose `digest()` is `stand_in` until its bytes are hashed (by a writer or by
-    `content_digest()`); the writers put the real digest wherever the stand-in was written."""
+    `content_digest()`); the writers put the real digest wherever the stand-in was written.
+    `read_ahead(start, nbytes)`, when given, asks the system to start loading those bytes of the
+    payload (a memory-mapped checkpoint read from disk) ahead of the writer's copy of them; a hint,
+    it changes no byte."""
     blob = Blob(data, digest=stand_in)
     object.__setattr__(blob, "_deferred", True)
+    object.__setattr__(blob, "_read_ahead", read_ahead)
     _DEFERRED[stand_in] = blob
     return blob
 
@@ -82,31 +88,90 @@ def real_digest(digest: str) -> str:
 
 
 class HashingCopy:
-    """The chunks of a payload to write, hashed as they are handed out (hashlib releases the GIL,
-    so the hash of one slice overlaps the write of the one before): one pass over a payload that
-    is read from disk. A deferred payload learns its real digest when the last slice is out."""
+    """The chunks of payloads to write; deferred payloads are hashed on the pool's threads ahead of
+    the copy (hashlib releases the GIL: the hashes run beside the write, several payloads at once),
+    so each payload is read once from disk for both when it is memory-mapped: the hash brings its
+    pages in and the copy finds them cached. A deferred payload learns its real digest once it is
+    hashed, at the latest when its last chunk is out.
+
+    Given the payloads in copy order, at most `_WINDOW` bytes of payloads past the one being copied
+    are hashed ahead (bounded memory: for mapped payloads what is read ahead is the page cache's).
+    A hash of a payload that can be read ahead (`deferred_blob(..., read_ahead=...)`) first asks
+    for the `_AHEAD` slices after the one it reads, so the disk serves many requests at once
+    instead of one page fault at a time."""
 
     _SLICE = 16 << 20
+    _AHEAD = 8
+    _WINDOW = 512 << 20
 
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, payloads: Sequence["Blob"] = ()) -> None:
         self._pool = pool
+        self._queue: list[Blob] = []
+        """The deferred payloads to hash, in copy order, each once."""
+        self._index: dict[int, int] = {}
+        """id(payload) -> its place in `_queue`."""
+        for blob in payloads:
+            if self._hashed(blob) and id(blob) not in self._index:
+                self._index[id(blob)] = len(self._queue)
+                self._queue.append(blob)
+        self._ends = list(itertools.accumulate(b._view.nbytes for b in self._queue))
+        self._futures: dict[int, Future[str]] = {}
+        self._submitted = 0
+
+    @staticmethod
+    def _hashed(blob: "Blob") -> bool:
+        return blob._deferred and blob._content is None
+
+    def _submit_through(self, current: int) -> None:
+        """Start hashing the payloads of `_queue` up to `current` and those ahead of it within `_WINDOW`."""
+        copied = self._ends[current] - self._queue[current]._view.nbytes
+        while self._submitted < len(self._queue) and (
+                self._submitted <= current or self._ends[self._submitted - 1] - copied < self._WINDOW):
+            blob = self._queue[self._submitted]
+            self._futures[id(blob)] = self._pool.submit(self._digest, blob)
+            self._submitted += 1
+
+    def _digest(self, blob: "Blob") -> str:
+        view, read_ahead = blob._view, blob._read_ahead
+        h = hashlib.sha256()
+        starts = range(0, view.nbytes, self._SLICE)
+        if read_ahead is not None:
+            for start in starts[: self._AHEAD]:
+                _hint(read_ahead, start, min(self._SLICE, view.nbytes - start))
+        for k, start in enumerate(starts):
+            if read_ahead is not None and k + self._AHEAD < len(starts):
+                ahead = starts[k + self._AHEAD]
+                _hint(read_ahead, ahead, min(self._SLICE, view.nbytes - ahead))
+            h.update(view[start : start + self._SLICE])
+        return h.hexdigest()
 
     def chunks(self, blob: "Blob") -> Iterator[memoryview]:
         view = blob._view
-        if not blob._deferred or blob._content is not None:
+        if not self._hashed(blob):
             yield view
             return
-        h = hashlib.sha256()
-        pending = None
+        index = self._index.get(id(blob))
+        if index is None:  # not announced: hashed now, beside its own copy
+            future = self._pool.submit(self._digest, blob)
+        else:
+            self._submit_through(index)
+            future = self._futures.pop(id(blob))
         for start in range(0, view.nbytes, self._SLICE):
-            piece = view[start : start + self._SLICE]
-            if pending is not None:
-                pending.result()
-            pending = self._pool.submit(h.update, piece)
-            yield piece
-        if pending is not None:
-            pending.result()
-        object.__setattr__(blob, "_content", h.hexdigest())
+            yield view[start : start + self._SLICE]
+        object.__setattr__(blob, "_content", future.result())
+
+    def cancel(self) -> None:
+        """Drop the hashes not started (the write failed)."""
+        for future in self._futures.values():
+            future.cancel()
+
+
+def _hint(read_ahead: Callable[[int, int], None], start: int, nbytes: int) -> None:
+    """Run a read-ahead hint; its failure costs only speed (the bytes are read by page faults then)."""
+    try:
+        read_ahead(start, nbytes)
+    except Exception:  # noqa: BLE001 - a hint: the bytes are read by the hash and the copy regardless
+        pass
 
 
 @final
@@ -119,13 +184,15 @@ class Blob:
     cheap); use `digest()` for a content hash.
     """
 
-    __slots__ = ("_view", "_digest", "_deferred", "_content", "__weakref__")
+    __slots__ = ("_view", "_digest", "_deferred", "_content", "_read_ahead", "__weakref__")
 
     _view: memoryview
     _digest: str | None
     _deferred: bool
     """Whether `_digest` is a stand-in (`deferred_blob`): `_content` is then the real digest, once known."""
     _content: str | None
+    _read_ahead: Callable[[int, int], None] | None
+    """For a deferred payload: asks the system to load bytes [start, start + n) ahead of a copy."""
 
     def __init__(self, data: bytes | bytearray | memoryview, *, digest: str | None = None) -> None:
         view = memoryview(data)
@@ -135,6 +202,7 @@ class Blob:
         object.__setattr__(self, "_digest", digest)
         object.__setattr__(self, "_deferred", False)
         object.__setattr__(self, "_content", None)
+        object.__setattr__(self, "_read_ahead", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Blob is immutable")

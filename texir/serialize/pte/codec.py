@@ -170,7 +170,8 @@ def _check_deferred(segments: dict[Blob, int]) -> None:
         if first != index:
             raise PteEncodeError(
                 f"named data segments {first} and {index} hold equal payloads ({blob.nbytes} bytes) that a deferred "
-                "digest kept apart; lower this checkpoint loaded into memory instead of memory-mapped, and report it"
+                "digest kept apart; lower again with TEXIR_HASH_AT_IMPORT=1 in the environment (every weight hashed "
+                "when converted), and report the model"
             )
 
 
@@ -315,8 +316,8 @@ def dump(pte: s.PteProgram, path: str | os.PathLike[str], options: PteOptions | 
     """
     _check_argument(pte, "dump")
     check_indices(pte, PteEncodeError)
-    head, chunks, _ = _layout(pte, options or _DEFAULT_OPTIONS)
-    atomic_write(path, itertools.chain((memoryview(head),), chunks), error=PteError)
+    head, chunks, size = _layout(pte, options or _DEFAULT_OPTIONS)
+    atomic_write(path, itertools.chain((memoryview(head),), chunks), error=PteError, size_hint=size)
 
 
 # --- decoding -------------------------------------------------------------------------------------

@@ -52,6 +52,8 @@ _PADDED_HEADER = 48  # the header padded to the flatbuffer's 16-byte alignment
 _FLAT_TENSOR_VERSION = 0
 _HEADER = struct.Struct("<4sIQQQQ")
 _U64 = struct.Struct("<Q")
+_HASH_THREADS = max(1, min(4, os.cpu_count() or 1))
+"""Threads hashing deferred payloads while `dump_ptd` copies them."""
 
 
 class PtdDecodeError(PteDecodeError):
@@ -167,8 +169,8 @@ def _check_deferred(pieces: list[tuple[int, Blob]]) -> None:
         if first != index:
             raise PteError(
                 f".ptd segments {first} and {index} hold equal payloads ({blob.nbytes} bytes) that a deferred digest "
-                "kept apart; lower this checkpoint loaded into memory (transformers' from_pretrained) instead of "
-                "memory-mapped, and report the checkpoint"
+                "kept apart; lower again with TEXIR_HASH_AT_IMPORT=1 in the environment (every weight hashed when "
+                "converted), and report the model"
             )
 
 
@@ -194,15 +196,17 @@ def dumps_ptd(ptd: PtdFile) -> bytes:
 
 def dump_ptd(ptd: PtdFile, path: str | os.PathLike[str]) -> None:
     """Write `ptd` to `path` atomically (a failure leaves `path` untouched), streaming payloads.
-    Payloads with deferred digests (memory-mapped checkpoints) are hashed as they are copied, and
-    the header, which names them by digest, is written last: one read of each payload."""
-    head, pieces, _ = _layout(ptd)  # refuse bad input before a temporary file exists
+    Payloads with deferred digests (large weights: memory-mapped checkpoints, big models in
+    memory) are hashed as they are copied, and the header, which names them by digest, is written
+    last: one read of each payload; mapped ones are read ahead of the copy (`HashingCopy`)."""
+    head, pieces, end = _layout(ptd)  # refuse bad input before a temporary file exists
+    size = len(head) + end
     if not any(blob.deferred for _, blob in pieces):
-        atomic_write(path, iter_ptd_chunks(ptd), error=PteError)
+        atomic_write(path, iter_ptd_chunks(ptd), error=PteError, size_hint=size)
         return
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        copy = HashingCopy(pool)
+    with ThreadPoolExecutor(max_workers=_HASH_THREADS) as pool:
+        copy = HashingCopy(pool, [blob for _, blob in pieces])
 
         def chunks() -> Iterator[memoryview]:
             yield memoryview(head)  # its stand-ins are replaced once the payloads are hashed
@@ -211,7 +215,10 @@ def dump_ptd(ptd: PtdFile, path: str | os.PathLike[str]) -> None:
                     yield memoryview(b"\0" * pad)
                 yield from copy.chunks(blob)
 
-        atomic_write(path, chunks(), error=PteError, head=lambda: _resolved_head(head, pieces))
+        try:
+            atomic_write(path, chunks(), error=PteError, head=lambda: _resolved_head(head, pieces), size_hint=size)
+        finally:
+            copy.cancel()
 
 
 # --- reading --------------------------------------------------------------------------------------
