@@ -264,6 +264,33 @@ def test_qembedding_runs_in_executorch_with_the_quantized_models_logits(
     _decodes_like(method, _embedding_quantized(tiny, case), _eager(tiny), close)
 
 
+def test_python_qembedding_writes_the_clis_file(tiny: Path, qembedded: Callable[[str], Path]) -> None:
+    """The Python API gives `--qembedding 4w`'s files byte for byte: `texir.recipes.quantize_in_place`
+    as the export's `prepare`, `texir.lower` with the native XNNPACK partitioner, then
+    `texir.recipes.fuse_quantized_embeddings` (ExecuTorch's quant-fusion pass), emitted as the CLI
+    emits a checkpoint (weights to the `.ptd`, ExecuTorch's LLM metadata methods)."""
+    import functools
+
+    import texir
+    from texir.adapters import constant_methods
+    from texir.adapters.hf import export_text_generation
+    from texir.backends import xnnpack
+    from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit
+    from texir.recipes import Recipe, fuse_quantized_embeddings, quantize_in_place
+    from texir.serialize import pte
+
+    recipe = Recipe(name="xnnpack", qembedding="4w")
+    model = export_text_generation(tiny, max_seq_len=MAX_SEQ_LEN, prepare=functools.partial(quantize_in_place, recipe=recipe))
+    with xnnpack.registered():
+        lowered = fuse_quantized_embeddings(texir.lower(model.program, [xnnpack.partitioner()], cache=None))
+    options = EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG, emit_mutable_buffer_names=True)
+    program = emit(lowered.program, options, constant_methods=constant_methods(model.metadata))
+    cli = qembedded("4w")
+    assert pte.dumps(program) == cli.read_bytes()
+    (data,) = program.external
+    assert pte.dumps_ptd(data) == cli.with_suffix(".ptd").read_bytes()
+
+
 @pytest.mark.slow  # optimum-executorch's export of the checkpoint: ~25 s on the shared 2-core machine
 def test_qembedding_logits_equal_optimums_own(tiny: Path, qembedded: Callable[[str], Path], tmp_path: Path) -> None:
     """`--qembedding 4w --qlinear 8da4w` gives, through a prefill and three decode steps, the logits

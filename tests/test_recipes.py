@@ -299,6 +299,10 @@ def test_the_api_quantizes_a_copy_and_lowers() -> None:
     assert all(torch.equal(v, before[k]) for k, v in module.state_dict().items())  # the caller's module stays float
     assert_executorchs_program(pte.dumps(emit(lowered.program)),
                                executorch_pte("TORCHAO_INT8_DYNAMIC_ACT_INT4_WEIGHT_PER_TENSOR", {}))
+    from texir.executorch.passes import TransformPassError
+
+    with pytest.raises(TransformPassError, match=r"takes what texir.lower returns \(a Lowered\), not a Program; pass"):
+        recipes.fuse_quantized_embeddings(lowered.program)  # type: ignore[arg-type]  # the mistake under test
 
 
 def test_the_clis_recipe_names_are_the_apis_and_name_executorchs_recipes() -> None:

@@ -29,14 +29,15 @@ from torch.export import ExportedProgram
 
 from texir.backends import xnnpack
 from texir.errors import RecipeError
+from texir.executorch.passes import fuse_quantized_embeddings
 from texir.executorch.quantizer import xnnpack_quantizer
 from texir.lowering.lower import CacheChoice
 from texir.lowering.plan import Partitioner
 from texir.lowering.report import Lowered
 from texir.orchestrate import lower as lower_program
 
-__all__ = ["QEMBEDDING", "QLINEAR", "RECIPES", "Recipe", "RecipeKind", "check_in_place", "export", "load_calibration",
-           "lower", "quantize", "quantize_in_place"]
+__all__ = ["QEMBEDDING", "QLINEAR", "RECIPES", "Recipe", "RecipeKind", "check_in_place", "export",
+           "fuse_quantized_embeddings", "load_calibration", "lower", "quantize", "quantize_in_place"]
 
 
 class RecipeKind(msgspec.Struct, frozen=True):
@@ -490,3 +491,4 @@ def lower(
         program = export(model, example_args, recipe, calibration=calibration, dynamic_shapes=dynamic_shapes)
     chosen = xnnpack.partitioner() if partitioner is None else partitioner
     return lower_program(program, [chosen], cache=cache, jobs=jobs)
+

@@ -123,21 +123,19 @@ def _fuse_embeddings(done: Any) -> Any:
     """`done` with its program after ExecuTorch's quant_fusion_and_const_prop_pass: the torchao
     `dequantize_affine` + `embedding` --qembedding leaves outside XNNPACK become ExecuTorch's
     `embedding_4bit`/`embedding_byte` (packed weights, folded as constants), which the runtime runs."""
-    # the bridge's pass wrapper imports executorch: only --qembedding pays for it
-    import msgspec
-
-    from texir.compat.passes import quant_fusion_and_const_prop
-
+    # the bridge's pass imports executorch: only --qembedding pays for it
     from texir.ir import CallFunction
     from texir.ir.analysis import walk_graphs
+    from texir.recipes import fuse_quantized_embeddings
 
-    program = quant_fusion_and_const_prop("forward", done.program)
+    fused_done = fuse_quantized_embeddings(done)
+    program = fused_done.program
     fused = sorted({n.target for _, graph in walk_graphs(program.graph) for n in graph.nodes
                     if isinstance(n, CallFunction) and n.target.startswith("quantized_decomposed::embedding_")})
     # the report (printed next) was made before the fusion: say what replaced its undelegated pair
     print(f"texir lower: --qembedding: ExecuTorch's quant-fusion pass replaced torchao::dequantize_affine + "
           f"aten::embedding with {', '.join(fused) or 'nothing'} (the runtime's kernel)", file=sys.stderr)
-    return msgspec.structs.replace(done, program=program)
+    return fused_done
 
 
 def _quantize(recipe: Any, model: Any) -> None:

@@ -4,21 +4,17 @@ imported back as texir IR (`texir.executorch.import_executorch_program`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from torch.export import ExportedProgram
 
-from texir.errors import LoweringError, TexirError
-from texir.executorch import import_executorch_program, require_executorch, to_edge_exported_program
+from texir.executorch import require_executorch
+from texir.executorch.passes import TransformPassError, on_edge_view, quant_fusion_and_const_prop
 from texir.ir import Program
 from texir.lowering.lower import EdgeTransform
 
 __all__ = ["TransformPassError", "edge_transform", "quant_fusion_and_const_prop", "transform_program"]
-
-
-class TransformPassError(LoweringError):
-    """An ExecuTorch pass given as `transform_passes` failed, or left a program texir cannot import."""
 
 
 def _passes_for(passes: Any, method: str) -> Any:
@@ -71,28 +67,10 @@ def transform_program(method: str, program: Program, passes: Any) -> Program:
     require_executorch("transform_passes")
     names = ", ".join(getattr(p, "__name__", type(p).__name__)
                       for p in (chosen if isinstance(chosen, Sequence) else [chosen]))
-    return _on_edge_view(
+    return on_edge_view(
         method, program, lambda view: _run(view, chosen), f"ExecuTorch pass ({names})",
         "fix the pass or drop it from transform_passes",
     )
-
-
-def _on_edge_view(
-    method: str, program: Program, run: Callable[[ExportedProgram], ExportedProgram], what: str, fix: str
-) -> Program:
-    """`run` on the method's edge ExportedProgram, the result imported back as texir IR; its failure,
-    or a result texir cannot import, a `TransformPassError` naming the method, `what` ran and `fix`."""
-    view = to_edge_exported_program(program)
-    try:
-        result = run(view)
-    except TexirError:
-        raise
-    except Exception as exc:  # a pass's failure of any kind becomes one typed error
-        raise TransformPassError(f"method {method!r}: {what} raised {type(exc).__name__}: {exc}; {fix}") from exc
-    try:
-        return import_executorch_program(result)
-    except TexirError as exc:
-        raise TransformPassError(f"method {method!r}: the program after {what} cannot be imported: {exc}") from exc
 
 
 def edge_transform(passes: Any) -> EdgeTransform | None:
@@ -105,19 +83,3 @@ def edge_transform(passes: Any) -> EdgeTransform | None:
         return transform_program(method, program, passes)
 
     return run
-
-
-def quant_fusion_and_const_prop(method: str, program: Program) -> Program:
-    """`program` (lowered, to_edge form) after ExecuTorch's `quant_fusion_and_const_prop_pass`, which
-    its `to_executorch` runs for `ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True)`: the
-    quantized patterns left outside delegates fused, and every node computed from constants alone
-    folded into a new constant (`_prop_tensor_constant<N>`). Run on the method's edge ExportedProgram
-    and imported back, as the transform passes are."""
-    require_executorch("ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True)")
-    # executorch is this layer's dependency; its pass module imports the quantized patterns
-    from executorch.exir.passes.quant_fusion_pass import quant_fusion_and_const_prop_pass
-
-    return _on_edge_view(
-        method, program, quant_fusion_and_const_prop_pass, "ExecuTorch's quant_fusion_and_const_prop_pass",
-        "leave ExecutorchBackendConfig.do_quant_fusion_and_const_prop at False",
-    )
