@@ -50,6 +50,7 @@ __all__ = [
     "TO_EDGE",
     "TO_EDGE_SKIP_DIM_ORDER",
     "TO_EXECUTORCH",
+    "TO_EXECUTORCH_KEEP_VIEW_COPY",
     "VERIFY_ENV",
     "run_stage",
     "to_edge_stage",
@@ -131,6 +132,13 @@ against a portable kernel that aborts (`texir.edge.zero_dim`). Leaves `EDGE`. Th
 so any reshape an earlier pass writes is a candidate too; `texir::memory_view` is read by the emitter
 only (no ExportedProgram is built from an `EDGE` program)."""
 
+_VIEW_PASSES = frozenset({"normalize_view_copy_bases", "replace_view_copies_with_views"})
+
+TO_EXECUTORCH_KEEP_VIEW_COPY: Stage = tuple(p for p in TO_EXECUTORCH if p.name not in _VIEW_PASSES)
+"""`TO_EXECUTORCH` as ExecuTorch runs it with `ExecutorchBackendConfig(remove_view_copy=False)`: no
+NormalizeViewCopyBasePass, dead-code elimination or ReplaceViewCopyWithViewPass, so every
+`view_copy` stays a copy kernel (`EmitOptions(remove_view_copy=False)`)."""
+
 
 def verify_enabled() -> bool:
     """Whether TEXIR_VERIFY asks for `texir.ir.verify` after every pass."""
@@ -179,16 +187,18 @@ def to_partitionable(program: Program, *, check: bool | None = None, skip_dim_or
     return msgspec.structs.replace(run_stage(program, stage, check=check), dialect=PARTITIONABLE_DIALECT)
 
 
-def to_emittable(program: Program, *, check: bool | None = None) -> Program:
+def to_emittable(program: Program, *, check: bool | None = None, remove_view_copy: bool = True) -> Program:
     """`program` in the `EDGE` dialect the emitter maps, running only the stages it still misses: an
     `EDGE` program is returned as it is; an `EDGE_PARTITIONABLE` one gets `TO_EXECUTORCH`; an ATen
-    one `EMIT_TO_EDGE` then `TO_EXECUTORCH`."""
+    one `EMIT_TO_EDGE` then `TO_EXECUTORCH`. `remove_view_copy=False` runs
+    `TO_EXECUTORCH_KEEP_VIEW_COPY` instead (ExecuTorch's option of that name)."""
     if program.dialect == EDGE_DIALECT:
         return program
     if program.dialect != PARTITIONABLE_DIALECT:
         _require(program, ATEN_DIALECTS, "texir.emit")
         program = run_stage(program, EMIT_TO_EDGE, check=check)
-    return msgspec.structs.replace(run_stage(program, TO_EXECUTORCH, check=check), dialect=EDGE_DIALECT)
+    stage = TO_EXECUTORCH if remove_view_copy else TO_EXECUTORCH_KEEP_VIEW_COPY
+    return msgspec.structs.replace(run_stage(program, stage, check=check), dialect=EDGE_DIALECT)
 
 
 def _require(program: Program, dialects: frozenset[Dialect], who: str) -> None:
