@@ -27,7 +27,7 @@ from texir.edge.debug_handles import compact_debug_handles
 from texir.edge.dim_order import to_dim_order_ops
 from texir.edge.empty_tensors import prune_empty_tensors
 from texir.edge.graph_asserts import remove_graph_asserts
-from texir.edge.mixed_dtype import cast_mixed_operands, cast_mixed_operands_aten
+from texir.edge.mixed_dtype import cast_mixed_operands, cast_mixed_operands_aten, inline_mixed_scalars
 from texir.edge.names import edge_node_names
 from texir.edge.noop import remove_noop_ops
 from texir.edge.scalar_tensor import lift_scalar_operands
@@ -119,6 +119,10 @@ them 0-dim constants at their point of use, which keeps the value table's order)
 their names (no partitioner reads them)."""
 
 TO_EXECUTORCH: Stage = (
+    NamedPass(
+        "inline_mixed_scalars", inline_mixed_scalars,
+        "ScalarToTensorPass + RemoveMixedTypeOperators (run in to_edge) for the literals left",
+    ),
     NamedPass("insert_write_back", insert_write_back, "insert_write_back_for_buffers_pass"),
     NamedPass(
         "normalize_view_copy_bases", normalize_view_copy_bases,
@@ -128,7 +132,11 @@ TO_EXECUTORCH: Stage = (
     NamedPass("replace_view_copies_with_views", replace_view_copies_with_views, "ReplaceViewCopyWithViewPass"),
 )
 """ExecuTorch's to_executorch rewrites, run after partitioning (at emission), and texir's one guard
-against a portable kernel that aborts (`texir.edge.zero_dim`). Leaves `EDGE`. The views come last,
+against a portable kernel that aborts (`texir.edge.zero_dim`). Leaves `EDGE`. First, the scalars in
+Tensor positions of add/sub/mul/div/minimum that no lift reached (plain `emit` of an ATen program;
+nested graphs) become `texir::inline_constant`s cast to the result's dtype: ExecuTorch does this in
+to_edge, texir after partitioning, so partitioners and the debug-handle numbering (both in to_edge)
+never meet a texir-only node. The views come last,
 so any reshape an earlier pass writes is a candidate too; `texir::memory_view` is read by the emitter
 only (no ExportedProgram is built from an `EDGE` program)."""
 
