@@ -169,6 +169,29 @@ def test_backend_config_layout_options_reach_the_file(linear_ep: torch.export.Ex
     assert_same_pte(ours, theirs)
 
 
+class Reshapes(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.view(4, 2) * 2.0
+        return torch.relu(y.reshape(8)) + x.flatten()
+
+
+@pytest.mark.parametrize("remove_view_copy", [True, False])
+def test_remove_view_copy_keeps_or_leaves_the_reshape_copies_as_executorch(remove_view_copy: bool) -> None:
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir import to_edge as et_to_edge
+
+    from texir.serialize.pte import loads
+
+    ep = torch.export.export(Reshapes(), (torch.randn(2, 4),), strict=True)
+    config = ExecutorchBackendConfig(remove_view_copy=remove_view_copy)
+    ours = texir.compat.to_edge(copy.deepcopy(ep)).to_executorch(config).buffer
+    theirs = et_to_edge(copy.deepcopy(ep)).to_executorch(config).buffer
+    assert_same_pte(ours, theirs)
+    ops = {op.name for op in loads(ours).program.execution_plan[0].operators}
+    # with the option off every reshape stays a view_copy kernel; on, the inner ones become views
+    assert ("aten::view_copy" in ops) is not remove_view_copy
+
+
 def test_executorchs_own_internals_keep_executorchs_entry_points() -> None:
     """XNNPACK's preprocess runs ExecuTorch's to_edge with options texir refuses: ExecuTorch's own
     modules get ExecuTorch's functions; users, ExecuTorch's tests and its recipe pipeline get texir's."""

@@ -14,6 +14,7 @@ from tests.conftest import GOLDEN_DIR
 from texir.edge import (
     cast_mixed_operands,
     compact_debug_handles,
+    inline_mixed_scalars,
     insert_write_back,
     prune_empty_tensors,
     remove_graph_asserts,
@@ -32,7 +33,7 @@ PASSES: dict[str, Callable[[Program], Program]] = {
     for f in (
         remove_graph_asserts, cast_mixed_operands, remove_noop_ops, replace_view_ops, to_dim_order_ops,
         insert_write_back, remove_unused_state, sym_operands_to_tensors, compact_debug_handles, prune_empty_tensors,
-        replace_view_copies_with_views,
+        replace_view_copies_with_views, inline_mixed_scalars,
     )
 }
 

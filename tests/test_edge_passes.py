@@ -20,6 +20,7 @@ from texir.edge import (
     EdgeError,
     cast_mixed_operands,
     compact_debug_handles,
+    inline_mixed_scalars,
     insert_write_back,
     prune_empty_tensors,
     remove_graph_asserts,
@@ -100,6 +101,11 @@ class SymOperand(torch.nn.Module):
         return x.sum(0) + x.shape[0]  # traced as add.Tensor(tensor, SymInt)
 
 
+class Scalars(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 2 + 0.5).relu() - 1  # int literals cast to float; 0.5 is float32 already
+
+
 class Formats(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (x.clone(memory_format=torch.channels_last), x.clone(), torch.empty_like(x).fill_(1.0))
@@ -114,6 +120,7 @@ ARGS: dict[str, tuple[Callable[[], torch.nn.Module], tuple[Any, ...]]] = {
     "counter": (Counter, (torch.randn(2, 3),)),
     "formats": (Formats, (torch.randn(1, 2, 3, 4),)),
     "sym_operand": (SymOperand, (torch.randn(4, 3),)),
+    "scalars": (Scalars, (torch.randn(2, 3),)),
 }
 DYNAMIC: dict[str, Any] = {"sym_operand": ({0: torch.export.Dim("n", min=2, max=8)},)}
 
@@ -142,6 +149,7 @@ CASES = [
     ("sym_operands_to_tensors", sym_operands_to_tensors, "sym_operand", True),
     ("compact_debug_handles", compact_debug_handles, "full_slice_without_noops", True),
     ("replace_view_copies_with_views", replace_view_copies_with_views, "reshapes_edge", True),
+    ("inline_mixed_scalars", inline_mixed_scalars, "scalars", True),
 ]
 
 

@@ -105,6 +105,21 @@ def test_emit_runs_only_the_missing_stage(monkeypatch: pytest.MonkeyPatch) -> No
     assert calls == [p.name for p in (*pipeline.EMIT_TO_EDGE, *pipeline.TO_EXECUTORCH)]
 
 
+def test_keeping_view_copies_leaves_out_only_the_view_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from texir.emit import EmitOptions
+
+    kept = [p.name for p in pipeline.TO_EXECUTORCH_KEEP_VIEW_COPY]
+    assert kept == [p.name for p in pipeline.TO_EXECUTORCH
+                    if p.name not in ("normalize_view_copy_bases", "replace_view_copies_with_views")]
+    calls: list[str] = []
+    monkeypatch.setattr(pipeline, "TO_EXECUTORCH_KEEP_VIEW_COPY", _counting(pipeline.TO_EXECUTORCH_KEEP_VIEW_COPY, calls))
+    partitionable = to_partitionable(aten())
+    copies, views = emit(partitionable, EmitOptions(remove_view_copy=False)), emit(partitionable)
+    assert calls == kept
+    assert "aten::view_copy" in {op.name for op in copies.program.execution_plan[0].operators}
+    assert "aten::view_copy" not in {op.name for op in views.program.execution_plan[0].operators}
+
+
 def test_an_emitted_partitionable_program_runs() -> None:
     from texir.executorch import load_method
 

@@ -317,3 +317,42 @@ def test_unplanned_inputs_and_outputs_run_in_the_runtime() -> None:
     module, args = zoo_model("mlp").build()
     (got,) = load_method(dumps(pte)).execute(list(args))
     torch.testing.assert_close(got, module(*args), rtol=1e-5, atol=1e-6)
+
+
+_INLINE = """program dialect=EDGE
+  inputs:
+    %x: user_input
+  outputs:
+    %{user}: user_output
+graph():
+  %x : f32[2, 3] = placeholder
+  %c : f32[] = texir::inline_constant(2)
+  %{user} : f32[2, 3] = aten::{op}(%x, %c)
+  return (%{user},)
+"""
+
+
+def test_an_inline_constant_is_emitted_at_its_user_and_cast_to_its_dtype() -> None:
+    import texir.serialize.pte as pte
+    from texir.ir import parse_program
+
+    program = emit(parse_program(_INLINE.format(user="mul", op="mul.Tensor")))
+    plan = program.program.execution_plan[0]
+    ops = [plan.operators[i.instr_args.op_index].name for i in plan.chains[0].instructions]
+    assert ops == ["dim_order_ops::_to_dim_order_copy", "aten::mul"]  # the int64 2 cast to float, then used
+    values = plan.values
+    # value 0 is the user input (nothing lifted before it), then the int64 constant and its float copy
+    assert [getattr(values[i].val, "scalar_type", None) for i in range(3)] == [
+        pte.ScalarType.FLOAT, pte.ScalarType.LONG, pte.ScalarType.FLOAT,
+    ]
+
+
+def test_an_inline_constant_read_twice_is_a_typed_error() -> None:
+    from texir.ir import parse_program
+
+    text = _INLINE.format(user="mul", op="mul.Tensor").replace(
+        "  return (%mul,)", "  %add : f32[2, 3] = aten::add.Tensor(%mul, %c)\n  return (%add,)"
+    ).replace("%mul: user_output", "%add: user_output")
+    program = parse_program(text)
+    with pytest.raises(EmitError, match=r"inline constant 'c' is read where it cannot be emitted inline"):
+        emit(program)

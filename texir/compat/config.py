@@ -19,7 +19,7 @@ class UnsupportedOptionError(UnsupportedError, NotImplementedError):
 
 
 _IGNORED = ("dynamic_memory_planning_mode", "sym_shape_eval_pass", "to_out_var_pass", "propagate_device_config",
-            "enable_non_cpu_memory_planning", "remove_view_copy")
+            "enable_non_cpu_memory_planning")
 """Options whose ExecuTorch default is what texir always does; any other value is refused below."""
 
 
@@ -73,6 +73,7 @@ def emit_options(config: Any) -> tuple[EmitOptions, PteOptions]:
         share_mutable_buffers=bool(getattr(planning, "share_mutable_buffers", False)),
         external_constants=bool(config.external_constants),
         emit_mutable_buffer_names=config.emit_mutable_buffer_names,
+        remove_view_copy=bool(config.remove_view_copy),
     )
     layout = PteOptions(
         segment_alignment=config.segment_alignment,

@@ -25,7 +25,7 @@ from texir.edge.debug_handles import compact_debug_handles
 from texir.edge.dim_order import DIM_ORDER_OPS, to_dim_order_ops
 from texir.edge.empty_tensors import prune_empty_tensors
 from texir.edge.graph_asserts import ASSERT_TARGETS, remove_graph_asserts
-from texir.edge.mixed_dtype import CAST_TARGET, MIXED_TYPE_OPS, cast_mixed_operands
+from texir.edge.mixed_dtype import CAST_TARGET, MIXED_TYPE_OPS, cast_mixed_operands, inline_mixed_scalars
 from texir.edge.names import edge_name_base, edge_node_names
 from texir.edge.noop import remove_noop_ops
 from texir.edge.pipeline import (
@@ -35,6 +35,7 @@ from texir.edge.pipeline import (
     TO_EDGE,
     TO_EDGE_SKIP_DIM_ORDER,
     TO_EXECUTORCH,
+    TO_EXECUTORCH_KEEP_VIEW_COPY,
     DialectError,
     NamedPass,
     PassError,
@@ -67,6 +68,7 @@ __all__ = [
     "TO_EDGE",
     "TO_EDGE_SKIP_DIM_ORDER",
     "TO_EXECUTORCH",
+    "TO_EXECUTORCH_KEEP_VIEW_COPY",
     "run_stage",
     "to_edge_stage",
     "to_emittable",
@@ -79,6 +81,7 @@ __all__ = [
     "compact_debug_handles",
     "edge_name_base",
     "edge_node_names",
+    "inline_mixed_scalars",
     "insert_write_back",
     "lift_scalar_operands",
     "prune_empty_tensors",

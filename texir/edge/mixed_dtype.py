@@ -8,12 +8,15 @@ import msgspec
 
 from texir.edge._rewrite import Entry, Forward, MetaLookup, all_names, map_tensor_refs, program_ops, rewrite_program
 from texir.ir.op_facts import OpTable
-from texir.ir.names import NameAllocator
+from texir.ir.names import INLINE_CONSTANT, NameAllocator
 from texir.ir.types import (
     Argument,
+    BoolArg,
     CallFunction,
     DTypeArg,
+    FloatArg,
     Graph,
+    IntArg,
     Node,
     Program,
     Provenance,
@@ -23,7 +26,10 @@ from texir.ir.types import (
 )
 from texir.serialize.pte.dtypes import DTYPE_TO_SCALAR_TYPE
 
-__all__ = ["ATEN_CAST_TARGET", "CAST_TARGET", "MIXED_TYPE_OPS", "cast_mixed_operands", "cast_mixed_operands_aten"]
+__all__ = [
+    "ATEN_CAST_TARGET", "CAST_TARGET", "MIXED_TYPE_OPS", "cast_mixed_operands", "cast_mixed_operands_aten",
+    "inline_mixed_scalars",
+]
 
 MIXED_TYPE_OPS = frozenset({
     "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor",
@@ -75,3 +81,47 @@ def cast_mixed_operands(program: Program) -> Program:
 def cast_mixed_operands_aten(program: Program) -> Program:
     """`cast_mixed_operands` with ATen's `_to_copy` as the cast (the to_edge form without dim-order ops)."""
     return rewrite_program(program, _Rule(all_names(program), program_ops(program), ATEN_CAST_TARGET))
+
+
+class _InlineRule:
+    def __init__(self, names: NameAllocator, ops: OpTable) -> None:
+        self.names = names
+        self.ops = ops
+
+    def __call__(self, node: Node, meta: ValueMeta | None, prov: Provenance | None, graph: Graph) -> Forward | Sequence[Entry] | None:
+        if not isinstance(node, CallFunction) or node.target not in MIXED_TYPE_OPS:
+            return None
+        if not isinstance(meta, TensorMeta) or meta.dtype not in DTYPE_TO_SCALAR_TYPE:
+            return None
+        facts = self.ops.op_facts(node.target)
+        if facts is None:
+            return None
+        kinds = {a.name: a.kind for a in facts.schema.in_args}
+        positional = [a for a in facts.schema.arguments if not a.kwarg_only]
+        constants: list[Entry] = []
+
+        def inline(name: str, arg: Argument) -> Argument:
+            if kinds.get(name) != "tensor" or not isinstance(arg, (BoolArg, IntArg, FloatArg)):
+                return arg
+            out = self.names.fresh("scalar_constant")
+            constants.append((
+                CallFunction(name=out, target=INLINE_CONSTANT, args=(arg,)),
+                TensorMeta(dtype=meta.dtype, shape=(), strides=()), None,  # no debug handle: it emits no instruction
+            ))
+            return Ref(name=out)
+
+        # schema order (positional, then keyword), the order the emitter meets the operands in
+        args = tuple(inline(a.name, v) for a, v in zip(positional, node.args)) + node.args[len(positional):]
+        kwargs = tuple((k, inline(k, v)) for k, v in node.kwargs)
+        if not constants:
+            return None
+        return (*constants, (msgspec.structs.replace(node, args=args, kwargs=kwargs), meta, prov))
+
+
+def inline_mixed_scalars(program: Program) -> Program:
+    """`program` with each bool/int/float literal in a Tensor position of the ops in
+    `MIXED_TYPE_OPS` replaced by a `texir::inline_constant` node just before its user, typed with the
+    user's result dtype: ScalarToTensorPass and RemoveMixedTypeOperators for the literals `lower`'s
+    `lift_scalar_operands` leaves (plain `emit` of an ATen program, nested graphs). Unlike a lifted
+    placeholder, the constant is emitted where it is used, so the value table keeps its order."""
+    return rewrite_program(program, _InlineRule(all_names(program), program_ops(program)))

@@ -27,7 +27,7 @@ from texir.edge.debug_handles import compact_debug_handles
 from texir.edge.dim_order import to_dim_order_ops
 from texir.edge.empty_tensors import prune_empty_tensors
 from texir.edge.graph_asserts import remove_graph_asserts
-from texir.edge.mixed_dtype import cast_mixed_operands, cast_mixed_operands_aten
+from texir.edge.mixed_dtype import cast_mixed_operands, cast_mixed_operands_aten, inline_mixed_scalars
 from texir.edge.names import edge_node_names
 from texir.edge.noop import remove_noop_ops
 from texir.edge.scalar_tensor import lift_scalar_operands
@@ -50,6 +50,7 @@ __all__ = [
     "TO_EDGE",
     "TO_EDGE_SKIP_DIM_ORDER",
     "TO_EXECUTORCH",
+    "TO_EXECUTORCH_KEEP_VIEW_COPY",
     "VERIFY_ENV",
     "run_stage",
     "to_edge_stage",
@@ -118,6 +119,10 @@ them 0-dim constants at their point of use, which keeps the value table's order)
 their names (no partitioner reads them)."""
 
 TO_EXECUTORCH: Stage = (
+    NamedPass(
+        "inline_mixed_scalars", inline_mixed_scalars,
+        "ScalarToTensorPass + RemoveMixedTypeOperators (run in to_edge) for the literals left",
+    ),
     NamedPass("insert_write_back", insert_write_back, "insert_write_back_for_buffers_pass"),
     NamedPass(
         "normalize_view_copy_bases", normalize_view_copy_bases,
@@ -127,9 +132,20 @@ TO_EXECUTORCH: Stage = (
     NamedPass("replace_view_copies_with_views", replace_view_copies_with_views, "ReplaceViewCopyWithViewPass"),
 )
 """ExecuTorch's to_executorch rewrites, run after partitioning (at emission), and texir's one guard
-against a portable kernel that aborts (`texir.edge.zero_dim`). Leaves `EDGE`. The views come last,
+against a portable kernel that aborts (`texir.edge.zero_dim`). Leaves `EDGE`. First, the scalars in
+Tensor positions of add/sub/mul/div/minimum that no lift reached (plain `emit` of an ATen program;
+nested graphs) become `texir::inline_constant`s cast to the result's dtype: ExecuTorch does this in
+to_edge, texir after partitioning, so partitioners and the debug-handle numbering (both in to_edge)
+never meet a texir-only node. The views come last,
 so any reshape an earlier pass writes is a candidate too; `texir::memory_view` is read by the emitter
 only (no ExportedProgram is built from an `EDGE` program)."""
+
+_VIEW_PASSES = frozenset({"normalize_view_copy_bases", "replace_view_copies_with_views"})
+
+TO_EXECUTORCH_KEEP_VIEW_COPY: Stage = tuple(p for p in TO_EXECUTORCH if p.name not in _VIEW_PASSES)
+"""`TO_EXECUTORCH` as ExecuTorch runs it with `ExecutorchBackendConfig(remove_view_copy=False)`: no
+NormalizeViewCopyBasePass, dead-code elimination or ReplaceViewCopyWithViewPass, so every
+`view_copy` stays a copy kernel (`EmitOptions(remove_view_copy=False)`)."""
 
 
 def verify_enabled() -> bool:
@@ -179,16 +195,18 @@ def to_partitionable(program: Program, *, check: bool | None = None, skip_dim_or
     return msgspec.structs.replace(run_stage(program, stage, check=check), dialect=PARTITIONABLE_DIALECT)
 
 
-def to_emittable(program: Program, *, check: bool | None = None) -> Program:
+def to_emittable(program: Program, *, check: bool | None = None, remove_view_copy: bool = True) -> Program:
     """`program` in the `EDGE` dialect the emitter maps, running only the stages it still misses: an
     `EDGE` program is returned as it is; an `EDGE_PARTITIONABLE` one gets `TO_EXECUTORCH`; an ATen
-    one `EMIT_TO_EDGE` then `TO_EXECUTORCH`."""
+    one `EMIT_TO_EDGE` then `TO_EXECUTORCH`. `remove_view_copy=False` runs
+    `TO_EXECUTORCH_KEEP_VIEW_COPY` instead (ExecuTorch's option of that name)."""
     if program.dialect == EDGE_DIALECT:
         return program
     if program.dialect != PARTITIONABLE_DIALECT:
         _require(program, ATEN_DIALECTS, "texir.emit")
         program = run_stage(program, EMIT_TO_EDGE, check=check)
-    return msgspec.structs.replace(run_stage(program, TO_EXECUTORCH, check=check), dialect=EDGE_DIALECT)
+    stage = TO_EXECUTORCH if remove_view_copy else TO_EXECUTORCH_KEEP_VIEW_COPY
+    return msgspec.structs.replace(run_stage(program, stage, check=check), dialect=EDGE_DIALECT)
 
 
 def _require(program: Program, dialects: frozenset[Dialect], who: str) -> None:

@@ -83,6 +83,11 @@ class EmitOptions(BaseModel):
     that all methods use, so state one method writes the others read (a KV cache filled by
     `prefill` and read by `decode`), as ExecuTorch's `MemoryPlanningPass(share_mutable_buffers=True)`.
     Offsets follow the first mutation of each buffer, methods in the order given."""
+    remove_view_copy: bool = True
+    """Turn reshapes the output does not return into memory views (the edge passes
+    `normalize_view_copy_bases` and `replace_view_copies_with_views`), as ExecuTorch's
+    `ExecutorchBackendConfig.remove_view_copy`; False leaves them copies. A program already in the
+    `EDGE` dialect has had them run or not when it got there."""
     init_mutable_buffers: bool | tuple[str, ...] = False
     """Serialize the initial value of mutable buffers (the mutable-data segment) instead of leaving
     it undefined: True for all, or the buffers whose placeholder name contains one of these

@@ -10,7 +10,7 @@ import msgspec
 
 from texir.errors import PteError
 from texir.ir.analysis import iter_refs
-from texir.ir.names import MEMORY_VIEW
+from texir.ir.names import INLINE_CONSTANT, MEMORY_VIEW
 from texir.ir.op_facts import SYM_OPS
 from texir.ir.op_schema import OpSchema
 from texir.ir.types import (
@@ -55,7 +55,6 @@ from texir.serialize.pte.schema import (
     TensorShapeDynamism,
 )
 
-from texir.edge import MIXED_TYPE_OPS
 from texir.edge.view_copy import VIEW_COPY
 from texir.emit.common import (
     CALL_DELEGATE_TARGET,
@@ -210,6 +209,9 @@ class MethodEmitter(DelegateCalls):
             self.kernel(target, (*args, result))
             self.by_name[node.name] = result
             return
+        if target == INLINE_CONSTANT:
+            self.inline_constant(node, where=where)
+            return
         if target == MEMORY_VIEW:
             if self.emit_static_view(node, where=where):
                 return
@@ -248,8 +250,8 @@ class MethodEmitter(DelegateCalls):
                 "decomposing (from_exported_program(ep) with decompose=False), decompose it to core ATen "
                 "first (texir.lower and `texir lower` always do)"
             )
-        casts = self.promote_operands(node, target, functional, bound, where=where)
-        self.emit_out_call(node, out, bound, where=where, forced_order=forced, emitted=casts)
+        inline = self.inline_operands(functional, bound, where=where)
+        self.emit_out_call(node, out, bound, where=where, forced_order=forced, emitted=inline)
 
     def emit_out_call(
         self, node: CallFunction, out: OpSchema, bound: Mapping[str, Argument], *, where: str,
@@ -329,33 +331,39 @@ class MethodEmitter(DelegateCalls):
         else:
             self.by_name[node.name] = result_indices[0]
 
-    def promote_operands(
-        self, node: CallFunction, target: str, schema: OpSchema, bound: Mapping[str, Argument], *, where: str
-    ) -> dict[str, int]:
-        """RemoveMixedTypeOperators for the Python scalars in tensor positions of add/sub/mul/div/minimum
-        (plain `emit` of an ATen program, where scalars stay literals): each becomes a 0-dim constant
-        cast to the computation dtype (the result's). Tensor operands are cast already: the edge
-        stages' `cast_mixed_operands` runs before any program reaches the emitter."""
+    def inline_constant(self, node: CallFunction, *, where: str) -> None:
+        """A `texir::inline_constant`: nothing is emitted here; its user emits it (`inline_operands`)."""
         meta = self.graph.meta(node)
-        if target not in MIXED_TYPE_OPS or not isinstance(meta, TensorMeta):
-            return {}
-        want = DTYPE_TO_SCALAR_TYPE.get(meta.dtype)
-        if want is None:
-            return {}
-        casts: dict[str, int] = {}
+        literal = node.args[0] if len(node.args) == 1 and not node.kwargs else None
+        if not isinstance(literal, (IntArg, FloatArg, BoolArg)) or not isinstance(meta, TensorMeta) or meta.shape:
+            raise EmitError(
+                f"{where}: {INLINE_CONSTANT} takes one bool/int/float literal and has 0-dim tensor metadata "
+                f"(got args {node.args!r}, kwargs {node.kwargs!r}, metadata {type(meta).__name__}); "
+                "make it with texir.edge.inline_mixed_scalars"
+            )
+        if DTYPE_TO_SCALAR_TYPE.get(meta.dtype) is None:
+            raise EmitError(f"{where}: inline constant dtype {meta.dtype} has no ExecuTorch scalar type")
+        self.inline[node.name] = literal
+
+    def inline_operands(self, schema: OpSchema, bound: Mapping[str, Argument], *, where: str) -> dict[str, int]:
+        """The inline constants among the Tensor operands, emitted before the op's own values (where
+        ExecuTorch's lifted scalar and its cast stand): each a 0-dim constant of its literal's dtype,
+        cast to its node's dtype when they differ."""
+        emitted: dict[str, int] = {}
         for a in schema.in_args:
-            if a.kind != "tensor" or a.name not in bound:
+            arg = bound.get(a.name)
+            literal = self.inline.get(arg.name) if a.kind == "tensor" and isinstance(arg, Ref) else None
+            if literal is None or not isinstance(arg, Ref):
                 continue
-            arg = bound[a.name]
-            if not isinstance(arg, (IntArg, FloatArg, BoolArg)):
-                continue
-            index = self.argument(a, arg, where=where)
+            self.inline[arg.name] = None  # one user: a second read is refused by `ref`
+            meta = self.metas.get(arg.name)
+            want = DTYPE_TO_SCALAR_TYPE[meta.dtype] if isinstance(meta, TensorMeta) else None
+            index = self.scalar_tensor(literal, where=where)
             value = self.values[index]
-            if isinstance(value, PendingTensor) and value.scalar_type != want:
-                casts[a.name] = self.cast(index, value, want, where=where)
-            else:
-                casts[a.name] = index  # the lifted constant, emitted once
-        return casts
+            if want is not None and isinstance(value, PendingTensor) and value.scalar_type != want:
+                index = self.cast(index, value, want, where=where)
+            emitted[a.name] = index
+        return emitted
 
     def cast(self, index: int, value: PendingTensor, dtype: ScalarType, *, where: str) -> int:
         out = PendingTensor(

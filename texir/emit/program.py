@@ -86,7 +86,7 @@ def emit_with_debug(
     for name, method in methods.items():
         if not isinstance(method, Program):
             raise EmitError(f"method {name!r} is a {type(method).__name__}, not a texir.ir.Program")
-        edge[name] = to_emittable(method)
+        edge[name] = to_emittable(method, remove_view_copy=options.remove_view_copy)
     if options.share_mutable_buffers:
         state.shared, state.shared_size = shared_state_layout(edge, options.alignment)
     plans = []

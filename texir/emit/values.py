@@ -124,6 +124,9 @@ class ValueTable:
         self.where = f"method {name!r}"
         self.values: list[PendingValue] = []
         self.by_name: dict[str, int | tuple[int, ...]] = {}
+        self.inline: dict[str, Argument | None] = {}
+        """The literal of each `texir::inline_constant` node, emitted by its user (`inline_operands`);
+        None once emitted (a second use is an error)."""
         self.metas: dict[str, ValueMeta | None] = {}
         self.storages: list[Storage] = []
         self.group = 0
@@ -219,6 +222,12 @@ class ValueTable:
     def ref(self, name: str, *, where: str) -> int:
         found = self.by_name.get(name)
         if found is None:
+            if name in self.inline:
+                raise EmitError(
+                    f"{where}: inline constant {name!r} is read where it cannot be emitted inline (it has one "
+                    "user, which takes it as a Tensor operand of an op with an out variant); give each use its "
+                    "own texir::inline_constant, or pass the literal itself"
+                )
             raise EmitError(f"{where}: value {name!r} is used before it is defined or has no value")
         if isinstance(found, tuple):
             raise EmitError(

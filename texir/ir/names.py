@@ -24,6 +24,7 @@ from texir.ir.types import (
 __all__ = [
     "CALL_DELEGATE",
     "GETITEM",
+    "INLINE_CONSTANT",
     "MEMORY_VIEW",
     "NameAllocator",
     "rename_arg",
@@ -40,6 +41,11 @@ MEMORY_VIEW = "texir::memory_view"
 """Target of a reshape that may share its base's memory (exir's `memory.view`, which
 ReplaceViewCopyWithViewPass makes of a `view_copy` no output reads): args are view_copy's (base, size).
 Only `EDGE` programs hold it; the emitter aliases the base where its memory allows, else copies."""
+INLINE_CONSTANT = "texir::inline_constant"
+"""Target of a 0-dim constant tensor written where its one user is emitted, not lifted to a
+placeholder: args are (the bool/int/float literal,); the node's `TensorMeta` dtype is the dtype the
+user computes in (the literal's own dtype -- bool, int64, float32 as torch.tensor makes it -- is
+cast to it there). `texir.edge.inline_mixed_scalars` makes it; only `EDGE` programs hold it."""
 
 
 def rename_arg(arg: Argument, names: Mapping[str, str]) -> Argument:
