@@ -358,9 +358,9 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
 def _decomposed(rec: _Recorder, target: OpOverload, args: Any, kwargs: Any, in_place: bool) -> Any:
     """`target`'s decomposition on `args`, `kwargs` recorded; replayed when an earlier node of the
     same key recorded one (`texir.adapters.node_replay`)."""
-    memo = rec.memo
+    memo = rec.memo if rec.memo is not None else {}
     keyed = None
-    if memo is not None and _plain_inputs(rec, args, kwargs):
+    if rec.memo is not None and _plain_inputs(rec, args, kwargs):
         keyed = node_key(target, args, kwargs, (in_place, rec.in_place_source()))
     if keyed is not None:
         found = memo.get(keyed[0])
@@ -378,7 +378,7 @@ def _decomposed(rec: _Recorder, target: OpOverload, args: Any, kwargs: Any, in_p
         rec.tape = None
     if keyed is not None and tape is not None:
         tape.finish(val)
-        if tape.ok and memo is not None:
+        if tape.ok:
             memo[keyed[0]] = tape
     return val
 
