@@ -63,9 +63,9 @@ from texir.adapters.fake_memo import detached, fake_result
 from texir.adapters.fx_export import rebuilt_exported
 from texir.adapters.op_args import leaves, map_leaves
 from texir.adapters.decompositions import as_the_retrace_decomposes, has_subclass_state, lazy_edge_decomposition_table
-from texir.adapters.decompositions import must_decompose_functionally, preservable_composite
+from texir.adapters.decompositions import KeptWhole
 from texir.adapters.fx_provenance import created_from
-from texir.adapters.node_replay import Ref, Tape, fresh_like, node_key
+from texir.adapters.node_replay import Tape, decomposed as _decomposed
 from texir.adapters.fx_signature import signature_outputs
 from texir.adapters.symbolic_sizes import SYM_SIZE, SizeNodes, SizeOf
 from texir.adapters.targets import canonical_target, dispatch_form, resolve_target
@@ -107,10 +107,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
         self.table = table
-        self.kept = kept
         self.functional_only = functional_only
-        self.kept_cache: dict[OpOverload, bool] = {}
-        self.preserved_cache: dict[OpOverload, bool] = {}
+        self.whole = KeptWhole(table, kept, functional_only=functional_only)  # ops recorded as they are
         self.fake_mode = fake_mode
         self.graph = torch.fx.Graph()
         self.nodes: dict[int, torch.fx.Node] = {}  # id(fake tensor) -> the node it is the value of
@@ -157,7 +155,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         kwargs = kwargs or {}
         if func is torch.ops.prim.device.default:
             return func(*args, **kwargs)
-        if not self.keeps(func) and not self.preserved(func):
+        if not self.whole(func):
             decomposition = self.table.get(func)
             if decomposition is not None:
                 with self:
@@ -169,28 +167,9 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
                     return out
         return self.record(func, args, kwargs)
 
-    def preserved(self, func: OpOverload) -> bool:
-        """A functional composite op the table does not name: the retrace keeps it whole
-        (`upsample_nearest2d.vec`), wherever it is called; running its composite kernel here would
-        not."""
-        found = self.preserved_cache.get(func)
-        if found is None:
-            found = self.preserved_cache[func] = func not in self.table and preservable_composite(func)
-        return found
-
     def in_place_source(self) -> bool:
         target = self.source.target if self.source is not None else None
         return isinstance(target, OpOverload) and target._schema.is_mutable
-
-    def keeps(self, func: OpOverload) -> bool:
-        found = self.kept_cache.get(func)
-        if found is None:
-            if self.functional_only:  # run_decompositions({}): torch keeps every CIA op it may preserve
-                found = not must_decompose_functionally(func)
-            else:
-                found = canonical_target(func) in self.kept
-            self.kept_cache[func] = found
-        return found
 
     def record(
         self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None,
@@ -334,7 +313,7 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         return rec.inputs.get(got, got.meta["val"])
 
     args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
-    whole = rec.keeps(target) or rec.preserved(target) or plain_op(target, rec.table, _NOT_PLAIN)
+    whole = rec.whole(target) or plain_op(target, rec.table, _NOT_PLAIN)
     if whole or target in (_ALIAS, _LIFT_FRESH_COPY):  # kept whole (an alias or constant copy: the program's own)
         known = known_value(node, env, rec.nodes) if whole and not in_place and target not in _FUNCTIONALIZED else None
         val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True, known=known)
@@ -353,77 +332,6 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
     if val is None and not target._schema.returns:
         return None  # an assertion: recorded, no value
     raise _Retrace(f"{target} returns {type(val).__name__}")
-
-
-def _decomposed(rec: _Recorder, target: OpOverload, args: Any, kwargs: Any, in_place: bool) -> Any:
-    """`target`'s decomposition on `args`, `kwargs` recorded; replayed when an earlier node of the
-    same key recorded one (`texir.adapters.node_replay`)."""
-    memo = rec.memo if rec.memo is not None else {}
-    keyed = None
-    if rec.memo is not None and _plain_inputs(rec, args, kwargs):
-        keyed = node_key(target, args, kwargs, (in_place, rec.in_place_source()))
-    if keyed is not None:
-        found = memo.get(keyed[0])
-        if found is not None:
-            if rec.source is not None:
-                rec.replayed.append(rec.source.name)
-            return _replay(rec, found, keyed[1], args, kwargs)
-        rec.tape = Tape(keyed[1])
-    decomposition = rec.table.get(target)
-    try:
-        with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
-            val = decomposition(*args, **kwargs) if decomposition is not None else target(*args, **kwargs)
-        tape = rec.tape
-    finally:
-        rec.tape = None
-    if keyed is not None and tape is not None:
-        tape.finish(val)
-        if tape.ok:
-            memo[keyed[0]] = tape
-    return val
-
-
-def _plain_inputs(rec: _Recorder, args: Any, kwargs: Any) -> bool:
-    """Every tensor input holds a node's value that no in-place op wrote and that is no buffer's
-    value or view of one: what the recorder does with them depends on nothing but their
-    metadata."""
-    for leaf in leaves(args, kwargs):
-        if isinstance(leaf, torch.Tensor):
-            node = rec.nodes.get(id(leaf))
-            if node is None or id(leaf) in rec.written or id(leaf) in rec.lazy:
-                return False
-            if node in rec.buffers.holder or node in rec.buffers.views:
-                return False
-    return True
-
-
-def _replay(rec: _Recorder, tape: Tape, inputs: Mapping[int, int], args: Any, kwargs: Any) -> Any:
-    """The ops `tape` recorded made again on this node's inputs: the same nodes, names and
-    metadata the recording would give, with fresh fake values."""
-    given: list[Any] = [None] * len(inputs)
-    for leaf in leaves(args, kwargs):
-        if isinstance(leaf, torch.Tensor):
-            given[inputs[id(leaf)]] = leaf
-    made: list[Any] = []
-
-    def value(ref: Ref) -> Any:
-        return made[ref.index] if ref.made else given[ref.index]
-
-    for op in tape.ops:
-        op_args, op_kwargs = map_leaves(Ref, value, (op.args, op.kwargs))
-        results = op.results
-        if op.dispatch:  # (a view into a larger storage: the fake mode makes it, as recorded)
-            val = rec.record(op.func, op_args, op_kwargs)
-        elif isinstance(results, tuple):
-            val = rec.record(op.func, op_args, op_kwargs, known=tuple(fresh_like(r) for r in results), replayed=True)
-        else:
-            known = fresh_like(results) if results is not None else None
-            val = rec.record(op.func, op_args, op_kwargs, known=known, replayed=True)
-        if isinstance(val, (tuple, list)):
-            made.extend(val)
-        elif val is not None:
-            made.append(val)
-    return map_leaves(Ref, value, tape.returned)
 
 
 def _inlined(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:

@@ -12,23 +12,25 @@ node's inputs and its own results); anything else is recorded anew every time.""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import dataclass, field
-from typing import Any, cast
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Protocol, cast
 
+import msgspec
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["Made", "Ref", "Tape", "fresh_like", "node_key"]
+from texir.adapters.op_args import leaves, map_leaves
+
+__all__ = ["Recording", "Tape", "decomposed", "fresh_like", "node_key"]
 
 _PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 
 
-@dataclass(frozen=True)
-class Ref:
+class Ref(msgspec.Struct, frozen=True):
     """A tensor argument of a recorded op: the node's `index`th distinct input (`made` False) or
     the `index`th tensor the recording made."""
 
@@ -36,8 +38,7 @@ class Ref:
     index: int
 
 
-@dataclass
-class Made:
+class Made(msgspec.Struct):
     """One op of a recording: its arguments (tensors as `Ref`s, symbolic sizes as they were) and
     its results' template values (one, several with a getitem each, or none)."""
 
@@ -48,14 +49,13 @@ class Made:
     dispatch: bool  # a result is a view into a larger storage: its value is the fake mode's to make
 
 
-@dataclass
-class Tape:
+class Tape(msgspec.Struct):
     """The ops one decomposition made, while it is made (`ok` False once it did anything replay
     would not reproduce), and what it returned."""
 
     inputs: dict[int, int]  # id(input value) -> its index
-    made: dict[int, int] = field(default_factory=dict)  # id(a result) -> its index among the results
-    ops: list[Made] = field(default_factory=list)
+    made: dict[int, int] = msgspec.field(default_factory=dict)  # id(a result) -> its index among the results
+    ops: list[Made] = msgspec.field(default_factory=list)
     ok: bool = True
     count: int = 0
     returned: Any = None
@@ -186,3 +186,100 @@ def fresh_like(template: torch.Tensor) -> torch.Tensor:
     with _disable_current_modes():
         made = torch.empty_strided(fake.shape, fake.stride(), dtype=fake.dtype, device="meta")
         return FakeTensor(fake.fake_mode, made, fake.device)
+
+
+class Recording(Protocol):
+    """What `decomposed` uses of `texir.adapters.local_decompose`'s recorder (a dispatch mode)."""
+
+    table: Mapping[Any, Callable[..., Any]]
+    fake_mode: Any
+    nodes: dict[int, torch.fx.Node]
+    written: set[int]
+    lazy: dict[int, Any]
+    buffers: Any
+    source: torch.fx.Node | None
+    tape: Tape | None
+    memo: dict[Any, Tape] | None
+    replayed: list[str]
+
+    def in_place_source(self) -> bool: ...
+
+    def record(
+        self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None,
+        replayed: bool = False,
+    ) -> Any: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any, /) -> Any: ...
+
+
+def decomposed(rec: Recording, target: OpOverload, args: Any, kwargs: Any, in_place: bool) -> Any:
+    """`target`'s decomposition on `args`, `kwargs` recorded; replayed when an earlier node of the
+    same key recorded one ."""
+    memo = rec.memo if rec.memo is not None else {}
+    keyed = None
+    if rec.memo is not None and _plain_inputs(rec, args, kwargs):
+        keyed = node_key(target, args, kwargs, (in_place, rec.in_place_source()))
+    if keyed is not None:
+        found = memo.get(keyed[0])
+        if found is not None:
+            if rec.source is not None:
+                rec.replayed.append(rec.source.name)
+            return _replay(rec, found, keyed[1], args, kwargs)
+        rec.tape = Tape(keyed[1])
+    decomposition = rec.table.get(target)
+    try:
+        with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
+            val = decomposition(*args, **kwargs) if decomposition is not None else target(*args, **kwargs)
+        tape = rec.tape
+    finally:
+        rec.tape = None
+    if keyed is not None and tape is not None:
+        tape.finish(val)
+        if tape.ok:
+            memo[keyed[0]] = tape
+    return val
+
+
+def _plain_inputs(rec: Recording, args: Any, kwargs: Any) -> bool:
+    """Every tensor input holds a node's value that no in-place op wrote and that is no buffer's
+    value or view of one: what the recorder does with them depends on nothing but their
+    metadata."""
+    for leaf in leaves(args, kwargs):
+        if isinstance(leaf, torch.Tensor):
+            node = rec.nodes.get(id(leaf))
+            if node is None or id(leaf) in rec.written or id(leaf) in rec.lazy:
+                return False
+            if node in rec.buffers.holder or node in rec.buffers.views:
+                return False
+    return True
+
+
+def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kwargs: Any) -> Any:
+    """The ops `tape` recorded made again on this node's inputs: the same nodes, names and
+    metadata the recording would give, with fresh fake values."""
+    given: list[Any] = [None] * len(inputs)
+    for leaf in leaves(args, kwargs):
+        if isinstance(leaf, torch.Tensor):
+            given[inputs[id(leaf)]] = leaf
+    made: list[Any] = []
+
+    def value(ref: Ref) -> Any:
+        return made[ref.index] if ref.made else given[ref.index]
+
+    for op in tape.ops:
+        op_args, op_kwargs = map_leaves(Ref, value, (op.args, op.kwargs))
+        results = op.results
+        if op.dispatch:  # (a view into a larger storage: the fake mode makes it, as recorded)
+            val = rec.record(op.func, op_args, op_kwargs)
+        elif isinstance(results, tuple):
+            val = rec.record(op.func, op_args, op_kwargs, known=tuple(fresh_like(r) for r in results), replayed=True)
+        else:
+            known = fresh_like(results) if results is not None else None
+            val = rec.record(op.func, op_args, op_kwargs, known=known, replayed=True)
+        if isinstance(val, (tuple, list)):
+            made.extend(val)
+        elif val is not None:
+            made.append(val)
+    return map_leaves(Ref, value, tape.returned)
