@@ -12,6 +12,7 @@ node's inputs and its own results); anything else is recorded anew every time.""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol, cast
 
@@ -147,9 +148,12 @@ def _tensor_key(value: torch.Tensor) -> Hashable:
     )
 
 
-def node_key(func: OpOverload, args: Any, kwargs: Any, extra: Hashable) -> tuple[Hashable, dict[int, int]] | None:
-    """The memo key of decomposing `func` on `args`, `kwargs` (with the caller's `extra`), and each
-    distinct tensor input's index by id; None when some argument cannot be keyed exactly."""
+def node_key(
+    func: OpOverload, args: Any, kwargs: Any, extra: Hashable, role: Callable[[torch.Tensor], Hashable] = lambda _: None
+) -> tuple[Hashable, dict[int, int]] | None:
+    """The memo key of decomposing `func` on `args`, `kwargs` (with the caller's `extra`, and each
+    tensor input's `role` beside its metadata), and each distinct tensor input's index by id;
+    None when some argument cannot be keyed exactly."""
     inputs: dict[int, int] = {}
     metas: list[Hashable] = []
 
@@ -158,7 +162,7 @@ def node_key(func: OpOverload, args: Any, kwargs: Any, extra: Hashable) -> tuple
             index = inputs.get(id(value))
             if index is None:
                 index = inputs[id(value)] = len(inputs)
-                metas.append(_tensor_key(value))
+                metas.append((_tensor_key(value), role(value)))
             return ("t", index)
         if isinstance(value, torch.SymInt):
             if value.node.maybe_as_int() is not None:
@@ -220,7 +224,7 @@ def decomposed(rec: Recording, target: OpOverload, args: Any, kwargs: Any, in_pl
     memo = rec.memo if rec.memo is not None else {}
     keyed = None
     if rec.memo is not None and _plain_inputs(rec, args, kwargs):
-        keyed = node_key(target, args, kwargs, (in_place, rec.in_place_source()))
+        keyed = node_key(target, args, kwargs, (in_place, rec.in_place_source()), functools.partial(_buffer_role, rec))
     if keyed is not None:
         found = memo.get(keyed[0])
         if found is not None:
@@ -243,17 +247,22 @@ def decomposed(rec: Recording, target: OpOverload, args: Any, kwargs: Any, in_pl
 
 
 def _plain_inputs(rec: Recording, args: Any, kwargs: Any) -> bool:
-    """Every tensor input holds a node's value that no in-place op wrote and that is no buffer's
-    value or view of one: what the recorder does with them depends on nothing but their
-    metadata."""
+    """Every tensor input holds a node's value that no in-place op wrote and that is not waiting to
+    be made where it is read: what the recorder does with them depends on their metadata and
+    their `_buffer_role` only."""
     for leaf in leaves(args, kwargs):
         if isinstance(leaf, torch.Tensor):
-            node = rec.nodes.get(id(leaf))
-            if node is None or id(leaf) in rec.written or id(leaf) in rec.lazy:
-                return False
-            if node in rec.buffers.holder or node in rec.buffers.views:
+            if id(leaf) not in rec.nodes or id(leaf) in rec.written or id(leaf) in rec.lazy:
                 return False
     return True
+
+
+def _buffer_role(rec: Recording, value: torch.Tensor) -> Hashable:
+    """Whether `value` is a buffer's value or a view of one: a view the recorder makes of such a
+    value is noted as the buffer's, and a recording that made one is not kept, so which buffer
+    does not matter."""
+    node = rec.nodes[id(value)]
+    return (node in rec.buffers.holder, node in rec.buffers.views)
 
 
 def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kwargs: Any) -> Any:
