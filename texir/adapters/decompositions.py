@@ -24,6 +24,7 @@ from texir.errors import UnsupportedError
 from texir.ir import CallFunction, Program
 
 __all__ = [
+    "KeptWhole",
     "EXTRA_EDGE_DECOMPOSITIONS",
     "KEPT_NAMESPACES",
     "as_the_retrace_decomposes",
@@ -338,3 +339,27 @@ def decompose_nodes(
         if changed:
             gm.recompile()
     return decomposed
+
+
+class KeptWhole:
+    """Which ops a node-by-node decomposition records as they are (`texir.adapters.local_decompose`),
+    remembered per op: those named in `kept` (with `functional_only`, every composite op torch
+    may preserve, as `run_decompositions({})` keeps them), and a functional composite op `table`
+    does not name, which the retrace keeps whole (`upsample_nearest2d.vec`) wherever it is called
+    where running its composite kernel would not."""
+
+    def __init__(self, table: Mapping[Any, Any], kept: set[str], *, functional_only: bool = False) -> None:
+        self.table = table
+        self.kept = kept
+        self.functional_only = functional_only
+        self.found: dict[OpOverload, bool] = {}
+
+    def __call__(self, func: OpOverload) -> bool:
+        found = self.found.get(func)
+        if found is None:
+            if self.functional_only:
+                found = not must_decompose_functionally(func)
+            else:
+                found = canonical_target(func) in self.kept
+            found = self.found[func] = found or (func not in self.table and preservable_composite(func))
+        return found

@@ -63,8 +63,9 @@ from texir.adapters.fake_memo import detached, fake_result
 from texir.adapters.fx_export import rebuilt_exported
 from texir.adapters.op_args import leaves, map_leaves
 from texir.adapters.decompositions import as_the_retrace_decomposes, has_subclass_state, lazy_edge_decomposition_table
-from texir.adapters.decompositions import must_decompose_functionally, preservable_composite
+from texir.adapters.decompositions import KeptWhole
 from texir.adapters.fx_provenance import created_from
+from texir.adapters.node_replay import Tape, decomposed as _decomposed
 from texir.adapters.fx_signature import signature_outputs
 from texir.adapters.symbolic_sizes import SYM_SIZE, SizeNodes, SizeOf
 from texir.adapters.targets import canonical_target, dispatch_form, resolve_target
@@ -106,10 +107,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
         self.table = table
-        self.kept = kept
         self.functional_only = functional_only
-        self.kept_cache: dict[OpOverload, bool] = {}
-        self.preserved_cache: dict[OpOverload, bool] = {}
+        self.whole = KeptWhole(table, kept, functional_only=functional_only)  # ops recorded as they are
         self.fake_mode = fake_mode
         self.graph = torch.fx.Graph()
         self.nodes: dict[int, torch.fx.Node] = {}  # id(fake tensor) -> the node it is the value of
@@ -121,6 +120,9 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.sizes = SizeNodes(self.graph, self.annotate)  # which node gives each symbolic size
         self.buffers = BufferWrites(())  # each buffer's value so far (in-place writes made functional)
         self.lazy: dict[int, LazyView] = {}  # views of buffers' new values, made where read
+        self.tape: Tape | None = None  # the ops the node being decomposed makes, while recorded
+        self.memo: dict[Any, Tape] | None = {}  # node_key -> a decomposition's recording; None: none kept
+        self.replayed: list[str] = []  # the program's nodes whose decomposition was replayed
 
     def bind(self, value: Any, node: torch.fx.Node) -> None:
         self.nodes[id(value)] = node
@@ -136,6 +138,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         node = self.nodes.get(id(value))
         lazy = self.lazy.pop(id(value), None) if node is None else None
         if lazy is not None:
+            if self.tape is not None:
+                self.tape.ok = False
             # Read at last: functionalization replays the view here, as its reader's node (the
             # views it first made are dead code)
             self.buffers.check_read(lazy)
@@ -151,7 +155,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         kwargs = kwargs or {}
         if func is torch.ops.prim.device.default:
             return func(*args, **kwargs)
-        if not self.keeps(func) and not self.preserved(func):
+        if not self.whole(func):
             decomposition = self.table.get(func)
             if decomposition is not None:
                 with self:
@@ -163,34 +167,17 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
                     return out
         return self.record(func, args, kwargs)
 
-    def preserved(self, func: OpOverload) -> bool:
-        """A functional composite op the table does not name: the retrace keeps it whole
-        (`upsample_nearest2d.vec`), wherever it is called; running its composite kernel here would
-        not."""
-        found = self.preserved_cache.get(func)
-        if found is None:
-            found = self.preserved_cache[func] = func not in self.table and preservable_composite(func)
-        return found
-
     def in_place_source(self) -> bool:
         target = self.source.target if self.source is not None else None
         return isinstance(target, OpOverload) and target._schema.is_mutable
 
-    def keeps(self, func: OpOverload) -> bool:
-        found = self.kept_cache.get(func)
-        if found is None:
-            if self.functional_only:  # run_decompositions({}): torch keeps every CIA op it may preserve
-                found = not must_decompose_functionally(func)
-            else:
-                found = canonical_target(func) in self.kept
-            self.kept_cache[func] = found
-        return found
-
     def record(
-        self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None
+        self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None,
+        replayed: bool = False,
     ) -> Any:
         """A node for `func`; `whole` when it is the program's own node, not one of a decomposition;
-        `known` its value when the program's node already holds it (no fake-tensor dispatch)."""
+        `known` its value when the program's node already holds it (no fake-tensor dispatch), or
+        when `replayed` (a remembered decomposition's op) whatever it is, None included."""
         if self.written and any(r.alias_info is not None for r in func._schema.returns) and any(
             id(a) in self.written for a in torch.utils._pytree.tree_leaves((args, kwargs))
         ):
@@ -205,6 +192,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             # tensor, detach, alias_copy) stays a node, as there.
             with self.fake_mode, torch.no_grad():
                 val = func(*args)
+            if self.tape is not None:  # (a replay drops it the same way: its input is fresh there too)
+                self.tape.note(func, args, kwargs, val, dispatch=True)
             self.bind(val, self.node_of(args[0]))
             self.fresh.add(id(val))  # (an alias of it is dropped too)
             return val
@@ -213,6 +202,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         if func._schema.is_mutable or (func in _FUNCTIONALIZED and func is not _ALIAS and not whole):
             raise _Retrace(f"{func} mutates, or is one functionalization rewrites")
         viewed = self.buffers.viewed(func, args, self.nodes, self.lazy)
+        if viewed is not None and self.tape is not None:
+            self.tape.ok = False
         if viewed is not None and viewed[1]:  # a view of a buffer's new value: made where it is read
             with self.fake_mode, torch.no_grad():
                 val = func(*args, **kwargs)
@@ -222,7 +213,9 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             self.buffers.note_view(viewed[0], self.lazy[id(val)])
             return val
         node = self.node_for(func, args, kwargs)
-        val = known if known is not None else fake_result(func, args, kwargs, self.fake_mode)
+        val = known if known is not None or replayed else fake_result(func, args, kwargs, self.fake_mode)
+        if self.tape is not None:
+            self.tape.note(func, args, kwargs, val)
         self.annotate(node, val)
         if viewed is not None:  # a view of a buffer's value: out of date once the buffer is written
             self.buffers.note_view(viewed[0], node)
@@ -320,14 +313,12 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         return rec.inputs.get(got, got.meta["val"])
 
     args, kwargs = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), lambda a: fake(a) if isinstance(a, torch.fx.Node) else a)
-    whole = rec.keeps(target) or rec.preserved(target) or plain_op(target, rec.table, _NOT_PLAIN)
+    whole = rec.whole(target) or plain_op(target, rec.table, _NOT_PLAIN)
     if whole or target in (_ALIAS, _LIFT_FRESH_COPY):  # kept whole (an alias or constant copy: the program's own)
         known = known_value(node, env, rec.nodes) if whole and not in_place and target not in _FUNCTIONALIZED else None
         val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True, known=known)
     else:
-        decomposition = rec.table.get(target)
-        with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
-            val = decomposition(*args, **kwargs) if decomposition is not None else target(*args, **kwargs)
+        val = _decomposed(rec, target, args, kwargs, in_place)
     if isinstance(val, torch.Tensor):
         if buffer is not None:  # the buffer's new value
             rec.buffers.write(buffer, env[cast(torch.fx.Node, written)], rec.node_of(val))
@@ -359,6 +350,8 @@ def decompose_locally(
     why: list[str] | None = None,
     functional_only: bool = False,
     exact_names: bool = True,
+    replayed: list[str] | None = None,
+    replay: bool = True,
 ) -> ExportedProgram | None:
     """`ep` decomposed for the edge (`edge_decomposition_table`, keeping the ops named in `keep`)
     without torch's retrace, or None when it needs one (see the module docstring); then `why`, if
@@ -367,19 +360,24 @@ def decompose_locally(
     composite ops torch will not preserve, in-place ops made functional.
 
     Dynamic shapes only without `exact_names`: the retrace's program but for some names (`mul` for
-    its `mul_2`), which reach no `.pte` byte."""
+    its `mul_2`), which reach no `.pte` byte. `replayed`, if given, receives the names of the
+    program's nodes whose decomposition repeated an earlier node's and was replayed from it;
+    without `replay`, every node is decomposed anew (the same program, slower)."""
     try:
         if exact_names and ep.range_constraints:
             raise _Retrace("dynamic shapes (the retrace's node names are asked for)")
         with as_the_retrace_decomposes(() if functional_only else keep):
-            return _rewrite(ep, set(keep), functional_only=functional_only, exact_names=exact_names)
+            return _rewrite(ep, set(keep), functional_only=functional_only, exact_names=exact_names, replayed=replayed, replay=replay)
     except _Retrace as exc:
         if why is not None:
             why.append(str(exc))
         return None
 
 
-def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = False, exact_names: bool = True) -> ExportedProgram:
+def _rewrite(
+    ep: ExportedProgram, kept: set[str], *, functional_only: bool = False, exact_names: bool = True,
+    replayed: list[str] | None = None, replay: bool = True,
+) -> ExportedProgram:
     sig = ep.graph_signature
     if any(s.kind not in (OutputKind.USER_OUTPUT, OutputKind.BUFFER_MUTATION) for s in sig.output_specs):
         raise _Retrace("the program mutates an input or has outputs other than tensors and buffer updates")
@@ -403,6 +401,7 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
         raise _Retrace("no fake values on the inputs")
     table = {} if functional_only else lazy_edge_decomposition_table(kept)
     rec = _Recorder(table, kept, fake_mode, functional_only=functional_only)
+    rec.memo = {} if replay else None
     env: dict[torch.fx.Node, Any] = dict(regions)
     # Inputs take their final names after the calls are named, as export renames the retrace's
     # placeholders at the end.
@@ -450,6 +449,8 @@ def _rewrite(ep: ExportedProgram, kept: set[str], *, functional_only: bool = Fal
     if exact_names and rec.buffers.views_of_written():
         # (functionalization numbers the views it makes and drops before replaying them)
         raise _Retrace("views of buffers written in place (the retrace's node names are asked for)")
+    if replayed is not None:
+        replayed.extend(rec.replayed)
     mutations = rec.buffers.mutations()
     results = outputs.args[0]
     if mutations:  # the retrace returns the buffers' new values first

@@ -1,0 +1,153 @@
+"""A repeated layer's decompositions are recorded once and replayed (`texir.adapters.node_replay`,
+issue 42): the replayed program equals the one decomposed node by node (and torch's retrace), the
+`.pte`/`.ptd` bytes of a language model do not change, and a node whose inputs differ in anything
+the decomposition can see (a dtype, a symbolic size) is decomposed anew."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+import torch
+
+import texir.adapters.fx_import as fx_import
+from tests.real_models import export_static_cache_llama, static_cache_llama
+from texir.adapters import from_exported_program, local_decompose
+from texir.adapters.decompositions import edge_decomposition_table
+from texir.adapters.local_decompose import decompose_locally
+from texir.backends import xnnpack
+from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit
+from texir.ir import Program
+from texir.orchestrate import lower
+from texir.serialize import pte
+
+LAYERS = 3
+KEEP = ("aten::linear.default",)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.proj = torch.nn.Linear(16, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.proj(self.norm(x)).view(x.shape[0], x.shape[1], 3, 2, 8).permute(2, 0, 3, 1, 4)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + torch.nn.functional.gelu(out.transpose(1, 2).reshape(x.shape))
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_Block() for _ in range(LAYERS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class _TwoDtypes(torch.nn.Module):
+    """The same block on fp32 and on fp16: the second's decompositions differ by dtype."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = _Block(), _Block().half()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.a(x), self.b(x.half())
+
+
+class _TwoLengths(torch.nn.Module):
+    """The same block on two inputs of different symbolic lengths."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = _Block(), _Block()
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.a(x), self.b(y)
+
+
+@functools.cache
+def _stack_export() -> torch.export.ExportedProgram:
+    torch.manual_seed(0)
+    return torch.export.export(_Stack().eval(), (torch.randn(2, 6, 16),), strict=False)
+
+
+def _converted(ep: torch.export.ExportedProgram) -> Program:
+    return from_exported_program(ep, decompose=False)
+
+
+def _decomposed(ep: torch.export.ExportedProgram, *, replay: bool, dynamic: bool = False) -> tuple[Program, list[str]]:
+    """`ep` decomposed locally; with `dynamic` shapes keeping `linear` (whose decomposition
+    computes a size, left to the retrace) and names allowed to differ from the retrace's."""
+    replayed: list[str] = []
+    keep = KEEP if dynamic else ()
+    local = decompose_locally(ep, keep, exact_names=not dynamic, replayed=replayed, replay=replay)
+    assert local is not None
+    return _converted(local), replayed
+
+
+def test_a_repeated_layer_is_decomposed_once_and_replayed() -> None:
+    ep = _stack_export()
+    replayed_program, replayed = _decomposed(ep, replay=True)
+    fresh_program, none = _decomposed(ep, replay=False)
+    assert none == []
+    # layer_norm and scaled_dot_product_attention (and gelu) of every block after the first
+    sdpa = [n for n in replayed if "scaled_dot_product_attention" in n]
+    norms = [n for n in replayed if "layer_norm" in n]
+    assert len(sdpa) == LAYERS - 1 and len(norms) == LAYERS - 1, replayed
+    assert replayed_program == fresh_program
+    assert replayed_program == _converted(ep.run_decompositions(edge_decomposition_table(())))
+
+
+def test_a_different_dtype_is_not_replayed() -> None:
+    torch.manual_seed(0)
+    ep = torch.export.export(_TwoDtypes().eval(), (torch.randn(2, 6, 16),), strict=False)
+    program, replayed = _decomposed(ep, replay=True)
+    assert replayed == []
+    assert program == _decomposed(ep, replay=False)[0]
+
+
+def test_a_different_symbol_is_not_replayed_the_same_one_is() -> None:
+    torch.manual_seed(0)
+    seq_x, seq_y = torch.export.Dim("seq_x", max=32), torch.export.Dim("seq_y", max=32)
+    args = (torch.randn(2, 6, 16), torch.randn(2, 5, 16))
+    other = torch.export.export(_TwoLengths().eval(), args, dynamic_shapes=({1: seq_x}, {1: seq_y}), strict=False)
+    program, replayed = _decomposed(other, replay=True, dynamic=True)
+    assert replayed == []
+    assert program == _decomposed(other, replay=False, dynamic=True)[0]
+    same = torch.export.export(_TwoLengths().eval(), (args[0], args[0].clone()), dynamic_shapes=({1: seq_x}, {1: seq_x}), strict=False)
+    program, replayed = _decomposed(same, replay=True, dynamic=True)
+    assert len([n for n in replayed if "scaled_dot_product_attention" in n]) == 1, replayed
+    fresh = _decomposed(same, replay=False, dynamic=True)[0]
+    assert program == fresh
+
+
+def _files(ep: torch.export.ExportedProgram, *, replay: bool) -> tuple[bytes, bytes]:
+    def decompose(*args: Any, **kwargs: Any) -> Any:
+        return decompose_locally(*args, **kwargs, replay=replay)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fx_import, "decompose_locally", decompose)
+        patch.setattr(local_decompose, "decompose_locally", decompose)
+        lowered = lower(ep, [xnnpack.partitioner()], cache=None)
+    emitted = emit(lowered.program, EmitOptions(external_constants=True, external_named_data=DEFAULT_EXTERNAL_TAG))
+    (data,) = emitted.external
+    return pte.dumps(emitted), pte.dumps_ptd(data)
+
+
+def test_llm_bytes_do_not_change_with_replay() -> None:
+    exportable = static_cache_llama(
+        dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64),
+        16,
+    )
+    ep = export_static_cache_llama(exportable, [3, 7, 11, 5], 16)
+    replayed: list[str] = []
+    assert decompose_locally(local_decompose.functional_program(ep), KEEP, exact_names=False, replayed=replayed) is not None
+    assert replayed, "no decomposition of the repeated layers was replayed"
+    assert _files(ep, replay=True) == _files(ep, replay=False)

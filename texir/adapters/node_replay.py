@@ -1,0 +1,294 @@
+"""Whole-node decompositions remembered and replayed (`texir.adapters.local_decompose`): a language
+model's layers repeat the same ops on tensors of the same metadata (the same symbolic sizes), so
+the second layer's `scaled_dot_product_attention` needs neither torch's decomposition nor a
+fake-tensor dispatch of each op it calls: the ops the first one recorded are made again as nodes
+on the new inputs, with fresh fake values of the recorded metadata.
+
+A node is remembered by its op, its non-tensor arguments (a symbolic size by its expression) and
+each tensor input's metadata (dtype, device, layout, sizes, strides and storage offset as
+expressions) plus which inputs are the same tensor. A recording is kept only when every op it made
+took the plain path (no constant, no alias dropped, no view of a buffer, no value from outside the
+node's inputs and its own results); anything else is recorded anew every time."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Protocol, cast
+
+import msgspec
+import torch
+from torch._dispatch.python import enable_python_dispatcher
+from torch._ops import OpOverload
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+from torch.utils._python_dispatch import _disable_current_modes
+
+from texir.adapters.op_args import leaves, map_leaves
+
+__all__ = ["Recording", "Tape", "decomposed", "fresh_like", "node_key"]
+
+_PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+class Ref(msgspec.Struct, frozen=True):
+    """A tensor argument of a recorded op: the node's `index`th distinct input (`made` False) or
+    the `index`th tensor the recording made."""
+
+    made: bool
+    index: int
+
+
+class Made(msgspec.Struct):
+    """One op of a recording: its arguments (tensors as `Ref`s, symbolic sizes as they were) and
+    its results' template values (one, several with a getitem each, or none)."""
+
+    func: OpOverload
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    results: tuple[torch.Tensor, ...] | torch.Tensor | None
+    dispatch: bool  # a result is a view into a larger storage: its value is the fake mode's to make
+
+
+class Tape(msgspec.Struct):
+    """The ops one decomposition made, while it is made (`ok` False once it did anything replay
+    would not reproduce), and what it returned."""
+
+    inputs: dict[int, int]  # id(input value) -> its index
+    made: dict[int, int] = msgspec.field(default_factory=dict)  # id(a result) -> its index among the results
+    ops: list[Made] = msgspec.field(default_factory=list)
+    ok: bool = True
+    count: int = 0
+    returned: Any = None
+
+    def ref(self, value: torch.Tensor) -> Ref | None:
+        index = self.inputs.get(id(value))
+        if index is not None:
+            return Ref(False, index)
+        index = self.made.get(id(value))
+        return Ref(True, index) if index is not None else None
+
+    def note(self, func: OpOverload, args: Any, kwargs: Any, val: Any, *, dispatch: bool = False) -> None:
+        """`func` recorded on `args`, `kwargs`, giving `val`; `dispatch` when a replay must record
+        it the recording's way (an alias the recorder drops)."""
+        if not self.ok:
+            return
+        try:
+            mapped = _refs(self, (args, kwargs))
+        except _Unkeyed:
+            self.ok = False
+            return
+        parts = val if isinstance(val, (tuple, list)) else (val,) if val is not None else ()
+        for part in parts:
+            if not _replayable(part):
+                self.ok = False
+                return
+            self.made[id(part)] = self.count
+            self.count += 1
+        results = tuple(parts) if isinstance(val, (tuple, list)) else val
+        dispatch = dispatch or any(not _at_start(part) for part in parts)
+        self.ops.append(Made(func, mapped[0], mapped[1], results, dispatch))
+
+    def finish(self, val: Any) -> None:
+        if not self.ok:
+            return
+        try:
+            self.returned = _refs(self, val)
+        except _Unkeyed:
+            self.ok = False
+
+
+class _Unkeyed(Exception):
+    """Something a key or a recording cannot stand for exactly."""
+
+
+def _refs(tape: Tape, value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        found = tape.ref(value)
+        if found is None:
+            raise _Unkeyed
+        return found
+    if isinstance(value, (_PLAIN, torch.SymInt)):
+        return value
+    if type(value) is tuple:
+        return tuple([_refs(tape, v) for v in value])
+    if type(value) is list:
+        return [_refs(tape, v) for v in value]
+    if type(value) is dict:
+        return {k: _refs(tape, v) for k, v in value.items()}
+    raise _Unkeyed
+
+
+def _replayable(value: Any) -> bool:
+    """A fake tensor whose metadata is all there is to it: no constant, no autograd state, sizes
+    known before it runs."""
+    return (
+        isinstance(value, FakeTensor) and value.constant is None and not value.requires_grad
+        and not free_unbacked_symbols(value)
+    )
+
+
+def _at_start(value: torch.Tensor) -> bool:
+    """No storage offset: `fresh_like` can make it (a view further into a storage it cannot)."""
+    offset = value.storage_offset()
+    return type(offset) is int and offset == 0
+
+
+def _expr(size: Any) -> Hashable:
+    return ("s", size.node.expr) if isinstance(size, torch.SymInt) else size
+
+
+def _tensor_key(value: torch.Tensor) -> Hashable:
+    if not _replayable(value):
+        raise _Unkeyed
+    return (
+        value.dtype, value.device, value.layout,
+        tuple([_expr(s) for s in value.shape]), tuple([_expr(s) for s in value.stride()]),
+        _expr(value.storage_offset()),
+    )
+
+
+def node_key(
+    func: OpOverload, args: Any, kwargs: Any, extra: Hashable, role: Callable[[torch.Tensor], Hashable] = lambda _: None
+) -> tuple[Hashable, dict[int, int]] | None:
+    """The memo key of decomposing `func` on `args`, `kwargs` (with the caller's `extra`, and each
+    tensor input's `role` beside its metadata), and each distinct tensor input's index by id;
+    None when some argument cannot be keyed exactly."""
+    inputs: dict[int, int] = {}
+    metas: list[Hashable] = []
+
+    def walk(value: Any) -> Hashable:
+        if isinstance(value, torch.Tensor):
+            index = inputs.get(id(value))
+            if index is None:
+                index = inputs[id(value)] = len(inputs)
+                metas.append((_tensor_key(value), role(value)))
+            return ("t", index)
+        if isinstance(value, torch.SymInt):
+            if value.node.maybe_as_int() is not None:
+                return ("i", int(value))
+            return ("s", value.node.expr)
+        if isinstance(value, (torch.SymFloat, torch.SymBool)):
+            raise _Unkeyed
+        if isinstance(value, _PLAIN):
+            return (type(value), repr(value))  # (repr: -0.0 and nan as themselves)
+        if isinstance(value, (tuple, list)):  # (torch.Size and FX's immutable_list too: by type)
+            return (type(value), tuple([walk(v) for v in value]))
+        raise _Unkeyed  # a dict, anything else: not remembered
+
+    try:
+        shape = (walk(tuple(args)), tuple((k, walk(v)) for k, v in kwargs.items()))
+    except _Unkeyed:
+        return None
+    return (func, extra, shape, tuple(metas)), inputs
+
+
+def fresh_like(template: torch.Tensor) -> torch.Tensor:
+    """A new fake tensor of `template`'s metadata (its sizes' expressions too; no storage offset)
+    in its fake mode, sharing nothing with it, made without a dispatch through the fake mode."""
+    fake = cast(FakeTensor, template)  # (a Tape keeps only fake tensors: _replayable)
+    with _disable_current_modes():
+        made = torch.empty_strided(fake.shape, fake.stride(), dtype=fake.dtype, device="meta")
+        return FakeTensor(fake.fake_mode, made, fake.device)
+
+
+class Recording(Protocol):
+    """What `decomposed` uses of `texir.adapters.local_decompose`'s recorder (a dispatch mode)."""
+
+    table: Mapping[Any, Callable[..., Any]]
+    fake_mode: Any
+    nodes: dict[int, torch.fx.Node]
+    written: set[int]
+    lazy: dict[int, Any]
+    buffers: Any
+    source: torch.fx.Node | None
+    tape: Tape | None
+    memo: dict[Any, Tape] | None
+    replayed: list[str]
+
+    def in_place_source(self) -> bool: ...
+
+    def record(
+        self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None,
+        replayed: bool = False,
+    ) -> Any: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any, /) -> Any: ...
+
+
+def decomposed(rec: Recording, target: OpOverload, args: Any, kwargs: Any, in_place: bool) -> Any:
+    """`target`'s decomposition on `args`, `kwargs` recorded; replayed when an earlier node of the
+    same key recorded one ."""
+    memo = rec.memo if rec.memo is not None else {}
+    keyed = None
+    if rec.memo is not None and _plain_inputs(rec, args, kwargs):
+        keyed = node_key(target, args, kwargs, (in_place, rec.in_place_source()), functools.partial(_buffer_role, rec))
+    if keyed is not None:
+        found = memo.get(keyed[0])
+        if found is not None:
+            if rec.source is not None:
+                rec.replayed.append(rec.source.name)
+            return _replay(rec, found, keyed[1], args, kwargs)
+        rec.tape = Tape(keyed[1])
+    decomposition = rec.table.get(target)
+    try:
+        with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
+            val = decomposition(*args, **kwargs) if decomposition is not None else target(*args, **kwargs)
+        tape = rec.tape
+    finally:
+        rec.tape = None
+    if keyed is not None and tape is not None:
+        tape.finish(val)
+        if tape.ok:
+            memo[keyed[0]] = tape
+    return val
+
+
+def _plain_inputs(rec: Recording, args: Any, kwargs: Any) -> bool:
+    """Every tensor input holds a node's value that no in-place op wrote and that is not waiting to
+    be made where it is read: what the recorder does with them depends on their metadata and
+    their `_buffer_role` only."""
+    for leaf in leaves(args, kwargs):
+        if isinstance(leaf, torch.Tensor):
+            if id(leaf) not in rec.nodes or id(leaf) in rec.written or id(leaf) in rec.lazy:
+                return False
+    return True
+
+
+def _buffer_role(rec: Recording, value: torch.Tensor) -> Hashable:
+    """Whether `value` is a buffer's value or a view of one: a view the recorder makes of such a
+    value is noted as the buffer's, and a recording that made one is not kept, so which buffer
+    does not matter."""
+    node = rec.nodes[id(value)]
+    return (node in rec.buffers.holder, node in rec.buffers.views)
+
+
+def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kwargs: Any) -> Any:
+    """The ops `tape` recorded made again on this node's inputs: the same nodes, names and
+    metadata the recording would give, with fresh fake values."""
+    given: list[Any] = [None] * len(inputs)
+    for leaf in leaves(args, kwargs):
+        if isinstance(leaf, torch.Tensor):
+            given[inputs[id(leaf)]] = leaf
+    made: list[Any] = []
+
+    def value(ref: Ref) -> Any:
+        return made[ref.index] if ref.made else given[ref.index]
+
+    for op in tape.ops:
+        op_args, op_kwargs = map_leaves(Ref, value, (op.args, op.kwargs))
+        results = op.results
+        if op.dispatch:  # (a view into a larger storage: the fake mode makes it, as recorded)
+            val = rec.record(op.func, op_args, op_kwargs)
+        elif isinstance(results, tuple):
+            val = rec.record(op.func, op_args, op_kwargs, known=tuple(fresh_like(r) for r in results), replayed=True)
+        else:
+            known = fresh_like(results) if results is not None else None
+            val = rec.record(op.func, op_args, op_kwargs, known=known, replayed=True)
+        if isinstance(val, (tuple, list)):
+            made.extend(val)
+        elif val is not None:
+            made.append(val)
+    return map_leaves(Ref, value, tape.returned)
