@@ -39,6 +39,7 @@ from texir.adapters.tensors import (
     MEMORY_FORMAT_FROM_TORCH,
     device_str,
     dim_from_torch,
+    expr_str,
     float_from_python,
     tensor_data_from_tensor,
     tensor_digests,
@@ -62,7 +63,6 @@ class _FromFx:
     def __init__(self, ep: ExportedProgram, renames: dict[torch.fx.Node, str]) -> None:
         self.ep = ep
         self.provenance = FxProvenance()
-        self.sym_cache: dict[Any, str] = {}
         self.renames = renames
         """Placeholders named otherwise than their input spec (`placeholder_renames`): the IR takes
         the spec's name."""
@@ -81,19 +81,15 @@ class _FromFx:
             torch.device: lambda v, n: ir.DeviceArg(value=device_str(v)),
             torch.layout: self._layout_arg,
             torch.memory_format: lambda v, n: ir.MemoryFormatArg(value=MEMORY_FORMAT_FROM_TORCH[v]),
-            torch.SymInt: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="int"),
-            torch.SymFloat: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="float"),
-            torch.SymBool: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="bool"),
+            torch.SymInt: lambda v, n: ir.SymExprArg(expr=expr_str(v.node.expr), type="int"),
+            torch.SymFloat: lambda v, n: ir.SymExprArg(expr=expr_str(v.node.expr), type="float"),
+            torch.SymBool: lambda v, n: ir.SymExprArg(expr=expr_str(v.node.expr), type="bool"),
         }
 
     # -- metadata ----------------------------------------------------------------------------
 
     def _sym(self, value: Union[torch.SymInt, torch.SymFloat, torch.SymBool]) -> str:
-        expr = value.node.expr
-        s = self.sym_cache.get(expr)
-        if s is None:
-            s = self.sym_cache[expr] = str(expr)
-        return s
+        return expr_str(value.node.expr)
 
     def meta(self, val: Any, node: torch.fx.Node) -> ir.ValueMeta | None:
         if isinstance(val, torch.Tensor):
