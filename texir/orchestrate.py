@@ -18,7 +18,7 @@ from torch.export import ExportedProgram
 from texir.adapters.conversion_memo import conversion_memo, exported_program_of, forget_exported, remember_exported
 from texir.adapters.decompositions import decompose_nodes, functionalize, has_subclass_state
 from texir.adapters.fx_export import to_exported_program
-from texir.adapters.fx_import import from_exported_program
+from texir.adapters.fx_import import from_exported_program, state_memo
 from texir.adapters.local_decompose import functional_program
 from texir.adapters.tensors import digest_memo
 from texir.backends import xnnpack
@@ -173,12 +173,15 @@ def _lower_one_memo(
     skip_dim_order: bool = False,
 ) -> Lowered:
     retraced: list[Retrace] = []  # each step torch's retrace did, with why (the report's `retraced`)
-    with clock.phase("import"):
-        aten, ep = _imported(method, source, partitioners, options, retraced)
-    with clock.phase("decompose"):
-        keep = _kept_ops(method, aten, partitioners)
-        program = _decomposed(ep, aten, sorted(keep), options.cache, retraced, allow_non_core)
-        program, turned_down = _decompose_turned_down(method, program, partitioners, keep, retraced)
+    # The decomposed program's weights are the imported program's state entries (state_memo),
+    # converted once; the memo ends with the decomposition, so no copied buffer outlives it.
+    with state_memo():
+        with clock.phase("import"):
+            aten, ep = _imported(method, source, partitioners, options, retraced)
+        with clock.phase("decompose"):
+            keep = _kept_ops(method, aten, partitioners)
+            program = _decomposed(ep, aten, sorted(keep), options.cache, retraced, allow_non_core)
+            program, turned_down = _decompose_turned_down(method, program, partitioners, keep, retraced)
     # The functional input (its FX graph and IR) is not read past here: let it go before the
     # to_edge rewrites and the partitioners run (on a Llama, ~3.5 MiB of Python objects a layer)
     if aten is not None:

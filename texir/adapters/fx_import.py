@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, Union
 
 import msgspec
@@ -39,6 +41,7 @@ from texir.adapters.tensors import (
     MEMORY_FORMAT_FROM_TORCH,
     device_str,
     dim_from_torch,
+    expr_str,
     float_from_python,
     tensor_data_from_tensor,
     tensor_digests,
@@ -49,7 +52,7 @@ from texir.ir import types as ir
 from texir.ir.builder import GraphBuilder
 from texir.ir.names import CALL_DELEGATE, GETITEM
 
-__all__ = ["CustomMetaError", "from_exported_program"]
+__all__ = ["CustomMetaError", "from_exported_program", "state_memo"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -62,7 +65,6 @@ class _FromFx:
     def __init__(self, ep: ExportedProgram, renames: dict[torch.fx.Node, str]) -> None:
         self.ep = ep
         self.provenance = FxProvenance()
-        self.sym_cache: dict[Any, str] = {}
         self.renames = renames
         """Placeholders named otherwise than their input spec (`placeholder_renames`): the IR takes
         the spec's name."""
@@ -81,19 +83,15 @@ class _FromFx:
             torch.device: lambda v, n: ir.DeviceArg(value=device_str(v)),
             torch.layout: self._layout_arg,
             torch.memory_format: lambda v, n: ir.MemoryFormatArg(value=MEMORY_FORMAT_FROM_TORCH[v]),
-            torch.SymInt: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="int"),
-            torch.SymFloat: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="float"),
-            torch.SymBool: lambda v, n: ir.SymExprArg(expr=str(v.node.expr), type="bool"),
+            torch.SymInt: lambda v, n: ir.SymExprArg(expr=expr_str(v.node.expr), type="int"),
+            torch.SymFloat: lambda v, n: ir.SymExprArg(expr=expr_str(v.node.expr), type="float"),
+            torch.SymBool: lambda v, n: ir.SymExprArg(expr=expr_str(v.node.expr), type="bool"),
         }
 
     # -- metadata ----------------------------------------------------------------------------
 
     def _sym(self, value: Union[torch.SymInt, torch.SymFloat, torch.SymBool]) -> str:
-        expr = value.node.expr
-        s = self.sym_cache.get(expr)
-        if s is None:
-            s = self.sym_cache[expr] = str(expr)
-        return s
+        return expr_str(value.node.expr)
 
     def meta(self, val: Any, node: torch.fx.Node) -> ir.ValueMeta | None:
         if isinstance(val, torch.Tensor):
@@ -334,6 +332,52 @@ def _symbol_hints(ep: ExportedProgram) -> dict[str, int]:
     }
 
 
+_STATE_MEMO: ContextVar[dict[tuple[str, int, bool], tuple[torch.Tensor, ir.StateEntry]] | None] = ContextVar(
+    "texir_state_memo", default=None
+)
+
+
+@contextlib.contextmanager
+def state_memo() -> Iterator[None]:
+    """Inside the block, a state entry converted once is reused by every later conversion whose
+    program holds the very same tensor under the same name and kind (`lower` converts the program it
+    is given and its decomposition, and both hold the same weights): no second digest look-up,
+    payload view or buffer copy. Entries hold their tensor, so an id is never another tensor's."""
+    token = _STATE_MEMO.set({})
+    try:
+        yield
+    finally:
+        _STATE_MEMO.reset(token)
+
+
+def _state_entries(tensors: list[tuple[str, torch.Tensor]], buffers: set[str]) -> list[ir.StateEntry]:
+    """The state entries of `tensors` (name, tensor), sorted by name; buffers' payloads copied."""
+    memo = _STATE_MEMO.get()
+    found: list[ir.StateEntry | None] = [None] * len(tensors)
+    if memo is not None:
+        for i, (target, value) in enumerate(tensors):
+            hit = memo.get((target, id(value), target in buffers))
+            if hit is not None and hit[0] is value:
+                found[i] = hit[1]
+    todo = [i for i, entry in enumerate(found) if entry is None]
+    # Hashed before the buffers are copied: the source tensor is what a digest_memo recognises.
+    wheres = [f"state entry {tensors[i][0]!r}" for i in todo]
+    digests = tensor_digests([tensors[i][1] for i in todo], wheres)
+    for i, where, digest in zip(todo, wheres, digests):
+        target, value = tensors[i]
+        source = value
+        if target in buffers:
+            value = value.detach().clone(memory_format=torch.contiguous_format) \
+                if value.is_contiguous() else value
+        entry = ir.StateEntry(target=target, value=tensor_data_from_tensor(value, where=where, digest=digest))
+        found[i] = entry
+        if memo is not None:
+            memo[(target, id(source), target in buffers)] = (source, entry)
+    state = [entry for entry in found if entry is not None]  # every index is filled above
+    state.sort(key=lambda e: e.target)
+    return state
+
+
 def from_exported_program(
     ep: ExportedProgram,
     *,
@@ -401,16 +445,7 @@ def _convert_from(ep: ExportedProgram) -> ir.Program:
                     "(texir.orchestrate.lower does this itself)"
                 )
             tensors.append((target, value))
-    # Hashed before the buffers are copied: the source tensor is what a digest_memo recognises.
-    wheres = [f"state entry {target!r}" for target, _ in tensors]
-    digests = tensor_digests([value for _, value in tensors], wheres)
-    state: list[ir.StateEntry] = []
-    for (target, value), where, digest in zip(tensors, wheres, digests):
-        if target in buffers:
-            value = value.detach().clone(memory_format=torch.contiguous_format) \
-                if value.is_contiguous() else value
-        state.append(ir.StateEntry(target=target, value=tensor_data_from_tensor(value, where=where, digest=digest)))
-    state.sort(key=lambda e: e.target)
+    state = _state_entries(tensors, buffers)
     ranges = []
     hints = _symbol_hints(ep) if ep.range_constraints else {}
     for sym, vr in ep.range_constraints.items():

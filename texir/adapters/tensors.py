@@ -38,6 +38,7 @@ __all__ = [
     "MEMORY_FORMAT_TO_TORCH",
     "digest_memo",
     "dim_from_torch",
+    "expr_str",
     "float_from_python",
     "float_to_python",
     "tensor_data_from_tensor",
@@ -102,6 +103,15 @@ def dim_from_torch(d: Union[int, torch.SymInt]) -> Dim:
     expr = d.node.expr  # type: ignore[union-attr]  # SymInt carries its SymNode
     if expr.is_Integer:
         return int(expr)
+    return expr_str(expr)
+
+
+@functools.lru_cache(maxsize=8192, typed=True)
+def expr_str(expr: Any) -> str:
+    """A sympy expression printed as the IR spells it, once per distinct expression: printing is
+    most of converting a program with symbolic shapes (every size of every node names the same few
+    expressions; ~60 us a print). Keyed by sympy's structural equality, which tells apart whatever
+    prints differently (`s0 + 1` and `s0 + 1.0`, symbols of other assumptions); bounded."""
     return str(expr)
 
 
