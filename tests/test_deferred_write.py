@@ -72,6 +72,8 @@ def _defer_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tensors, "_DEFER_BYTES", 1024)
     monkeypatch.setattr(tensors, "_DEFER_IN_MEMORY_BYTES", 1)
     monkeypatch.setattr(tensors, "_SAMPLE", 64)
+    # stand-ins an earlier test gave out (pytest-randomly orders the tests) would make this one hash at import
+    monkeypatch.setattr(tensors, "_STAND_INS", {})
 
 
 def test_weights_in_memory_hashed_while_written_give_the_same_files(
