@@ -10,9 +10,8 @@ from typing import Any
 import torch
 from torch._C import DispatchKey
 from torch._ops import OpOverload
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from texir.adapters.symbolic_sizes import SizeOf
+from texir.adapters.symbolic_sizes import SizeOf, unbacked_sizes
 
 __all__ = ["known_value", "plain_op"]
 
@@ -63,7 +62,7 @@ def _fresh(value: Any, bound: Mapping[int, Any]) -> bool:
     (for a size only known at run time the retrace names its own symbol)."""
     return (
         isinstance(value, torch.Tensor) and not value.requires_grad and id(value) not in bound
-        and not free_unbacked_symbols(value)
+        and not unbacked_sizes(value)
     )
 
 

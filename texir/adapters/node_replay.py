@@ -21,10 +21,10 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._python_dispatch import _disable_current_modes
 
 from texir.adapters.op_args import leaves, map_leaves
+from texir.adapters.symbolic_sizes import unbacked_sizes
 
 __all__ = ["Recording", "Tape", "decomposed", "fresh_like", "node_key"]
 
@@ -124,7 +124,7 @@ def _replayable(value: Any) -> bool:
     known before it runs."""
     return (
         isinstance(value, FakeTensor) and value.constant is None and not value.requires_grad
-        and not free_unbacked_symbols(value)
+        and not unbacked_sizes(value)
     )
 
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 from torch._ops import OpOverload
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-__all__ = ["SYM_SIZE", "SizeNodes", "SizeOf"]
+__all__ = ["SYM_SIZE", "SizeNodes", "SizeOf", "unbacked_sizes"]
 
 SYM_SIZE = torch.ops.aten.sym_size.int
 _SYM_STRIDE = torch.ops.aten.sym_stride.int
@@ -79,3 +80,13 @@ class SizeNodes:
         op, tensor, index = source
         self.record(op, (tensor, *index), size)
         return self.nodes[expr]
+
+
+def unbacked_sizes(value: torch.Tensor) -> bool:
+    """Whether a size, stride or the storage offset of `value` is only known at run time (an
+    unbacked symbol): `free_unbacked_symbols`, answered at once for a tensor of plain int sizes,
+    strides and offset (a static program's every value: no symbol to walk for)."""
+    if not value._has_symbolic_sizes_strides:
+        return False
+    return bool(free_unbacked_symbols(value))
+

@@ -42,27 +42,36 @@ def rewrite_graph(graph: Graph, rule: NodeRule, *, nested: bool = True) -> Graph
 
 def _rewrite(graph: Graph, rule: NodeRule, nested: bool) -> tuple[Graph, dict[str, str]]:
     renames: dict[str, str] = {}
-    builder = GraphBuilder()
-    changed = False
-    for node, meta, prov in graph.entries():
-        renamed = rename_node(node, renames, rename_self=False)
-        changed = changed or renamed is not node
+    entries = graph.entries()
+    # Most passes change no node of most graphs: the builder starts at the first change, given the
+    # entries before it as they were (an unchanged node is kept as the very same object).
+    builder: GraphBuilder | None = None
+    for index, (node, meta, prov) in enumerate(entries):
+        # (nothing is renamed before the first `Forward`: the node is then its own renamed form)
+        renamed = rename_node(node, renames, rename_self=False) if renames else node
         result = rule(renamed, meta, prov, graph)
+        if builder is None:
+            if result is None and renamed is node:
+                continue
+            builder = GraphBuilder()
+            builder.extend(entries[:index])
         if result is None:
             builder.add(renamed, meta, prov)
         elif isinstance(result, Forward):
             renames[node.name] = renames.get(result.value, result.value)
-            changed = True
         else:
             builder.extend(result)
-            changed = True
     subgraphs = graph.subgraphs
+    changed = builder is not None
     if nested and subgraphs:
         new_subs = tuple(Subgraph(name=s.name, graph=rewrite_graph(s.graph, rule)) for s in subgraphs)
         if any(a.graph is not b.graph for a, b in zip(new_subs, subgraphs)):
             subgraphs, changed = new_subs, True
     if not changed:
         return graph, renames
+    if builder is None:  # only nested graphs changed
+        builder = GraphBuilder()
+        builder.extend(entries)
     return builder.build(subgraphs), renames
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from texir.errors import IRError
 from texir.ir.printer import contiguous_strides
@@ -41,8 +41,21 @@ def node_args(node: Node) -> Iterator[Argument]:
 
 def node_inputs(node: Node) -> Iterator[str]:
     """Names of the values a node reads, in argument order (with repeats)."""
-    for arg in node_args(node):
-        yield from iter_refs(arg)
+    # (collected in one loop, not through nested generators: every lowering pass asks this of
+    # every node, often more than once)
+    if isinstance(node, CallFunction):
+        args: Iterable[Argument] = (*node.args, *(value for _, value in node.kwargs))
+    elif isinstance(node, Output):
+        args = node.args
+    else:
+        return iter(())
+    names: list[str] = []
+    for arg in args:
+        if isinstance(arg, Ref):
+            names.append(arg.name)
+        elif isinstance(arg, (ListArg, TupleArg)):
+            names.extend(iter_refs(arg))
+    return iter(names)
 
 
 def users(graph: Graph) -> dict[str, tuple[str, ...]]:

@@ -75,6 +75,12 @@ def _name_of(text: str) -> str:
     return head.split(".", 1)[0]
 
 
+def _overload_of(text: str) -> str:
+    """'aten::add.Tensor(Tensor self, ...' -> 'Tensor'; '' for the default overload (as
+    `parse_schema` reads the head)."""
+    return text.split("(", 1)[0].partition(".")[2]
+
+
 class OpFacts(msgspec.Struct, frozen=True, kw_only=True):
     """Everything the edge passes and the emitter ask about one operator, resolved once."""
 
@@ -108,6 +114,7 @@ class OpTable:
             by_name.setdefault(_name_of(text), []).append(text)
         self._texts = {k: tuple(v) for k, v in by_name.items()}
         self._parsed: dict[str, tuple[OpSchema, ...]] = {}
+        self._one: dict[str, OpSchema] = {}  # schema text -> its parse
         self._facts: dict[str, OpFacts | None] = {}
 
     def knows(self, name: str) -> bool:
@@ -118,15 +125,22 @@ class OpTable:
         """Every overload of `name` ('aten::add')."""
         found = self._parsed.get(name)
         if found is None:
-            found = self._parsed[name] = tuple(parse_schema(t) for t in self._texts.get(name, ()))
+            found = self._parsed[name] = tuple(self._parse(t) for t in self._texts.get(name, ()))
+        return found
+
+    def _parse(self, text: str) -> OpSchema:
+        found = self._one.get(text)
+        if found is None:
+            found = self._one[text] = parse_schema(text)
         return found
 
     def op_schema(self, target: str) -> OpSchema:
         """The schema of a canonical op string such as ``aten::add.Tensor``."""
         name, overload = split_target(target)
-        for schema in self.schemas_for(name):
-            if schema.overload == overload:
-                return schema
+        # Only the overload asked for is parsed (aten::add has a dozen): its text's head names it
+        for text in self._texts.get(name, ()):
+            if _overload_of(text) == overload:
+                return self._parse(text)
         raise OpSchemaError(
             f"operator {target!r} is not known to torch; check the op name and overload "
             "(core ATen programs come from texir.adapters.from_exported_program(ep, decompose=True), or "
@@ -140,7 +154,10 @@ class OpTable:
         schema = self.op_schema(target)
         if _is_out_schema(schema):
             return schema
-        candidates = [c for c in self.schemas_for(schema.name) if _is_out_schema(c)]
+        # (an out argument is written, `Tensor(a!)`: a schema without "!" has none and is not parsed)
+        candidates = [
+            c for c in (self._parse(t) for t in self._texts.get(schema.name, ()) if "!" in t) if _is_out_schema(c)
+        ]
         wanted = _signature(schema)
         for candidate in candidates:
             if _signature(candidate) == wanted:

@@ -11,7 +11,6 @@ vtables are deduplicated by the Builder. Writer and reader both walk `schema.FIE
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from typing import Any, Final
 
 import flatbuffers
@@ -34,25 +33,51 @@ def _align16(n: int) -> int:
 # -- writer --------------------------------------------------------------------------------------
 
 _SIZES: Final[dict[str, int]] = {"u64": 8, "u32": 4, "i32": 4, "f32": 4, "off": 4, "i16": 2, "u8": 1}
-_PREPEND: Final[dict[str, Callable[[flatbuffers.Builder, int, Any], None]]] = {
-    "u64": lambda b, slot, x: b.PrependUint64Slot(slot, x, 0),
-    "u32": lambda b, slot, x: b.PrependUint32Slot(slot, x, 0),
-    "i32": lambda b, slot, x: b.PrependInt32Slot(slot, x, 0),
-    "f32": lambda b, slot, x: b.PrependFloat32Slot(slot, x, 0.0),
-    "i16": lambda b, slot, x: b.PrependInt16Slot(slot, int(x), 0),
-    "u8": lambda b, slot, x: b.PrependUint8Slot(slot, x, 0),
-    "off": lambda b, slot, x: b.PrependUOffsetTRelativeSlot(slot, x, 0),
+_FLAGS: Final[dict[str, Any]] = {
+    "u64": flatbuffers.number_types.Uint64Flags,
+    "u32": flatbuffers.number_types.Uint32Flags,
+    "i32": flatbuffers.number_types.Int32Flags,
+    "f32": flatbuffers.number_types.Float32Flags,
+    "i16": flatbuffers.number_types.Int16Flags,
+    "u8": flatbuffers.number_types.Uint8Flags,
 }
 
 
-def _vector(b: flatbuffers.Builder, items: tuple[Any, ...], prepend: Callable[[Any], None]) -> int:
+def _scalar_slot(b: Builder, slot: int, wire: str, x: Any) -> None:
+    """What flatbuffers' Prepend<Type>Slot(slot, x, default 0) writes, without its five layers of
+    calls a field (the same range check, alignment, bytes and vtable entry)."""
+    flags = _FLAGS[wire]
+    if wire == "i16":
+        x = int(x)
+    flatbuffers.number_types.enforce_number(x, flags)
+    if x != 0:  # (0 and 0.0 alike: the schema's default, left out)
+        width = flags.bytewidth
+        b.Prep(width, 0)
+        b.head -= width
+        flags.packer_type.pack_into(b.Bytes, b.head, x)
+        vtable = b.current_vtable
+        if vtable is None:  # pragma: no cover - StartObject made it; flatbuffers' Slot asserts the same
+            raise XnnpackBlobError("internal error: a table field written outside a table; please report")
+        vtable[slot] = b.Offset()
+
+
+def _numbers(b: Builder, items: tuple[Any, ...], code: str) -> int:
+    """A vector of 4-byte numbers (struct `code` "I" or "f"), written at once: the bytes one
+    PrependUint32/PrependFloat32 an item writes (StartVector made room and aligned for them all)."""
     b.StartVector(4, len(items), 4)
-    for item in reversed(items):
-        prepend(item)
+    b.head -= 4 * len(items)
+    struct.pack_into(f"<{len(items)}{code}", b.Bytes, b.head, *items)
     return int(b.EndVector())
 
 
-def _write_table(b: flatbuffers.Builder, obj: Any) -> int:
+def _offsets(b: Builder, items: tuple[int, ...]) -> int:
+    b.StartVector(4, len(items), 4)
+    for item in reversed(items):
+        b.PrependUOffsetTRelative(item)
+    return int(b.EndVector())
+
+
+def _write_table(b: Builder, obj: Any) -> int:
     present: list[tuple[int, str, Any]] = []
     slot = 0
     for spec in s.FIELDS[type(obj)]:
@@ -77,19 +102,21 @@ def _write_table(b: flatbuffers.Builder, obj: Any) -> int:
             if kind == "str":
                 off = int(b.CreateString(value))
             elif kind == "[u32]":
-                off = _vector(b, value, b.PrependUint32)
+                off = _numbers(b, value, "I")
             elif kind == "[f32]":
-                off = _vector(b, value, b.PrependFloat32)
+                off = _numbers(b, value, "f")
             elif kind == "table":
                 off = _write_table(b, value)
             else:  # "[table]": element tables in index order, then the vector
-                offsets = tuple(_write_table(b, item) for item in value)
-                off = _vector(b, offsets, b.PrependUOffsetTRelative)
+                off = _offsets(b, tuple(_write_table(b, item) for item in value))
             present.append((slot, "off", off))
         slot += 1
     b.StartObject(slot)
     for fslot, wire, value in sorted(present, key=lambda f: (-_SIZES[f[1]], -f[0])):
-        _PREPEND[wire](b, fslot, value)
+        if wire == "off":
+            b.PrependUOffsetTRelativeSlot(fslot, value, 0)
+        else:
+            _scalar_slot(b, fslot, wire, value)
     return int(b.EndObject())
 
 

@@ -8,7 +8,7 @@ place. The records never leave `preprocess`, which stays a pure function of its 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -122,9 +122,8 @@ class WorkNode(msgspec.Struct, eq=False):
     def inputs(self) -> list[WorkNode]:
         """fx's `all_input_nodes`: node inputs in argument order, each once."""
         seen: list[WorkNode] = []
-        for a in _walk([*self.args, *self.kwargs.values()]):
-            if a not in seen:
-                seen.append(a)
+        _collect(self.args, seen)
+        _collect(self.kwargs.values(), seen)
         return seen
 
     def replace_input(self, old: WorkNode, new: WorkNode) -> None:
@@ -132,12 +131,15 @@ class WorkNode(msgspec.Struct, eq=False):
         self.kwargs = {k: _swap(v, old, new) for k, v in self.kwargs.items()}
 
 
-def _walk(items: list[Any]) -> Iterator[WorkNode]:
+def _collect(items: Iterable[Any], seen: list[WorkNode]) -> None:
+    """Append to `seen` the nodes in `items` (lists and tuples walked depth first) not in it yet
+    (WorkNode compares by identity)."""
     for a in items:
         if isinstance(a, WorkNode):
-            yield a
+            if a not in seen:
+                seen.append(a)
         elif isinstance(a, (list, tuple)):
-            yield from _walk(list(a))
+            _collect(a, seen)
 
 
 def _swap(a: Any, old: WorkNode, new: WorkNode) -> Any:
