@@ -61,11 +61,11 @@ def exported() -> torch.export.ExportedProgram:
 def _write(ep: torch.export.ExportedProgram, out: Path) -> tuple[bytes, bytes]:
     lowered = texir.lower(ep, [xnnpack.partitioner()], cache=None).program
     program = emit(lowered, EmitOptions(external_constants=True, external_named_data=TAG))
-    (data,) = program.external
     out.mkdir()
-    pte.dump_ptd(data, out / "model.ptd")
+    for data in program.external:  # the delegates' named data; the undelegated weights apart (tag "model")
+        pte.dump_ptd(data, out / f"{data.tag}.ptd")
     pte.dump(program, out / "model.pte")
-    return (out / "model.pte").read_bytes(), (out / "model.ptd").read_bytes()
+    return (out / "model.pte").read_bytes(), b"".join((out / f"{d.tag}.ptd").read_bytes() for d in program.external)
 
 
 def _defer_everything(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -291,3 +291,46 @@ def test_a_full_disk_during_a_direct_write_is_a_pte_error_and_leaves_no_file(
     with pytest.raises(PteError, match="No space left on device"):
         pte.dump_ptd(ptd, tmp_path / "out.ptd")
     assert list(tmp_path.iterdir()) == [] and len(calls) == 2
+
+
+class _Tied(torch.nn.Module):
+    """An embedding tied to the output projection, as small Llamas are: one tensor, two names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 32)
+        self.head = torch.nn.Linear(32, 64, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.embed(ids)))
+
+
+def test_a_tensor_under_two_names_shares_one_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    _defer_everything(monkeypatch)
+    weight = torch.arange(1 << 12, dtype=torch.float32)
+    first, second = tensors.tensor_digests([weight, weight], ["embed", "head"])
+    assert first == second and first in tensors._STAND_INS  # one payload, deferred
+    copy = weight.clone()  # the same bytes in another storage: hashed now, one digest
+    a, b = tensors.tensor_digests([weight, copy], ["a", "b"])
+    assert a == b == hashlib.sha256(weight.numpy().tobytes()).hexdigest()
+
+
+def test_tied_weights_deferred_give_the_same_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ep = torch.export.export(_Tied().eval(), (torch.tensor([[1, 5, 7]]),))
+    before = _write(ep, tmp_path / "hashed_first")
+    _defer_everything(monkeypatch)
+    copied: list[int] = []
+    chunks = blob.HashingCopy.chunks
+
+    def counted(self: blob.HashingCopy, payload: Blob) -> Iterator[memoryview]:
+        if payload.deferred:
+            copied.append(payload.nbytes)
+        return chunks(self, payload)
+
+    monkeypatch.setattr(blob.HashingCopy, "chunks", counted)
+    assert _write(ep, tmp_path / "deferred") == before
+    # the tied weight is in both files (the embedding's constant, the projection's named data),
+    # hashed while each is written, not at import (two names for one tensor used to force that)
+    assert copied == [64 * 32 * 4] * 2

@@ -328,8 +328,9 @@ def _sample(view: memoryview) -> bytes:
 
 def _stand_ins(tensors: Sequence[torch.Tensor], views: Sequence[memoryview]) -> list[str | None]:
     """A stand-in digest for each large mapped tensor (each large one when those in memory hold
-    `_DEFER_IN_MEMORY_BYTES`) whose sample no other tensor here shares (so its bytes are unique
-    among them, and deduplication by digest is unchanged), else None."""
+    `_DEFER_IN_MEMORY_BYTES`) whose sample no other tensor here shares but one viewing the same
+    bytes (so its bytes are unique among them, and deduplication by digest is unchanged), else
+    None."""
     out: list[str | None] = [None] * len(tensors)
     large = [i for i, v in enumerate(views) if v.nbytes >= _DEFER_BYTES]
     mapped = sorted(_file_mappings()) if large else []
@@ -347,12 +348,16 @@ def _stand_ins(tensors: Sequence[torch.Tensor], views: Sequence[memoryview]) -> 
         return out
     sizes = {views[i].nbytes for i in large}
     samples: dict[int, bytes] = {i: _sample(v) for i, v in enumerate(views) if v.nbytes in sizes}
-    counts: dict[bytes, int] = {}
-    for sample in samples.values():
-        counts[sample] = counts.get(sample, 0) + 1
+    # Tensors viewing the very same bytes (a tied embedding and output projection, listed under
+    # both names) are one payload: they share a stand-in; other tensors sharing a sample may share
+    # bytes without sharing storage.
+    same: dict[bytes, set[tuple[int, int] | int]] = {}
+    for i, sample in samples.items():
+        t = tensors[i]
+        same.setdefault(sample, set()).add((t.data_ptr(), views[i].nbytes) if t.is_contiguous() else i)
     for i in large:
         sample = samples[i]
-        if counts[sample] > 1:
+        if len(same[sample]) > 1:
             continue  # maybe equal to another tensor: hashed now, so equal bytes share a digest
         stand_in = hashlib.sha256(b"texir deferred digest\0" + sample).hexdigest()
         place = (tensors[i].data_ptr(), views[i].nbytes, i in mapped_ones)
