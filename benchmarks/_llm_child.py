@@ -127,7 +127,14 @@ def lower_program(ep: Any, partitioners: list[Any]) -> Any:
     from texir.orchestrate import lower
 
     result = lower(ep, partitioners, cache=None)
+    report = getattr(result, "report", None)
+    PHASES.clear()
+    PHASES.update({p.name: p.seconds for p in getattr(report, "phases", ())})
     return getattr(result, "program", result)
+
+
+PHASES: dict[str, float] = {}
+"""The phases of the last `lower_program`'s report (wall seconds)."""
 
 
 class Stages:
@@ -252,7 +259,7 @@ def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
         "seconds": st.seconds, "peak": st.peak, "held": st.held, "preprocess": inside[0],
         "extra_peak": max(st.peak.values()), "peak_rss": max(st.base + max(st.peak.values()), model_rss + export_peak),
         "export_peak": export_peak, "run_peak": max(export_peak, st.base - model_rss + max(st.peak.values())),
-        "weightless": bool(spec.get("weightless", False)),
+        "weightless": bool(spec.get("weightless", False)), "phases": dict(PHASES),
         "sizes": {f: (out / f).stat().st_size for f in files},
         "digests": {f: sha256_file(out / f) for f in files},
         "executorch_imported_before_check": any(m.split(".")[0] == "executorch" for m in sys.modules),

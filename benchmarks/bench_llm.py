@@ -217,6 +217,10 @@ def scale(sizes: list[str], limit: int, sides: tuple[str, ...] = ("executorch", 
                   f"{r['extra_peak'] / GIB:6.2f} GiB ({r['extra_peak'] / r['weights']:.1%} of the weights), "
                   f"export included {r['run_peak'] / GIB:6.2f} GiB ({r['run_peak'] / r['weights']:.1%}; "
                   f"{'weightless' if r['weightless'] else 'plain'} export)  files {files / GIB:.2f} GiB")
+            if r.get("phases"):
+                print(f"  {size:<6} {LABELS[side]:<11} lowering phases (s): "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items())
+                      + f"; emit {r['seconds']['emit']:.2f}")
 
 
 def _mem_total() -> int:

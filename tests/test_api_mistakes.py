@@ -60,6 +60,43 @@ def test_native_xnnpack_partitioner_needs_no_registration(
         to_backend(program, xnnpack.partitioner())
 
 
+def test_native_partitioner_stays_native_after_the_bridge_registered_executorchs_backend(
+    exported: torch.export.ExportedProgram, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ExecuTorch's bridge registers ExecuTorch's XnnpackBackend by itself for ExecuTorch's
+    partitioner; texir's own partitioner in the same process still gets texir's backend (it did not:
+    the bridged preprocess ran, and a large model's weights were hashed at import, not while written).
+    A backend the user registers there stays theirs."""
+    pytest.importorskip("executorch")
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from texir.executorch import executorch_partitioner
+    from texir.executorch.backend import ExecutorchBackend
+
+    monkeypatch.setattr(backend_module, "_REGISTRY", {})
+    monkeypatch.setattr(backend_module, "_IMPLICIT", set())
+    bridged = texir.lower(exported, [executorch_partitioner(XnnpackPartitioner())], cache=None)
+    assert isinstance(get_backend(xnnpack.BACKEND_ID), ExecutorchBackend)
+    assert backend_module.registered_implicitly(xnnpack.BACKEND_ID)
+    used: list[object] = []
+    native_preprocess = xnnpack.XnnpackNativeBackend.preprocess
+
+    def counted(self: xnnpack.XnnpackNativeBackend, *args: object) -> object:
+        used.append(self)
+        return native_preprocess(self, *args)  # type: ignore[arg-type]  # forwarding the caller's arguments
+
+    monkeypatch.setattr(xnnpack.XnnpackNativeBackend, "preprocess", counted)
+    native = texir.lower(exported, [xnnpack.partitioner()], cache=None)
+    assert len(used) == 1  # texir's backend preprocessed the native partitioner's delegate
+    assert isinstance(get_backend(xnnpack.BACKEND_ID), ExecutorchBackend)  # the registry as it was
+    assert pte.dumps(emit(native.program)) == pte.dumps(emit(bridged.program))
+    mine = xnnpack.XnnpackNativeBackend()
+    backend_module.register_backend(xnnpack.BACKEND_ID, mine, replace=True)  # the user's choice
+    assert not backend_module.registered_implicitly(xnnpack.BACKEND_ID)
+    texir.lower(exported, [xnnpack.partitioner()], cache=None)
+    assert used[-1] is mine
+
+
 def test_emit_of_the_lowered_result_says_emit_lowered_program(exported: torch.export.ExportedProgram) -> None:
     lowered = texir.lower(exported, [], cache=None)
     with pytest.raises(EmitArgumentError, match=r"write emit\(lowered\.program\)") as info:

@@ -26,7 +26,7 @@ from texir.backends.xnnpack.partitioner import XnnpackNativePartitioner
 from texir.errors import TexirError
 from texir.ir import CallFunction, Program
 from texir.lowering.api import describe_partitioner
-from texir.lowering.backend import registered_backends
+from texir.lowering.backend import registered_backends, registered_implicitly
 from texir.lowering.decompose_memo import decomposition_key, rebind_state, template_of
 from texir.lowering.delegate import NodeOrder, PreprocessOptions
 from texir.lowering.errors import PartitionerError
@@ -152,11 +152,14 @@ def _lower_one(
 
 def _native_backends(partitioners: Sequence[Partitioner]) -> contextlib.AbstractContextManager[object]:
     """texir's native XNNPACK backend registered for this lowering when its partitioner is among
-    `partitioners` and no backend is registered under `XnnpackBackend` (so `lower(ep,
-    [xnnpack.partitioner()])` needs no `with xnnpack.registered():`); a backend registered there,
-    by such a block or ExecuTorch's bridge, stays, and the registry is left as it was."""
+    `partitioners` and no backend is registered under `XnnpackBackend` but one texir registered by
+    itself (ExecuTorch's, which the bridge registers for ExecuTorch's partitioner): so `lower(ep,
+    [xnnpack.partitioner()])` needs no `with xnnpack.registered():` and preprocesses natively
+    whatever ran before it in the process. A backend the user registered there (such a block,
+    `xnnpack.register()`, their own) stays; the registry is left as it was."""
     uses_native = any(isinstance(p, XnnpackNativePartitioner) for p in partitioners)
-    if uses_native and xnnpack.BACKEND_ID not in registered_backends():
+    if uses_native and (xnnpack.BACKEND_ID not in registered_backends()
+                        or registered_implicitly(xnnpack.BACKEND_ID)):
         return xnnpack.registered()
     return contextlib.nullcontext()
 

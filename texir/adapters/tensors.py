@@ -7,8 +7,11 @@ import contextlib
 import functools
 import hashlib
 import os
+import threading
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any, Union
 
@@ -41,6 +44,7 @@ __all__ = [
     "expr_str",
     "float_from_python",
     "float_to_python",
+    "hash_ahead",
     "tensor_data_from_tensor",
     "tensor_digests",
     "tensor_from_data",
@@ -191,7 +195,88 @@ def _remembered(t: torch.Tensor) -> str | None:
     found = memo.get(id(t)) if memo is not None else None
     if found is not None and found[0] is t and found[1] == t._version and found[2] == t.data_ptr():
         return found[3]
-    return None
+    return _hashed_ahead(t) if _AHEAD else None
+
+
+_AHEAD: dict[int, tuple[weakref.ref[torch.Tensor], int, int, Future[str]]] = {}
+"""id of a tensor `hash_ahead` was given -> (the tensor, its version and address then, its digest
+to come); an entry goes with its tensor."""
+_AHEAD_LOCK = threading.Lock()
+_ahead_pool: ThreadPoolExecutor | None = None
+
+
+def hash_ahead(tensors: Sequence[torch.Tensor]) -> None:
+    """Start hashing, on one background thread of the lowest priority, the large contiguous CPU tensors of `tensors` held
+    in memory, when together they hold `_DEFER_IN_MEMORY_BYTES` (a model of several GB, whose
+    hashes would otherwise cost seconds of `lower` or of the `.ptd` writer). `texir.adapters.weightless`
+    calls it as the export starts: torch's export runs on one core, and hashlib releases the
+    interpreter lock, so the hashes run on another. Conversion takes each digest that is ready
+    (the others go the usual way; those not started are cancelled), and only while the tensor is
+    unchanged (same version, same storage). Tensors mapped from a file
+    (a checkpoint) are left to the writer, which reads them once."""
+    global _ahead_pool
+    mapped = sorted(_file_mappings())
+    starts = [lo for lo, _ in mapped]
+
+    def in_file(address: int) -> bool:
+        k = bisect.bisect_right(starts, address) - 1
+        return k >= 0 and address < mapped[k][1]
+
+    chosen = [
+        t for t in tensors
+        if isinstance(t, torch.Tensor) and type(t.data) is torch.Tensor and t.device.type == "cpu"
+        and t.layout is torch.strided and t.is_contiguous() and t.nbytes >= _DEFER_BYTES
+        and not in_file(t.data_ptr())
+    ]
+    if sum(t.nbytes for t in chosen) < _DEFER_IN_MEMORY_BYTES or os.environ.get(_HASH_AT_IMPORT) == "1":
+        return
+    with _AHEAD_LOCK:
+        if _ahead_pool is None:
+            _ahead_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="texir-hash-ahead",
+                                             initializer=_lowest_priority)
+        for t in chosen:
+            if id(t) in _AHEAD:
+                continue
+            future = _ahead_pool.submit(_sha256_hex, _byte_view(t, "weight")[1])
+            ref = weakref.ref(t, functools.partial(_forget_ahead, id(t)))
+            _AHEAD[id(t)] = (ref, t._version, t.data_ptr(), future)
+
+
+def _lowest_priority() -> None:
+    """The calling thread at the lowest scheduling priority (Linux: a thread's own nice value), so
+    that hashing ahead takes only a core the export leaves idle: on a machine whose other cores
+    are busy, it waits instead of slowing the export down."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass  # (no per-thread priority here: the hashes run at the process's)
+
+
+def _sha256_hex(view: memoryview) -> str:
+    return hashlib.sha256(view).hexdigest()
+
+
+def _forget_ahead(key: int, _: object) -> None:
+    _AHEAD.pop(key, None)
+
+
+def _hashed_ahead(t: torch.Tensor) -> str | None:
+    """`t`'s digest from `hash_ahead` when it is ready; None when it was not asked for, is not
+    done (a hash not started is cancelled; one running at the lowest priority is not waited for:
+    on a busy machine that could take long) or `t` changed since. None sends `t` the usual way
+    (hashed here, or while written)."""
+    found = _AHEAD.get(id(t))
+    if found is None or found[0]() is not t:
+        return None
+    ref, version, address, future = found
+    if version != t._version or address != t.data_ptr() or not future.done():
+        future.cancel()
+        _AHEAD.pop(id(t), None)
+        return None
+    try:
+        return future.result()
+    except Exception:  # noqa: BLE001 - a hash that failed is made again where it is needed
+        return None
 
 
 def _remember(t: torch.Tensor, digest: str) -> None:
@@ -243,8 +328,9 @@ def _sample(view: memoryview) -> bytes:
 
 def _stand_ins(tensors: Sequence[torch.Tensor], views: Sequence[memoryview]) -> list[str | None]:
     """A stand-in digest for each large mapped tensor (each large one when those in memory hold
-    `_DEFER_IN_MEMORY_BYTES`) whose sample no other tensor here shares (so its bytes are unique
-    among them, and deduplication by digest is unchanged), else None."""
+    `_DEFER_IN_MEMORY_BYTES`) whose sample no other tensor here shares but one viewing the same
+    bytes (so its bytes are unique among them, and deduplication by digest is unchanged), else
+    None."""
     out: list[str | None] = [None] * len(tensors)
     large = [i for i, v in enumerate(views) if v.nbytes >= _DEFER_BYTES]
     mapped = sorted(_file_mappings()) if large else []
@@ -262,12 +348,16 @@ def _stand_ins(tensors: Sequence[torch.Tensor], views: Sequence[memoryview]) -> 
         return out
     sizes = {views[i].nbytes for i in large}
     samples: dict[int, bytes] = {i: _sample(v) for i, v in enumerate(views) if v.nbytes in sizes}
-    counts: dict[bytes, int] = {}
-    for sample in samples.values():
-        counts[sample] = counts.get(sample, 0) + 1
+    # Tensors viewing the very same bytes (a tied embedding and output projection, listed under
+    # both names) are one payload: they share a stand-in; other tensors sharing a sample may share
+    # bytes without sharing storage.
+    same: dict[bytes, set[tuple[int, int] | int]] = {}
+    for i, sample in samples.items():
+        t = tensors[i]
+        same.setdefault(sample, set()).add((t.data_ptr(), views[i].nbytes) if t.is_contiguous() else i)
     for i in large:
         sample = samples[i]
-        if counts[sample] > 1:
+        if len(same[sample]) > 1:
             continue  # maybe equal to another tensor: hashed now, so equal bytes share a digest
         stand_in = hashlib.sha256(b"texir deferred digest\0" + sample).hexdigest()
         place = (tensors[i].data_ptr(), views[i].nbytes, i in mapped_ones)

@@ -168,7 +168,8 @@ def named_data_entries(backend_id: str, store: Any) -> tuple[NamedDataEntry, ...
 
 def register_executorch_backend(backend_id: str) -> None:
     """Make the ExecuTorch backend `backend_id` available to texir lowering under the same id
-    (nothing to do when a texir backend is already registered under it)."""
+    (nothing to do when a texir backend is already registered under it), as an implicit
+    registration: texir's own partitioner of that id still gets texir's backend."""
     try:
         get_backend(backend_id)
         return
@@ -181,7 +182,7 @@ def register_executorch_backend(backend_id: str) -> None:
             "(a BackendDetails subclass of that name); import the module defining it, or register a texir "
             "backend with texir.lowering.register_backend"
         )
-    register_backend(backend_id, ExecutorchBackend(cls))
+    register_backend(backend_id, ExecutorchBackend(cls), implicit=True)
 
 
 def compile_spec_from_executorch(owner: str, spec: Any) -> CompileSpec:

@@ -110,6 +110,7 @@ __all__ = [
     "maximal_partitions",
     "named_data_entry",
     "register_backend",
+    "registered_implicitly",
     "registered_backends",
     "tag_constants",
     "tag_mutated_buffers",

@@ -20,6 +20,7 @@ __all__ = [
     "check_result",
     "named_data_entry",
     "register_backend",
+    "registered_implicitly",
     "registered_backends",
 ]
 
@@ -54,6 +55,8 @@ class Backend(Protocol):
 
 
 _REGISTRY: dict[str, Backend] = {}
+_IMPLICIT: set[str] = set()
+"""Ids whose backend texir registered by itself (`register_backend(..., implicit=True)`)."""
 
 
 def _check_registration(backend_id: object, backend: object) -> None:
@@ -70,9 +73,12 @@ def _check_registration(backend_id: object, backend: object) -> None:
         )
 
 
-def register_backend(backend_id: str, backend: Backend, *, replace: bool = False) -> None:
+def register_backend(backend_id: str, backend: Backend, *, replace: bool = False, implicit: bool = False) -> None:
     """Make `backend` available under `backend_id`. Re-registering an id needs `replace=True`;
-    misuse is a `BackendRegistrationError`."""
+    misuse is a `BackendRegistrationError`. `implicit`: texir registers it by itself, on a
+    partitioner's behalf (ExecuTorch's bridge registers ExecuTorch's backend for its partitioner):
+    `texir.lower` then still gives texir's native backend to texir's own partitioner of that id,
+    as where nothing is registered (`registered_implicitly`)."""
     _check_registration(backend_id, backend)
     existing = _REGISTRY.get(backend_id)
     if existing is not None and existing is not backend and not replace:
@@ -80,6 +86,16 @@ def register_backend(backend_id: str, backend: Backend, *, replace: bool = False
             f"backend '{backend_id}' is already registered ({existing!r}); pass replace=True to override it"
         )
     _REGISTRY[backend_id] = backend
+    if implicit:
+        _IMPLICIT.add(backend_id)
+    else:
+        _IMPLICIT.discard(backend_id)
+
+
+def registered_implicitly(backend_id: str) -> bool:
+    """Whether the backend registered under `backend_id` is one texir registered by itself
+    (`register_backend(..., implicit=True)`), not one the user chose."""
+    return backend_id in _IMPLICIT and backend_id in _REGISTRY
 
 
 @contextlib.contextmanager
@@ -88,7 +104,9 @@ def backend_registered(backend_id: str, backend: Backend) -> Iterator[Backend]:
     there before (or nothing) is back afterwards, exceptions included."""
     _check_registration(backend_id, backend)
     previous = _REGISTRY.get(backend_id)
+    was_implicit = backend_id in _IMPLICIT
     _REGISTRY[backend_id] = backend
+    _IMPLICIT.discard(backend_id)
     try:
         yield backend
     finally:
@@ -96,6 +114,8 @@ def backend_registered(backend_id: str, backend: Backend) -> Iterator[Backend]:
             _REGISTRY.pop(backend_id, None)
         else:
             _REGISTRY[backend_id] = previous
+        if was_implicit:
+            _IMPLICIT.add(backend_id)
 
 
 def registered_backends() -> tuple[str, ...]:
