@@ -206,13 +206,13 @@ _ahead_pool: ThreadPoolExecutor | None = None
 
 
 def hash_ahead(tensors: Sequence[torch.Tensor]) -> None:
-    """Start hashing, on one background thread of the lowest priority, the large contiguous CPU tensors of `tensors` held
+    """Start hashing, on one background thread, the large contiguous CPU tensors of `tensors` held
     in memory, when together they hold `_DEFER_IN_MEMORY_BYTES` (a model of several GB, whose
     hashes would otherwise cost seconds of `lower` or of the `.ptd` writer). `texir.adapters.weightless`
     calls it as the export starts: torch's export runs on one core, and hashlib releases the
-    interpreter lock, so the hashes run on another. Conversion takes each digest that is ready
-    (the others go the usual way; those not started are cancelled), and only while the tensor is
-    unchanged (same version, same storage). Tensors mapped from a file
+    interpreter lock, so the hashes run on another. Conversion takes each digest when it is ready
+    (waiting for the one being hashed; one not started is cancelled and goes the usual way), and
+    only while the tensor is unchanged (same version, same storage). Tensors mapped from a file
     (a checkpoint) are left to the writer, which reads them once."""
     global _ahead_pool
     mapped = sorted(_file_mappings())
@@ -232,24 +232,13 @@ def hash_ahead(tensors: Sequence[torch.Tensor]) -> None:
         return
     with _AHEAD_LOCK:
         if _ahead_pool is None:
-            _ahead_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="texir-hash-ahead",
-                                             initializer=_lowest_priority)
+            _ahead_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="texir-hash-ahead")
         for t in chosen:
             if id(t) in _AHEAD:
                 continue
             future = _ahead_pool.submit(_sha256_hex, _byte_view(t, "weight")[1])
             ref = weakref.ref(t, functools.partial(_forget_ahead, id(t)))
             _AHEAD[id(t)] = (ref, t._version, t.data_ptr(), future)
-
-
-def _lowest_priority() -> None:
-    """The calling thread at the lowest scheduling priority (Linux: a thread's own nice value), so
-    that hashing ahead takes only a core the export leaves idle: on a machine whose other cores
-    are busy, it waits instead of slowing the export down."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):
-        pass  # (no per-thread priority here: the hashes run at the process's)
 
 
 def _sha256_hex(view: memoryview) -> str:
@@ -261,16 +250,13 @@ def _forget_ahead(key: int, _: object) -> None:
 
 
 def _hashed_ahead(t: torch.Tensor) -> str | None:
-    """`t`'s digest from `hash_ahead` when it is ready; None when it was not asked for, is not
-    done (a hash not started is cancelled; one running at the lowest priority is not waited for:
-    on a busy machine that could take long) or `t` changed since. None sends `t` the usual way
-    (hashed here, or while written)."""
+    """`t`'s digest from `hash_ahead`: ready, or being hashed (waited for); None when it was not
+    asked for, was not started (then cancelled) or `t` changed since."""
     found = _AHEAD.get(id(t))
     if found is None or found[0]() is not t:
         return None
     ref, version, address, future = found
-    if version != t._version or address != t.data_ptr() or not future.done():
-        future.cancel()
+    if version != t._version or address != t.data_ptr() or (not future.done() and future.cancel()):
         _AHEAD.pop(id(t), None)
         return None
     try:
