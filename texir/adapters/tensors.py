@@ -7,11 +7,8 @@ import contextlib
 import functools
 import hashlib
 import os
-import threading
 import warnings
-import weakref
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any, Union
 
@@ -44,7 +41,6 @@ __all__ = [
     "expr_str",
     "float_from_python",
     "float_to_python",
-    "hash_ahead",
     "tensor_data_from_tensor",
     "tensor_digests",
     "tensor_from_data",
@@ -195,74 +191,7 @@ def _remembered(t: torch.Tensor) -> str | None:
     found = memo.get(id(t)) if memo is not None else None
     if found is not None and found[0] is t and found[1] == t._version and found[2] == t.data_ptr():
         return found[3]
-    return _hashed_ahead(t) if _AHEAD else None
-
-
-_AHEAD: dict[int, tuple[weakref.ref[torch.Tensor], int, int, Future[str]]] = {}
-"""id of a tensor `hash_ahead` was given -> (the tensor, its version and address then, its digest
-to come); an entry goes with its tensor."""
-_AHEAD_LOCK = threading.Lock()
-_ahead_pool: ThreadPoolExecutor | None = None
-
-
-def hash_ahead(tensors: Sequence[torch.Tensor]) -> None:
-    """Start hashing, on one background thread, the large contiguous CPU tensors of `tensors` held
-    in memory, when together they hold `_DEFER_IN_MEMORY_BYTES` (a model of several GB, whose
-    hashes would otherwise cost seconds of `lower` or of the `.ptd` writer). `texir.adapters.weightless`
-    calls it as the export starts: torch's export runs on one core, and hashlib releases the
-    interpreter lock, so the hashes run on another. Conversion takes each digest when it is ready
-    (waiting for the one being hashed; one not started is cancelled and goes the usual way), and
-    only while the tensor is unchanged (same version, same storage). Tensors mapped from a file
-    (a checkpoint) are left to the writer, which reads them once."""
-    global _ahead_pool
-    mapped = sorted(_file_mappings())
-    starts = [lo for lo, _ in mapped]
-
-    def in_file(address: int) -> bool:
-        k = bisect.bisect_right(starts, address) - 1
-        return k >= 0 and address < mapped[k][1]
-
-    chosen = [
-        t for t in tensors
-        if isinstance(t, torch.Tensor) and type(t.data) is torch.Tensor and t.device.type == "cpu"
-        and t.layout is torch.strided and t.is_contiguous() and t.nbytes >= _DEFER_BYTES
-        and not in_file(t.data_ptr())
-    ]
-    if sum(t.nbytes for t in chosen) < _DEFER_IN_MEMORY_BYTES or os.environ.get(_HASH_AT_IMPORT) == "1":
-        return
-    with _AHEAD_LOCK:
-        if _ahead_pool is None:
-            _ahead_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="texir-hash-ahead")
-        for t in chosen:
-            if id(t) in _AHEAD:
-                continue
-            future = _ahead_pool.submit(_sha256_hex, _byte_view(t, "weight")[1])
-            ref = weakref.ref(t, functools.partial(_forget_ahead, id(t)))
-            _AHEAD[id(t)] = (ref, t._version, t.data_ptr(), future)
-
-
-def _sha256_hex(view: memoryview) -> str:
-    return hashlib.sha256(view).hexdigest()
-
-
-def _forget_ahead(key: int, _: object) -> None:
-    _AHEAD.pop(key, None)
-
-
-def _hashed_ahead(t: torch.Tensor) -> str | None:
-    """`t`'s digest from `hash_ahead`: ready, or being hashed (waited for); None when it was not
-    asked for, was not started (then cancelled) or `t` changed since."""
-    found = _AHEAD.get(id(t))
-    if found is None or found[0]() is not t:
-        return None
-    ref, version, address, future = found
-    if version != t._version or address != t.data_ptr() or (not future.done() and future.cancel()):
-        _AHEAD.pop(id(t), None)
-        return None
-    try:
-        return future.result()
-    except Exception:  # noqa: BLE001 - a hash that failed is made again where it is needed
-        return None
+    return None
 
 
 def _remember(t: torch.Tensor, digest: str) -> None:

@@ -25,7 +25,6 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from texir.adapters.fx_export import rebuilt_exported
 from texir.adapters.fx_signature import SignatureMismatchError, placeholder_renames
-from texir.adapters.tensors import hash_ahead
 from texir.errors import ConversionError
 
 __all__ = ["Weights", "attach_weights", "weightless"]
@@ -81,7 +80,6 @@ def weightless(module: torch.nn.Module) -> Iterator[Weights]:
                     weights._add(fake, param)
                 sub._parameters[name] = fake
                 swapped.append((sub, name, param))
-        hash_ahead([real for _, real in weights._real.values()])  # beside the export, on another core
         yield weights
     finally:
         for sub, name, param in reversed(swapped):
