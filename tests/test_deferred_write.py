@@ -76,10 +76,11 @@ def _defer_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tensors, "_STAND_INS", {})
 
 
-def test_weights_in_memory_hashed_while_written_give_the_same_files(
-    exported: torch.export.ExportedProgram, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    before = _write(exported, tmp_path / "hashed_first")  # 16 KiB of weights: hashed when converted
+def _write_deferred(
+    ep: torch.export.ExportedProgram, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[tuple[bytes, bytes], list[int]]:
+    """`_write` with every weight that can be deferred deferred, and the sizes of the payloads the
+    writer hashed while it copied them."""
     _defer_everything(monkeypatch)
     copied: list[int] = []
     chunks = blob.HashingCopy.chunks
@@ -90,7 +91,15 @@ def test_weights_in_memory_hashed_while_written_give_the_same_files(
         return chunks(self, payload)
 
     monkeypatch.setattr(blob.HashingCopy, "chunks", counted)
-    assert _write(exported, tmp_path / "hashed_while_written") == before
+    return _write(ep, out), copied
+
+
+def test_weights_in_memory_hashed_while_written_give_the_same_files(
+    exported: torch.export.ExportedProgram, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _write(exported, tmp_path / "hashed_first")  # 16 KiB of weights: hashed when converted
+    deferred, copied = _write_deferred(exported, tmp_path / "hashed_while_written", monkeypatch)
+    assert deferred == before
     # layers 4 and 5 were hashed by the writer; 0 and 1 (equal), 2 and 3 (equal samples) at import
     assert copied == [4096, 4096], copied
     ptd = pte.loads_ptd(before[1])
@@ -320,17 +329,8 @@ def test_tied_weights_deferred_give_the_same_files(monkeypatch: pytest.MonkeyPat
     torch.manual_seed(0)
     ep = torch.export.export(_Tied().eval(), (torch.tensor([[1, 5, 7]]),))
     before = _write(ep, tmp_path / "hashed_first")
-    _defer_everything(monkeypatch)
-    copied: list[int] = []
-    chunks = blob.HashingCopy.chunks
-
-    def counted(self: blob.HashingCopy, payload: Blob) -> Iterator[memoryview]:
-        if payload.deferred:
-            copied.append(payload.nbytes)
-        return chunks(self, payload)
-
-    monkeypatch.setattr(blob.HashingCopy, "chunks", counted)
-    assert _write(ep, tmp_path / "deferred") == before
+    deferred, copied = _write_deferred(ep, tmp_path / "deferred", monkeypatch)
+    assert deferred == before
     # the tied weight is in both files (the embedding's constant, the projection's named data),
     # hashed while each is written, not at import (two names for one tensor used to force that)
     assert copied == [64 * 32 * 4] * 2
