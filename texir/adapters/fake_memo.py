@@ -14,6 +14,8 @@ from torch._prims_common import make_contiguous_strides_for
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
 
+from texir.adapters.node_replay import fresh_like
+
 __all__ = ["detached", "fake_result"]
 
 _LIMIT = 8192
@@ -39,8 +41,7 @@ def detached(value: torch.Tensor, fake_mode: Any) -> torch.Tensor:
     if meta is not None and cast(FakeTensor, value).fake_mode is fake_mode:
         # a new fake tensor of its metadata, made without a dispatch (a tenth of the cost): a
         # weight's value is only read, so what it would alias does not show
-        with _disable_current_modes():
-            made: torch.Tensor = FakeTensor(fake_mode, torch.empty_strided(meta[0], meta[1], dtype=meta[2], device="meta"), meta[3])
+        made = fresh_like(value)
     else:
         with fake_mode:
             made = value.detach()
