@@ -89,4 +89,3 @@ def unbacked_sizes(value: torch.Tensor) -> bool:
     if not value._has_symbolic_sizes_strides:
         return False
     return bool(free_unbacked_symbols(value))
-
