@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from texir.lowering import backend as backend_registry
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 SHELL = {"console", "sh", "shell", "bash"}
@@ -117,6 +119,9 @@ def _run_shell(page: Path, line: int, command: str, cwd: Path) -> None:
 def test_every_code_block_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TEXIR_PROGRESS", "0")
+    # A page registers backends as a user's script would: the registry is given back afterwards
+    monkeypatch.setattr(backend_registry, "_REGISTRY", dict(backend_registry._REGISTRY))
+    monkeypatch.setattr(backend_registry, "_IMPLICIT", set(backend_registry._IMPLICIT))
     scope: dict[str, object] = {"__name__": f"docs_{page.stem}"}
     for language, line, text in _blocks(page):
         if language == "python":
