@@ -91,10 +91,9 @@ def test_three_partitioner_lowering_converts_each_program_once(calls: _Calls, ca
     for kind, ids in calls.inputs.items():
         assert len(ids) == len(set(ids)), f"{kind} converted the same object twice"
     assert dict(calls.count) == {
-        # the exported program once, then torch's decomposition retrace of it, then the retrace of
-        # the linear XNNPACK's node filter turned down
+        # the exported program once (its decomposition is made on that IR: texir.adapters.ir_decompose,
+        # no conversion), then the retrace of the linear XNNPACK's node filter turned down
         "from_exported_program": 2,
-        "from_exported_program(decompose)": 1,
         # the decomposed program (XNNPACK's node filter; decompose_nodes reuses it), the edge
         # program XNNPACK partitions and its one partition for preprocess (edge programs build on
         # to_exported_program), and ExecuTorch's verifier reading the two earlier delegates'

@@ -19,6 +19,7 @@ from texir.adapters.conversion_memo import conversion_memo, exported_program_of,
 from texir.adapters.decompositions import decompose_nodes, functionalize, has_subclass_state
 from texir.adapters.fx_export import to_exported_program
 from texir.adapters.fx_import import from_exported_program, state_memo
+from texir.adapters.ir_decompose import decompose_functional_ir
 from texir.adapters.local_decompose import functional_program
 from texir.adapters.tensors import digest_memo
 from texir.backends import xnnpack
@@ -312,16 +313,22 @@ def _decomposed(
         template = cache.decomposition(key)
         if template is not None:
             return rebind_state(template, aten)
-    if ep is None:
-        if aten is None:  # pragma: no cover - _lower_one_memo sets one of the two
-            raise PartitionerError("internal error: nothing to decompose; please report")
-        ep = _functional(to_exported_program(aten), retraced)
-    # Node names may differ from the retrace's on a program with dynamic shapes (no .pte byte does)
-    why: list[str] = []
-    program = from_exported_program(
-        ep, decompose=True, keep=keep, allow_non_core=allow_non_core, exact_names=False, why=why
-    )
-    retraced.extend(Retrace(step="decompose", reason=reason) for reason in why)
+    program = None
+    if ep is not None and aten is not None:
+        # `aten` is `ep` converted (`_imported`): its nodes already core ATen are copied as they
+        # are, torch decomposes the others (where this covers the program; else None)
+        program = decompose_functional_ir(ep, aten, keep, allow_non_core=allow_non_core)
+    if program is None:
+        if ep is None:
+            if aten is None:  # pragma: no cover - _lower_one_memo sets one of the two
+                raise PartitionerError("internal error: nothing to decompose; please report")
+            ep = _functional(to_exported_program(aten), retraced)
+        # Node names may differ from the retrace's on a program with dynamic shapes (no .pte byte does)
+        why: list[str] = []
+        program = from_exported_program(
+            ep, decompose=True, keep=keep, allow_non_core=allow_non_core, exact_names=False, why=why
+        )
+        retraced.extend(Retrace(step="decompose", reason=reason) for reason in why)
     if cache is not None and key is not None and aten is not None and not allow_non_core:
         # (only programs that passed the core-ATen check are reused, so a reuse needs no check)
         template = template_of(program, aten)

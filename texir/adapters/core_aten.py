@@ -21,7 +21,8 @@ from texir.adapters.decompositions import graph_modules
 from texir.adapters.targets import canonical_target
 from texir.errors import UnsupportedError
 
-__all__ = ["EXCEPTIONS", "TRAINING_ONLY", "NonCoreOperatorError", "TrainingModeError", "check_core_aten", "is_edge_allowed"]
+__all__ = ["EXCEPTIONS", "TRAINING_ONLY", "NonCoreOperatorError", "TrainingModeError", "check_core_aten", "check_core_aten_node",
+           "is_edge_allowed"]
 
 EXCEPTIONS: frozenset[str] = frozenset({
     # exir's ATen verifier lets these through although torch does not tag them core
@@ -87,20 +88,25 @@ def check_core_aten(ep: torch.export.ExportedProgram, keep: Iterable[str] = ()) 
     for path, gm in graph_modules(ep.graph_module):
         for node in gm.graph.nodes:
             target = node.target
-            if node.op != "call_function" or not isinstance(target, OpOverload) or is_edge_allowed(target):
-                continue
-            name = canonical_target(target)
-            if name in kept:
-                continue
-            where = f"{path}/{node.name}" if path else node.name
-            if _in_training(name, tuple(node.args)):
-                raise TrainingModeError(
-                    f"node {where!r}: {name} updates batch norm's running statistics, which only a module in "
-                    "training mode does; call model.eval() before torch.export.export"
-                )
-            raise NonCoreOperatorError(
-                f"node {where!r}: {name} is not a core ATen operator after decomposition, and ExecuTorch's "
-                "to_edge refuses it (its runtime has no tested kernel for it); rewrite the model to avoid it, "
-                "have a partitioner keep and delegate it, or pass allow_non_core=True (`texir lower "
-                "--allow-non-core`) to emit it anyway, at the risk of a program that fails or aborts at run time"
-            )
+            if node.op == "call_function" and isinstance(target, OpOverload):
+                check_core_aten_node(f"{path}/{node.name}" if path else node.name, target, tuple(node.args), kept)
+
+
+def check_core_aten_node(where: str, target: OpOverload, args: tuple[object, ...], kept: set[str]) -> None:
+    """`check_core_aten` for one node (`where` names it), with its ATen op and arguments."""
+    if is_edge_allowed(target):
+        return
+    name = canonical_target(target)
+    if name in kept:
+        return
+    if _in_training(name, args):
+        raise TrainingModeError(
+            f"node {where!r}: {name} updates batch norm's running statistics, which only a module in "
+            "training mode does; call model.eval() before torch.export.export"
+        )
+    raise NonCoreOperatorError(
+        f"node {where!r}: {name} is not a core ATen operator after decomposition, and ExecuTorch's "
+        "to_edge refuses it (its runtime has no tested kernel for it); rewrite the model to avoid it, "
+        "have a partitioner keep and delegate it, or pass allow_non_core=True (`texir lower "
+        "--allow-non-core`) to emit it anyway, at the risk of a program that fails or aborts at run time"
+    )
