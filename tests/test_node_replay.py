@@ -151,3 +151,54 @@ def test_llm_bytes_do_not_change_with_replay() -> None:
     assert decompose_locally(local_decompose.functional_program(ep), KEEP, exact_names=False, replayed=replayed) is not None
     assert replayed, "no decomposition of the repeated layers was replayed"
     assert _files(ep, replay=True) == _files(ep, replay=False)
+
+
+class _Convs(torch.nn.Module):
+    """Convolutions and batch norms of many sizes (channels, kernels, strides, a depthwise one, a
+    size-1 spatial dimension, an unbatched 1-D convolution): remembered by rank, replayed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+            torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16),  # replayed: other channels
+            torch.nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16), torch.nn.BatchNorm2d(16),
+            torch.nn.Conv2d(16, 24, 3, padding=1), torch.nn.BatchNorm2d(24),  # replayed: other sizes
+            torch.nn.Conv2d(24, 24, (3, 1), padding=(1, 0)), torch.nn.BatchNorm2d(24),
+            torch.nn.Conv2d(24, 32, 1), torch.nn.BatchNorm2d(32),
+            torch.nn.Conv2d(32, 8, 1), torch.nn.BatchNorm2d(8),  # replayed
+        ])
+        self.line = torch.nn.Conv1d(4, 6, 3)
+        self.line_norm = torch.nn.BatchNorm1d(6)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for layer in self.layers:
+            x = layer(x)
+        x = torch.nn.functional.adaptive_avg_pool2d(x, (1, 1))
+        return x, self.line_norm(self.line(y)).sum() + self.line(y[0]).sum()
+
+
+def test_convolutions_and_batch_norms_of_other_sizes_are_replayed_by_rank() -> None:
+    torch.manual_seed(0)
+    ep = torch.export.export(_Convs().eval(), (torch.randn(2, 3, 10, 9), torch.randn(2, 4, 7)), strict=False)
+    for functional_only in (True, False):
+        replayed: list[str] = []
+        local = decompose_locally(ep, functional_only=functional_only, exact_names=False, replayed=replayed)
+        fresh = decompose_locally(ep, functional_only=functional_only, exact_names=False, replay=False)
+        assert local is not None and fresh is not None
+        assert _converted(local) == _converted(fresh)
+        kinds = {n.rstrip("_0123456789") for n in replayed}
+        assert kinds == ({"batch_norm"} if functional_only else {"conv2d", "batch_norm"}), replayed
+        convs = [n for n in replayed if n.startswith("conv2d")]
+        assert convs == ([] if functional_only else ["conv2d_1", "conv2d_3", "conv2d_6"]), replayed
+    retraced = ep.run_decompositions(edge_decomposition_table(()))
+    assert _converted(decompose_locally(ep) or ep) == _converted(retraced)
+
+
+def test_a_recording_that_takes_a_computed_size_is_not_kept_by_rank() -> None:
+    from texir.adapters.node_replay import Made, Ref, Tape, _sizes_free
+
+    op = torch.ops.aten.view.default
+    tape = Tape({}, ops=[Made(op, (Ref(False, 0), [2, 12]), {}, None, False)], generic=True)
+    assert not _sizes_free(tape, (None, 1), {})  # 2 and 12: sizes the decomposition computed
+    assert _sizes_free(tape, (None, [2, 12]), {})  # the node's own arguments

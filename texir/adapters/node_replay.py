@@ -19,6 +19,7 @@ from typing import Any, Protocol, cast
 import msgspec
 import torch
 from torch._dispatch.python import enable_python_dispatcher
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
@@ -55,6 +56,7 @@ class Tape(msgspec.Struct):
     would not reproduce), and what it returned."""
 
     inputs: dict[int, int]  # id(input value) -> its index
+    generic: bool = False  # remembered by its inputs' ranks (`_SHAPE_FREE`): a replay computes its values
     made: dict[int, int] = msgspec.field(default_factory=dict)  # id(a result) -> its index among the results
     ops: list[Made] = msgspec.field(default_factory=list)
     ok: bool = True
@@ -148,8 +150,52 @@ def _tensor_key(value: torch.Tensor) -> Hashable:
     )
 
 
+_ATEN = torch.ops.aten
+_SHAPE_FREE: frozenset[OpOverload] = frozenset({
+    _ATEN.conv1d.default, _ATEN.conv2d.default, _ATEN.conv3d.default, _ATEN.batch_norm.default,
+})
+"""Ops whose decomposition makes the same ops with the same non-tensor arguments whatever the sizes
+of inputs of one rank (torch's convolutions branch on the rank alone, batch norm on training, its
+flags and an empty input): remembered by each input's rank and which of its sizes are 0, 1 or
+more (`_class_key`), not by its sizes, and replayed with values computed anew. A recording whose
+ops take an integer the node's own arguments do not hold (a size it computed) is not kept so."""
+
+
+def _class_key(value: torch.Tensor) -> Hashable:
+    if not _replayable(value) or not all(type(d) is int for d in value.shape):
+        raise _Unkeyed
+    strides = value.stride()
+    order = tuple(sorted(range(value.dim()), key=lambda d: (-strides[d], d)))
+    return (
+        value.dtype, value.device, value.layout, tuple([min(d, 2) for d in value.shape]), order,
+        bool(is_non_overlapping_and_dense_or_false(value)), value.storage_offset() == 0,
+    )
+
+
+def _ints(value: Any) -> set[int]:
+    """The integers in `value` (its lists, tuples and dicts walked), booleans aside."""
+    found: set[int] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is int:
+            found.add(v)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+    return found
+
+
+def _sizes_free(tape: Tape, args: Any, kwargs: Any) -> bool:
+    """No op of `tape` takes an integer other than 0, 1 and those of the node's own arguments."""
+    own = _ints((args, kwargs)) | {0, 1}
+    return all(_ints((op.args, op.kwargs)) <= own for op in tape.ops)
+
+
 def node_key(
-    func: OpOverload, args: Any, kwargs: Any, extra: Hashable, role: Callable[[torch.Tensor], Hashable] = lambda _: None
+    func: OpOverload, args: Any, kwargs: Any, extra: Hashable, role: Callable[[torch.Tensor], Hashable] = lambda _: None,
+    *, generic: bool = False,
 ) -> tuple[Hashable, dict[int, int]] | None:
     """The memo key of decomposing `func` on `args`, `kwargs` (with the caller's `extra`, and each
     tensor input's `role` beside its metadata), and each distinct tensor input's index by id;
@@ -162,7 +208,7 @@ def node_key(
             index = inputs.get(id(value))
             if index is None:
                 index = inputs[id(value)] = len(inputs)
-                metas.append((_tensor_key(value), role(value)))
+                metas.append(((_class_key if generic else _tensor_key)(value), role(value)))
             return ("t", index)
         if isinstance(value, torch.SymInt):
             if value.node.maybe_as_int() is not None:
@@ -180,7 +226,7 @@ def node_key(
         shape = (walk(tuple(args)), tuple((k, walk(v)) for k, v in kwargs.items()))
     except _Unkeyed:
         return None
-    return (func, extra, shape, tuple(metas)), inputs
+    return (func, extra, generic, shape, tuple(metas)), inputs
 
 
 def fresh_like(template: torch.Tensor) -> torch.Tensor:
@@ -223,15 +269,20 @@ def decomposed(rec: Recording, target: OpOverload, args: Any, kwargs: Any, in_pl
     same key recorded one ."""
     memo = rec.memo if rec.memo is not None else {}
     keyed = None
+    generic = target in _SHAPE_FREE
     if rec.memo is not None and _plain_inputs(rec, args, kwargs):
-        keyed = node_key(target, args, kwargs, (in_place, rec.in_place_source()), functools.partial(_buffer_role, rec))
+        extra, role = (in_place, rec.in_place_source()), functools.partial(_buffer_role, rec)
+        keyed = node_key(target, args, kwargs, extra, role, generic=generic) if generic else None
+        if keyed is None:
+            generic = False
+            keyed = node_key(target, args, kwargs, extra, role)
     if keyed is not None:
         found = memo.get(keyed[0])
         if found is not None:
             if rec.source is not None:
                 rec.replayed.append(rec.source.name)
             return _replay(rec, found, keyed[1], args, kwargs)
-        rec.tape = Tape(keyed[1])
+        rec.tape = Tape(keyed[1], generic=generic)
     decomposition = rec.table.get(target)
     try:
         with rec.fake_mode, rec, torch.no_grad(), enable_python_dispatcher():
@@ -241,7 +292,7 @@ def decomposed(rec: Recording, target: OpOverload, args: Any, kwargs: Any, in_pl
         rec.tape = None
     if keyed is not None and tape is not None:
         tape.finish(val)
-        if tape.ok:
+        if tape.ok and (not tape.generic or _sizes_free(tape, args, kwargs)):
             memo[keyed[0]] = tape
     return val
 
@@ -280,7 +331,7 @@ def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kw
     for op in tape.ops:
         op_args, op_kwargs = map_leaves(Ref, value, (op.args, op.kwargs))
         results = op.results
-        if op.dispatch:  # (a view into a larger storage: the fake mode makes it, as recorded)
+        if op.dispatch or tape.generic:  # (a view into a larger storage, or other sizes: values computed)
             val = rec.record(op.func, op_args, op_kwargs)
         elif isinstance(results, tuple):
             val = rec.record(op.func, op_args, op_kwargs, known=tuple(fresh_like(r) for r in results), replayed=True)

@@ -79,8 +79,9 @@ def fuse_batch_norm(g: XGraph) -> None:
             fused_w = w * scale[:, None]
             fused_b = (b - rm) * scale + bb
         kind, dtype = _KINDS[w.dtype.type], w.dtype
-        weight = _constant(src.args[1].name + "_fused_bn", fused_w.astype(dtype), kind, src.args[1].meta)
-        bias = _constant(src.args[1].name + "_bias_fused_bn", fused_b.astype(dtype), kind, bn.args[1].meta)
+        # (copy=False: the products are new arrays already, of the weights' dtype where torch's are)
+        weight = _constant(src.args[1].name + "_fused_bn", fused_w.astype(dtype, copy=False), kind, src.args[1].meta)
+        bias = _constant(src.args[1].name + "_bias_fused_bn", fused_b.astype(dtype, copy=False), kind, bn.args[1].meta)
         g.nodes.insert(g.nodes.index(src.args[1]), weight)
         g.nodes.insert(g.nodes.index(weight) + 1, bias)
         g.set_args(src, [src.args[0], weight, bias, *src.args[3:]])
