@@ -19,7 +19,6 @@ from typing import Any, Protocol, cast
 import msgspec
 import torch
 from torch._dispatch.python import enable_python_dispatcher
-from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
@@ -165,11 +164,8 @@ def _class_key(value: torch.Tensor) -> Hashable:
     if not _replayable(value) or not all(type(d) is int for d in value.shape):
         raise _Unkeyed
     strides = value.stride()
-    order = tuple(sorted(range(value.dim()), key=lambda d: (-strides[d], d)))
-    return (
-        value.dtype, value.device, value.layout, tuple([min(d, 2) for d in value.shape]), order,
-        bool(is_non_overlapping_and_dense_or_false(value)), value.storage_offset() == 0,
-    )
+    order = tuple(sorted(range(len(strides)), key=lambda d: (-strides[d], d)))  # (the memory format)
+    return (value.dtype, value.device, value.layout, tuple([min(d, 2) for d in value.shape]), order)
 
 
 def _ints(value: Any) -> set[int]:

@@ -312,13 +312,24 @@ class XGraph:
         self.nodes.remove(node)
 
     def erase_dead(self) -> None:
-        """Dead-code elimination of call nodes (placeholders stay)."""
-        changed = True
-        while changed:
-            used = {id(i) for n in self.nodes for i in n.inputs()}
-            keep = [n for n in self.nodes if not n.is_call or id(n) in used]
-            changed = len(keep) != len(self.nodes)
-            self.nodes = keep
+        """Dead-code elimination of call nodes (placeholders stay): last to first, a call node that
+        no node reads goes and its inputs lose a reader (one pass when the nodes are in order;
+        again while one left has no reader)."""
+        inputs = {id(n): n.inputs() for n in self.nodes}
+        readers: dict[int, int] = {}
+        for ins in inputs.values():
+            for i in ins:
+                readers[id(i)] = readers.get(id(i), 0) + 1
+        while True:
+            dead: set[int] = set()
+            for n in reversed(self.nodes):
+                if n.is_call and not readers.get(id(n)):
+                    dead.add(id(n))
+                    for i in inputs[id(n)]:
+                        readers[id(i)] -= 1
+            if not dead:
+                break
+            self.nodes = [n for n in self.nodes if id(n) not in dead]
         self._users = None
 
 
