@@ -326,6 +326,16 @@ def real_export(name: str) -> tuple[torch.export.ExportedProgram, tuple[Any, ...
     return torch.export.export(module, args, strict=False), args
 
 
+def zoo_or_real_export(name: str) -> torch.export.ExportedProgram:
+    """A zoo model's shared export (`tests.zoo.cached_export`), else a real model's (not decomposed)."""
+    from tests.zoo import ZOO, cached_export
+
+    if any(m.name == name for m in ZOO):
+        return cached_export(name, decompose=False)
+    ensure_torchvision_ops()
+    return real_export(name)[0]
+
+
 # ------------------------------------------------------------------------------------------------
 # A Llama-architecture decoder with transformers' static KV cache, as transformers exports it for
 # ExecuTorch (tests/test_llm_path.py with a tiny config; benchmarks/bench_llm.py with a 1B one)

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import texir
-from tests.real_models import QUANTIZED, REAL_MODELS, ensure_torchvision_ops, real_export
-from tests.zoo import ZOO, cached_export
+from tests.real_models import QUANTIZED, REAL_MODELS, zoo_or_real_export
+from tests.zoo import DYNAMIC_SHAPES, NESTED_GRAPHS, ZOO
 from texir import orchestrate
 from texir.adapters import from_exported_program
 from texir.adapters.core_aten import NonCoreOperatorError
@@ -26,12 +26,8 @@ from texir.ir import Program
 from texir.serialize import pte
 
 DECLINED = {
-    "dynamic_mlp": "dynamic shapes",
-    "dynamic_conv": "dynamic shapes",
-    "dynamic_seq": "dynamic shapes",
-    "cond_simple": "nested graphs",
-    "cond_closure_nested": "nested graphs",
-    "cond_multi_output": "nested graphs",
+    **{name: "dynamic shapes" for name in DYNAMIC_SHAPES},
+    **{name: "nested graphs" for name in NESTED_GRAPHS},
     "running_stats": "outputs other than user outputs",
     "accumulate": "outputs other than user outputs",
     # its adaptive pooling decomposes through an in-place as_strided_ (the FX path needs torch's retrace too)
@@ -43,11 +39,7 @@ ZOO_NAMES = tuple(m.name for m in ZOO)
 REAL_NAMES = tuple(m.name for m in (*REAL_MODELS, *QUANTIZED))
 
 
-def _export(name: str) -> torch.export.ExportedProgram:
-    if name in ZOO_NAMES:
-        return cached_export(name, decompose=False)
-    ensure_torchvision_ops()
-    return real_export(name)[0]
+_export = zoo_or_real_export
 
 
 def _functional(ep: torch.export.ExportedProgram) -> tuple[torch.export.ExportedProgram, Program]:

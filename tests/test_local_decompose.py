@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.real_models import QUANTIZED, REAL_MODELS, ensure_torchvision_ops, real_export
-from tests.zoo import ZOO, cached_export
+from tests.real_models import QUANTIZED, REAL_MODELS, zoo_or_real_export
+from tests.zoo import DYNAMIC_SHAPES, NESTED_GRAPHS, ZOO, cached_export
 from texir.adapters import from_exported_program
 from texir.adapters.decompositions import edge_decomposition_table
 from texir.adapters.local_decompose import decompose_locally
@@ -23,12 +23,8 @@ NEEDS_RETRACE = {
     # buffer updates: made functional in a step of their own (functional_only, tested below)
     "running_stats": "aten.mul_.Tensor writes buffer 'running_mean' (made functional in a step of its own)",
     "accumulate": "aten.add_.Tensor writes buffer 'acc' (made functional in a step of its own)",
-    "dynamic_mlp": "dynamic shapes",
-    "dynamic_conv": "dynamic shapes",
-    "dynamic_seq": "dynamic shapes",
-    "cond_simple": "nested graphs",
-    "cond_closure_nested": "nested graphs",
-    "cond_multi_output": "nested graphs",
+    **{name: "dynamic shapes" for name in DYNAMIC_SHAPES},
+    **{name: "nested graphs" for name in NESTED_GRAPHS},
     "convnext_tiny_config": "aten.permute.default views a value an in-place op wrote",  # layer scale's add_
     "llama": "nested graphs",  # transformers runs its rotary embedding in a no-grad region (a nested graph)
     "phi3": "nested graphs",
@@ -41,11 +37,7 @@ ZOO_NAMES = tuple(m.name for m in ZOO)
 REAL_NAMES = tuple(m.name for m in (*REAL_MODELS, *QUANTIZED))
 
 
-def _export(name: str) -> torch.export.ExportedProgram:
-    if name in ZOO_NAMES:
-        return cached_export(name, decompose=False)
-    ensure_torchvision_ops()
-    return real_export(name)[0]
+_export = zoo_or_real_export
 
 
 def _converted(ep: torch.export.ExportedProgram) -> Program:

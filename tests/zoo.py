@@ -620,6 +620,12 @@ def _cached_export(name: str, decompose: bool) -> torch.export.ExportedProgram:
     return export_zoo_model(zoo_model(name), decompose=False)
 
 
+DYNAMIC_SHAPES = ("dynamic_mlp", "dynamic_conv", "dynamic_seq")
+"""The zoo models exported with dynamic shapes."""
+NESTED_GRAPHS = ("cond_simple", "cond_closure_nested", "cond_multi_output")
+"""The zoo models with nested graphs (torch.cond branches)."""
+
+
 def cached_export(name: str, decompose: bool = True) -> torch.export.ExportedProgram:
     """`export_zoo_model`, cached per process. Callers must not mutate the result; call
     `fresh_module(ep)` for a runnable copy that owns its state. Stateful models get a private copy
