@@ -65,7 +65,7 @@ from texir.adapters.op_args import leaves, map_leaves
 from texir.adapters.decompositions import as_the_retrace_decomposes, has_subclass_state, lazy_edge_decomposition_table
 from texir.adapters.decompositions import KeptWhole
 from texir.adapters.fx_provenance import created_from
-from texir.adapters.node_replay import Tape, decomposed as _decomposed
+from texir.adapters.node_replay import _SHAPE_FREE, Tape, decomposed as _decomposed
 from texir.adapters.fx_signature import signature_outputs
 from texir.adapters.symbolic_sizes import SYM_SIZE, SizeNodes, SizeOf
 from texir.adapters.targets import canonical_target, dispatch_form, resolve_target
@@ -318,7 +318,8 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
         known = known_value(node, env, rec.nodes) if whole and not in_place and target not in _FUNCTIONALIZED else None
         val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True, known=known)
     else:
-        val = _decomposed(rec, target, args, kwargs, in_place)
+        own = known_value(node, env, rec.nodes) if not in_place and target in _SHAPE_FREE else None
+        val = _decomposed(rec, target, args, kwargs, in_place, own)
     if isinstance(val, torch.Tensor):
         if buffer is not None:  # the buffer's new value
             rec.buffers.write(buffer, env[cast(torch.fx.Node, written)], rec.node_of(val))

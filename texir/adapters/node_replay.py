@@ -260,9 +260,12 @@ class Recording(Protocol):
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any, /) -> Any: ...
 
 
-def decomposed(rec: Recording, target: OpOverload, args: Any, kwargs: Any, in_place: bool) -> Any:
+def decomposed(
+    rec: Recording, target: OpOverload, args: Any, kwargs: Any, in_place: bool, own: Any = None
+) -> Any:
     """`target`'s decomposition on `args`, `kwargs` recorded; replayed when an earlier node of the
-    same key recorded one ."""
+    same key recorded one. `own`: the node's own value, when its inputs hold the program's own
+    values (a replay by rank whose one op gives the node's result takes it, without a dispatch)."""
     memo = rec.memo if rec.memo is not None else {}
     keyed = None
     generic = target in _SHAPE_FREE
@@ -277,7 +280,7 @@ def decomposed(rec: Recording, target: OpOverload, args: Any, kwargs: Any, in_pl
         if found is not None:
             if rec.source is not None:
                 rec.replayed.append(rec.source.name)
-            return _replay(rec, found, keyed[1], args, kwargs)
+            return _replay(rec, found, keyed[1], args, kwargs, own)
         rec.tape = Tape(keyed[1], generic=generic)
     decomposition = rec.table.get(target)
     try:
@@ -312,9 +315,16 @@ def _buffer_role(rec: Recording, value: torch.Tensor) -> Hashable:
     return (node in rec.buffers.holder, node in rec.buffers.views)
 
 
-def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kwargs: Any) -> Any:
+def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kwargs: Any, own: Any = None) -> Any:
     """The ops `tape` recorded made again on this node's inputs: the same nodes, names and
-    metadata the recording would give, with fresh fake values."""
+    metadata the recording would give, with fresh fake values (by rank: computed, or `own` for a
+    single op whose one result the node returns: the export computed the node's value with the
+    same kernels on the same metadata)."""
+    single = (
+        tape.generic and isinstance(own, torch.Tensor) and len(tape.ops) == 1
+        and tape.returned == Ref(True, 0) and isinstance(tape.ops[0].results, torch.Tensor)
+        and not tape.ops[0].dispatch
+    )
     given: list[Any] = [None] * len(inputs)
     for leaf in leaves(args, kwargs):
         if isinstance(leaf, torch.Tensor):
@@ -327,7 +337,9 @@ def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kw
     for op in tape.ops:
         op_args, op_kwargs = map_leaves(Ref, value, (op.args, op.kwargs))
         results = op.results
-        if op.dispatch or tape.generic:  # (a view into a larger storage, or other sizes: values computed)
+        if single:
+            val = rec.record(op.func, op_args, op_kwargs, known=own, replayed=True)
+        elif op.dispatch or tape.generic:  # (a view into a larger storage, or other sizes: values computed)
             val = rec.record(op.func, op_args, op_kwargs)
         elif isinstance(results, tuple):
             val = rec.record(op.func, op_args, op_kwargs, known=tuple(fresh_like(r) for r in results), replayed=True)
