@@ -337,9 +337,12 @@ def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kw
     for op in tape.ops:
         op_args, op_kwargs = map_leaves(Ref, value, (op.args, op.kwargs))
         results = op.results
+        # By rank, an op's value is computed anew, but for the node's own result and for an op
+        # taking no tensor (a factory: its recorded arguments hold no size of the inputs)
+        by_rank = tape.generic and any(isinstance(leaf, Ref) for leaf in leaves(op.args, op.kwargs))
         if single:
             val = rec.record(op.func, op_args, op_kwargs, known=own, replayed=True)
-        elif op.dispatch or tape.generic:  # (a view into a larger storage, or other sizes: values computed)
+        elif op.dispatch or by_rank:  # (a view into a larger storage, or other sizes: values computed)
             val = rec.record(op.func, op_args, op_kwargs)
         elif isinstance(results, tuple):
             val = rec.record(op.func, op_args, op_kwargs, known=tuple(fresh_like(r) for r in results), replayed=True)
