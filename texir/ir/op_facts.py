@@ -9,6 +9,7 @@ module-level functions read the packaged table alone.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib.resources
 from collections.abc import Iterable
@@ -109,23 +110,39 @@ class OpTable:
     """Operator schemas by name, parsed on first use; the facts functions over them."""
 
     def __init__(self, schemas: Iterable[str]) -> None:
-        by_name: dict[str, list[str]] = {}
-        for text in schemas:
-            by_name.setdefault(_name_of(text), []).append(text)
-        self._texts = {k: tuple(v) for k, v in by_name.items()}
+        # Sorted (the packaged table is), an op's overloads are one run ('aten::add(' and
+        # 'aten::add.' sort together, '(' and '.' before every character a name goes on with):
+        # found by bisection when first asked for, not grouped here over the 3,800 schemas.
+        texts = tuple(schemas)
+        self._sorted: tuple[str, ...] | None = texts if all(a <= b for a, b in zip(texts, texts[1:])) else None
+        self._groups: dict[str, tuple[str, ...]] = {}
+        if self._sorted is None:  # (a program's own schemas added: grouped in their order)
+            by_name: dict[str, list[str]] = {}
+            for text in texts:
+                by_name.setdefault(_name_of(text), []).append(text)
+            self._groups = {k: tuple(v) for k, v in by_name.items()}
         self._parsed: dict[str, tuple[OpSchema, ...]] = {}
         self._one: dict[str, OpSchema] = {}  # schema text -> its parse
         self._facts: dict[str, OpFacts | None] = {}
 
+    def _texts(self, name: str) -> tuple[str, ...]:
+        """The schema texts of `name` ('aten::add'), in table order."""
+        found = self._groups.get(name)
+        texts = self._sorted
+        if found is None and texts is not None:
+            run = texts[bisect.bisect_left(texts, name + "("):bisect.bisect_left(texts, name + "/")]
+            found = self._groups[name] = tuple(t for t in run if _name_of(t) == name)
+        return found or ()
+
     def knows(self, name: str) -> bool:
         """Whether the table holds schemas of `name` ('aten::add')."""
-        return name in self._texts
+        return bool(self._texts(name))
 
     def schemas_for(self, name: str) -> tuple[OpSchema, ...]:
         """Every overload of `name` ('aten::add')."""
         found = self._parsed.get(name)
         if found is None:
-            found = self._parsed[name] = tuple(self._parse(t) for t in self._texts.get(name, ()))
+            found = self._parsed[name] = tuple(self._parse(t) for t in self._texts(name))
         return found
 
     def _parse(self, text: str) -> OpSchema:
@@ -138,7 +155,7 @@ class OpTable:
         """The schema of a canonical op string such as ``aten::add.Tensor``."""
         name, overload = split_target(target)
         # Only the overload asked for is parsed (aten::add has a dozen): its text's head names it
-        for text in self._texts.get(name, ()):
+        for text in self._texts(name):
             if _overload_of(text) == overload:
                 return self._parse(text)
         raise OpSchemaError(
@@ -156,7 +173,7 @@ class OpTable:
             return schema
         # (an out argument is written, `Tensor(a!)`: a schema without "!" has none and is not parsed)
         candidates = [
-            c for c in (self._parse(t) for t in self._texts.get(schema.name, ()) if "!" in t) if _is_out_schema(c)
+            c for c in (self._parse(t) for t in self._texts(schema.name) if "!" in t) if _is_out_schema(c)
         ]
         wanted = _signature(schema)
         for candidate in candidates:
