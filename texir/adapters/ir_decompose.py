@@ -47,6 +47,7 @@ from texir.adapters.targets import canonical_target, dispatch_form
 from texir.errors import TexirError
 from texir.ir import types as ir
 from texir.ir.builder import GraphBuilder
+from texir.ir.names import rename_node
 
 __all__ = ["decompose_functional_ir"]
 
@@ -183,14 +184,11 @@ class _Pass:
         if not allow_non_core:
             for entry in self.entries:
                 if id(entry) in live:
-                    target = entry.fx.target if isinstance(entry, _Made) else self.op_of(entry.source)
+                    target = (entry.fx if isinstance(entry, _Made) else entry.source).target
                     args = entry.fx.args if isinstance(entry, _Made) else entry.source.args
                     if isinstance(target, OpOverload):
                         check_core_aten_node(entry.name, target, tuple(args), self.kept)
         return self.build(inputs, items, live)
-
-    def op_of(self, node: torch.fx.Node) -> OpOverload:
-        return cast(OpOverload, node.target)
 
     def node(self, node: torch.fx.Node) -> None:
         target = node.target
@@ -391,12 +389,9 @@ class _Pass:
                     node = msgspec.structs.replace(node, name=entry.name, args=(
                         ir.Ref(name=cast(_Entry, source).name), node.args[1]))
                 else:
-                    renamed = {self.ir_name[a]: self.name_of(self.value[a]) for a in entry.source.all_input_nodes}
-                    node = msgspec.structs.replace(
-                        node, name=entry.name,
-                        args=tuple(_renamed(a, renamed) for a in node.args),
-                        kwargs=tuple((k, _renamed(v, renamed)) for k, v in node.kwargs),
-                    )
+                    renames = {self.ir_name[a]: self.name_of(self.value[a]) for a in entry.source.all_input_nodes}
+                    renames[node.name] = entry.name
+                    node = cast(ir.CallFunction, rename_node(node, renames))
                 builder.add(node, entry.meta, prov)
             else:
                 fx = entry.fx
@@ -434,10 +429,3 @@ class _Pass:
         custom = recorded_op_schemas(program)
         return msgspec.structs.replace(program, op_schemas=custom) if custom else program
 
-
-def _renamed(arg: ir.Argument, renamed: dict[str, str]) -> ir.Argument:
-    if isinstance(arg, ir.Ref):
-        return ir.Ref(name=renamed.get(arg.name, arg.name))
-    if isinstance(arg, (ir.ListArg, ir.TupleArg)):
-        return msgspec.structs.replace(arg, items=tuple(_renamed(a, renamed) for a in arg.items))
-    return arg
