@@ -3,7 +3,12 @@ what cannot differ is remembered."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+
+import pytest
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from texir.adapters import fake_memo
@@ -140,3 +145,107 @@ def test_batch_norm_rule_declines_what_it_does_not_cover() -> None:
     with mode:
         integers = torch.empty(2, 3, dtype=torch.int32)
     assert fake_memo._by_rule(torch.ops.aten.hardtanh.default, (integers, 0, 6), {}, mode) is None
+
+
+def _layouts(mode: FakeTensorMode, shape: tuple[int, ...], dtype: torch.dtype) -> list[torch.Tensor]:
+    """Fake tensors of `shape`: contiguous, transposed, reversed, and views starting inside a
+    larger storage (sizes 1 among them: their strides are where torch's shape functions part)."""
+    with mode:
+        made = [torch.empty(shape, dtype=dtype)]
+        if len(shape) >= 2:
+            made.append(torch.empty((shape[1], shape[0], *shape[2:]), dtype=dtype).transpose(0, 1))
+            made.append(torch.empty(tuple(reversed(shape)), dtype=dtype).permute(*reversed(range(len(shape)))))
+        made.append(torch.empty((2, *shape), dtype=dtype)[1])
+        made.append(torch.empty((*shape, 2), dtype=dtype)[..., 0])
+    return made
+
+
+_Case = tuple[torch._ops.OpOverload, tuple[object, ...]] | tuple[torch._ops.OpOverload, tuple[object, ...], dict[str, object]]
+
+
+def _meta_kernel_cases(x: torch.Tensor, mode: FakeTensorMode) -> list[_Case]:
+    aten = torch.ops.aten
+    shape, rank, numel = tuple(x.shape), x.dim(), x.numel()
+    cases: list[_Case] = []
+    sizes = {(numel,), (1, numel), (numel, 1), (-1,), shape, (*shape, 1), (1, *shape), tuple(d for d in shape if d != 1)}
+    sizes |= {tuple(d for d in p if d != 1) or (1,) for p in itertools.permutations(shape)}
+    for size in sorted(sizes):
+        cases += [(aten.view.default, (x, list(size))), (aten._unsafe_view.default, (x, list(size)))]
+    cases += [(aten.permute.default, (x, list(p))) for p in itertools.islice(itertools.permutations(range(rank)), 6)]
+    for size in [shape, tuple(-1 for _ in shape), (2, *shape), (1, *shape), tuple(3 if d == 1 else d for d in shape)]:
+        cases.append((aten.expand.default, (x, list(size))))
+    cases += [(aten.clone.default, (x,)), (aten.alias.default, (x,))]
+    cases.append((aten.clone.default, (x,), {"memory_format": torch.contiguous_format}))
+    for d in range(rank):
+        cases.append((aten.split_with_sizes.default, (x, [1, shape[d] - 1] if shape[d] > 1 else [1], d)))
+        cases += [(aten.slice.Tensor, (x, d, 0, 1)), (aten.slice.Tensor, (x, d, 1, 2**63 - 1))]
+        cases += [(aten.unsqueeze.default, (x, d)), (aten.select.int, (x, d, 0)), (aten.squeeze.dims, (x, [d]))]
+    if rank >= 1:
+        with mode:
+            w, b = torch.empty(shape[-1:], dtype=x.dtype), torch.empty(shape[-1:], dtype=x.dtype)
+        cases.append((aten.native_layer_norm.default, (x, list(shape[-1:]), w, b, 1e-5)))
+    if rank == 3:
+        with mode:
+            y = torch.empty((shape[0], shape[2], 2), dtype=x.dtype)
+        cases.append((aten.bmm.default, (x, y)))
+    return cases
+
+
+@pytest.mark.parametrize("python_dispatcher", [False, True], ids=["plain", "python-dispatcher"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_meta_kernel_results_are_the_fake_dispatchs(dtype: torch.dtype, python_dispatcher: bool) -> None:
+    """Every op of `_META_KERNEL`, on ranks 0-4 of sizes 1-3 (1 and 3 at rank 4) in five layouts: a result from the
+    meta kernel has the metadata of the fake mode's own (shape, strides, offset, dtype, device,
+    storage size), and aliases what the fake mode's aliases; where the two would part (a view's
+    size-1 dimensions), or the kernel refuses, the path declines."""
+    mode = FakeTensorMode()
+    taken = declined = 0
+    with enable_python_dispatcher() if python_dispatcher else contextlib.nullcontext():
+        for rank in range(5):
+            for shape in itertools.product([1, 2, 3] if rank < 4 else [1, 3], repeat=rank):
+                for x in _layouts(mode, shape, dtype):
+                    for case in _meta_kernel_cases(x, mode):
+                        op, args = case[0], case[1]
+                        kwargs: dict[str, object] = case[2] if len(case) == 3 else {}
+                        assert op in fake_memo._META_KERNEL
+                        got = fake_memo._by_meta_kernel(op, args, kwargs, mode)
+                        try:
+                            with mode, torch.no_grad():
+                                want = op(*args, **kwargs)
+                        except Exception:  # noqa: BLE001 - then the path must not answer either
+                            assert got is None, (op, shape, x.stride())
+                            continue
+                        if got is None:
+                            declined += 1
+                            continue
+                        taken += 1
+                        assert type(got) is type(want)  # (a list for Tensor[], as the fake mode's)
+                        got_all = got if isinstance(got, (tuple, list)) else (got,)
+                        want_all = want if isinstance(want, (tuple, list)) else (want,)
+                        assert [_storage_meta(t) for t in got_all] == [_storage_meta(t) for t in want_all], (op, shape, x.stride())
+                        assert all(isinstance(t, FakeTensor) and t.fake_mode is mode for t in got_all)
+                        shares = [t.untyped_storage()._cdata == x.untyped_storage()._cdata for t in got_all]
+                        assert shares == [t.untyped_storage()._cdata == x.untyped_storage()._cdata for t in want_all]
+    assert taken > 5 * declined  # (the path covers the cases; it declines what it cannot vouch for)
+
+
+def _storage_meta(t: torch.Tensor) -> tuple[object, ...]:
+    return (*_meta(t), t.untyped_storage().nbytes())
+
+
+def test_meta_kernel_path_declines_what_it_does_not_cover() -> None:
+    aten = torch.ops.aten
+    mode, other = FakeTensorMode(), FakeTensorMode()
+    with mode:
+        x = torch.empty(2, 3)
+    # a tracked constant: the fake mode may compute with its values
+    constant = mode.fake_tensor_converter.from_real_tensor(mode, torch.tensor([1.0, 2.0]), make_constant=True)
+    with other:
+        stranger = torch.empty(2, 3)
+    assert fake_memo._by_meta_kernel(aten.add.Tensor, (x, x), {}, mode) is None  # not in the set
+    assert fake_memo._by_meta_kernel(aten.permute.default, (stranger, [1, 0]), {}, mode) is None
+    assert constant.constant is not None
+    assert fake_memo._by_meta_kernel(aten.clone.default, (constant,), {}, mode) is None
+    assert fake_memo._by_meta_kernel(aten.view.default, (x, [7]), {}, mode) is None  # refused: torch's error
+    with pytest.raises(RuntimeError):
+        fake_memo.fake_result(aten.view.default, (x, [7]), {}, mode)

@@ -11,8 +11,10 @@ from typing import Any, cast
 import torch
 from torch._ops import OpOverload
 from torch._prims_common import make_contiguous_strides_for
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
 from torch.utils._python_dispatch import _disable_current_modes
+
+from texir.adapters.op_args import leaves
 
 from texir.adapters.node_replay import fresh_like
 
@@ -72,6 +74,8 @@ def fake_result(func: OpOverload, args: Any, kwargs: Any, fake_mode: Any) -> Any
             )
         return made if several else made[0]
     val = _by_rule(func, args, kwargs, fake_mode) if key is not None else None
+    if val is None:
+        val = _by_meta_kernel(func, args, kwargs, fake_mode)
     if val is None:
         with fake_mode, torch.no_grad():
             val = func(*args, **kwargs)
@@ -155,6 +159,102 @@ def _by_rule(func: OpOverload, args: Any, kwargs: Any, fake_mode: Any) -> Any:
         device = args[0].device
         made = tuple(FakeTensor(fake_mode, m, device) for m in metas)
     return made if len(made) > 1 else made[0]
+
+
+_ATEN = torch.ops.aten
+_META_KERNEL: frozenset[OpOverload] = frozenset({
+    _ATEN.permute.default, _ATEN.expand.default, _ATEN.alias.default, _ATEN.split_with_sizes.default,
+    _ATEN.slice.Tensor, _ATEN.select.int, _ATEN.unsqueeze.default, _ATEN.squeeze.dims, _ATEN.clone.default,
+    _ATEN.bmm.default, _ATEN.native_layer_norm.default, _ATEN.view.default, _ATEN._unsafe_view.default,
+})
+"""Ops whose fake result is their meta kernel's on the fake inputs themselves (static sizes, on
+the CPU, no constant): what the fake mode computes for them there, without its dispatch (the cache
+key, device and constant checks, and for a view its Python shape function: about 2 ms for each
+new shape). tests/test_fake_memo.py compares each with the fake mode's dispatch over ranks 0-4,
+sizes 1-3 and contiguous and permuted layouts."""
+
+_VIEWS = frozenset({_ATEN.view.default, _ATEN._unsafe_view.default})
+"""Of those, ops whose fake result (torch's Python reshape helper) and meta kernel can give a
+size-1 dimension of the result other strides: these go to the meta kernel only from an input whose
+strides are a new contiguous tensor's, or to a shape without a dimension of size 0 or 1
+(`_view_agrees`). An expand's new size-1 dimensions, a clone of other strides (under the Python dispatcher)
+and a half-precision layer norm's statistics differ too, and are left to the fake mode."""
+
+
+def _by_meta_kernel(func: OpOverload, args: Any, kwargs: Any, fake_mode: Any) -> Any:
+    """`func`'s fake results from its meta kernel (None when it is not in `_META_KERNEL`, when an
+    input is not a plain static fake tensor of `fake_mode` on the CPU, or when the kernel refuses
+    the arguments: the fake mode then gives its own result or error)."""
+    if func not in _META_KERNEL:
+        return None
+    flat = leaves(args, kwargs)
+    inputs: list[torch.Tensor] = []
+    for leaf in flat:
+        if isinstance(leaf, torch.Tensor):
+            if not _plain_fake(leaf, fake_mode):
+                return None
+            inputs.append(leaf)
+        elif isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return None
+    if not inputs:
+        return None
+    if func is _ATEN.clone.default and kwargs.get("memory_format") is not torch.contiguous_format and not _new_contiguous(inputs[0]):
+        return None  # (under the Python dispatcher a size-1 dimension keeps its stride there)
+    if func in _VIEWS and not _view_agrees(inputs[0], args[1] if len(args) > 1 else kwargs.get("size")):
+        return None
+    if func is _ATEN.expand.default and not _expand_agrees(inputs[0], args[1] if len(args) > 1 else kwargs.get("size")):
+        return None
+    if func is _ATEN.native_layer_norm.default and inputs[0].dtype != torch.float32:
+        return None  # (the fake mode's statistics keep a half input's dtype; the meta kernel's are float)
+    try:
+        with _disable_current_modes(), in_kernel_invocation_manager(fake_mode), torch.no_grad():
+            out = func(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - the fake mode's dispatch gives torch's own error for it
+        return None
+    parts = out if isinstance(out, (tuple, list)) else (out,)
+    if not all(isinstance(p, torch.Tensor) and p.device.type == "meta" for p in parts):
+        return None
+    if any(p is i for p in parts for i in inputs):
+        return None  # (an input handed back: the fake mode's to wrap)
+    device = inputs[0].device
+    made = [FakeTensor(fake_mode, p, device) for p in parts]
+    if isinstance(out, list):  # (a Tensor[] result is a list, as the fake mode gives it)
+        return made
+    return tuple(made) if isinstance(out, tuple) else made[0]
+
+
+def _new_contiguous(value: torch.Tensor) -> bool:
+    """The strides of a new contiguous tensor of `value`'s sizes."""
+    return tuple(value.stride()) == tuple(make_contiguous_strides_for(value.shape))
+
+
+def _view_agrees(value: torch.Tensor, size: Any) -> bool:
+    if _new_contiguous(value):
+        return True
+    if not isinstance(size, (list, tuple)) or not all(type(d) is int for d in size):
+        return False
+    known = 1
+    for d in size:
+        known *= d if d != -1 else 1
+    if known <= 0:
+        return False
+    resolved = [value.numel() // known if d == -1 else d for d in size]
+    return all(d > 1 for d in resolved)
+
+
+def _expand_agrees(value: torch.Tensor, size: Any) -> bool:
+    """No new leading dimension of size 1 (the fake mode gives it stride 0, the meta kernel not)."""
+    if not isinstance(size, (list, tuple)):
+        return False
+    return all(d != 1 for d in size[: len(size) - value.dim()])
+
+
+def _plain_fake(value: torch.Tensor, fake_mode: Any) -> bool:
+    if not isinstance(value, FakeTensor) or value.fake_mode is not fake_mode or value.constant is not None:
+        return False
+    if value.device.type != "cpu" or value.requires_grad:
+        return False
+    return all(type(n) is int for n in (*value.shape, *value.stride(), value.storage_offset()))
 
 
 def _key(func: OpOverload, args: Any, kwargs: Any) -> Hashable | None:
