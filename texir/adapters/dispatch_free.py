@@ -13,7 +13,7 @@ from torch._ops import OpOverload
 
 from texir.adapters.symbolic_sizes import SizeOf, unbacked_sizes
 
-__all__ = ["known_value", "plain_op"]
+__all__ = ["known_value", "own_inputs", "plain_op"]
 
 
 _BELOW_THE_RECORDER = frozenset({DispatchKey.Meta})
@@ -47,14 +47,20 @@ def known_value(
     parts = known if isinstance(known, (tuple, list)) and known else (known,)
     if not all(_fresh(part, bound) for part in parts) or len({id(part) for part in parts}) != len(parts):
         return None
+    return known if own_inputs(node, env) else None
+
+
+def own_inputs(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> bool:
+    """Every input of `node` holds the program's own value (`env`: the new node of each, of the
+    metadata the program's had) or its own symbolic size: what the export computed `node` on."""
     for arg in node.all_input_nodes:
         got, mine = env.get(arg), arg.meta.get("val")
         if isinstance(got, SizeOf):
             if not isinstance(mine, torch.SymInt) or _expr(mine) != _expr(got.value):
-                return None
+                return False
         elif not isinstance(got, torch.fx.Node) or not _same_meta(got.meta.get("val"), mine):
-            return None
-    return known
+            return False
+    return True
 
 
 def _fresh(value: Any, bound: Mapping[int, Any]) -> bool:

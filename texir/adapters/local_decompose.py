@@ -58,7 +58,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_
 
 from texir.adapters.buffer_writes import BufferWrites, LazyView, NeedsRetrace as _Retrace, in_place_twin, inline_region
 from texir.adapters.buffer_writes import invisible_twin, retrace_inputs, weight_meta
-from texir.adapters.dispatch_free import known_value, plain_op
+from texir.adapters.dispatch_free import known_value, own_inputs, plain_op
 from texir.adapters.fake_memo import detached, fake_result
 from texir.adapters.fx_export import rebuilt_exported
 from texir.adapters.op_args import leaves, map_leaves
@@ -160,7 +160,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             if decomposition is not None:
                 with self:
                     return decomposition(*args, **kwargs)
-            if func not in _METADATA_OPS and autograd_would_have_decomposed(func, torch.utils._pytree.tree_leaves((args, kwargs))):
+            if func not in _METADATA_OPS and autograd_would_have_decomposed(func, leaves(tuple(args), kwargs)):
                 with self:
                     out = func.decompose(*args, **kwargs)
                 if out is not NotImplemented:
@@ -173,11 +173,12 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
 
     def record(
         self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None,
-        replayed: bool = False,
+        given: bool = False,
     ) -> Any:
         """A node for `func`; `whole` when it is the program's own node, not one of a decomposition;
         `known` its value when the program's node already holds it (no fake-tensor dispatch), or
-        when `replayed` (a remembered decomposition's op) whatever it is, None included."""
+        when `given` whatever it is, None included (a remembered decomposition's op; an assertion
+        the export already ran on the same metadata)."""
         if self.written and any(r.alias_info is not None for r in func._schema.returns) and any(
             id(a) in self.written for a in torch.utils._pytree.tree_leaves((args, kwargs))
         ):
@@ -213,7 +214,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             self.buffers.note_view(viewed[0], self.lazy[id(val)])
             return val
         node = self.node_for(func, args, kwargs)
-        val = known if known is not None or replayed else fake_result(func, args, kwargs, self.fake_mode)
+        val = known if known is not None or given else fake_result(func, args, kwargs, self.fake_mode)
         if self.tape is not None:
             self.tape.note(func, args, kwargs, val)
         self.annotate(node, val)
@@ -316,7 +317,10 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
     whole = rec.whole(target) or plain_op(target, rec.table, _NOT_PLAIN)
     if whole or target in (_ALIAS, _LIFT_FRESH_COPY):  # kept whole (an alias or constant copy: the program's own)
         known = known_value(node, env, rec.nodes) if whole and not in_place and target not in _FUNCTIONALIZED else None
-        val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True, known=known)
+        # An op returning nothing (`_assert_tensor_metadata`) on the program's own values: the
+        # export ran it on the same metadata, so it passes again; no dispatch
+        checked = known is None and whole and not in_place and not target._schema.returns and own_inputs(node, env)
+        val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True, known=known, given=checked)
     else:
         own = known_value(node, env, rec.nodes) if not in_place and target in _SHAPE_FREE else None
         val = _decomposed(rec, target, args, kwargs, in_place, own)

@@ -252,7 +252,7 @@ class Recording(Protocol):
 
     def record(
         self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None,
-        replayed: bool = False,
+        given: bool = False,
     ) -> Any: ...
 
     def __enter__(self) -> Any: ...
@@ -341,14 +341,14 @@ def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kw
         # taking no tensor (a factory: its recorded arguments hold no size of the inputs)
         by_rank = tape.generic and any(isinstance(leaf, Ref) for leaf in leaves(op.args, op.kwargs))
         if single:
-            val = rec.record(op.func, op_args, op_kwargs, known=own, replayed=True)
+            val = rec.record(op.func, op_args, op_kwargs, known=own, given=True)
         elif op.dispatch or by_rank:  # (a view into a larger storage, or other sizes: values computed)
             val = rec.record(op.func, op_args, op_kwargs)
         elif isinstance(results, tuple):
-            val = rec.record(op.func, op_args, op_kwargs, known=tuple(fresh_like(r) for r in results), replayed=True)
+            val = rec.record(op.func, op_args, op_kwargs, known=tuple(fresh_like(r) for r in results), given=True)
         else:
             known = fresh_like(results) if results is not None else None
-            val = rec.record(op.func, op_args, op_kwargs, known=known, replayed=True)
+            val = rec.record(op.func, op_args, op_kwargs, known=known, given=True)
         if isinstance(val, (tuple, list)):
             made.extend(val)
         elif val is not None:
