@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch.utils import _pytree as pytree
 
 from texir.adapters.op_args import leaves, map_leaves
@@ -17,6 +18,8 @@ CASES: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
     ((_T, 1, [2, _U, None], (3.0, [_T])), {"alpha": 2, "out": [_U]}),
     ((torch.Size([2, 3]), [_T, {"k": _U}]), {}),
     ((), {"x": (_T,), "y": None}),
+    # an FX node's arguments: immutable lists and keyword dicts, given back as such
+    ((immutable_list([_T, immutable_list([1, _U])]), immutable_dict({"b": _U, "a": [_T]})), {}),
 ]
 
 
@@ -33,4 +36,14 @@ def test_walks_equal_pytrees(args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     order, seen[:] = list(seen), []
     theirs = pytree.tree_map_only(torch.Tensor, mark, (args, kwargs))
     assert mine == theirs and order == seen
+    assert _types(mine) == _types(theirs)
     assert type(mine[0]) is tuple and type(mine[1]) is dict
+
+
+def _types(value: Any) -> Any:
+    """`value`'s containers' types, nested as it is."""
+    if isinstance(value, (list, tuple)):
+        return (type(value), [_types(v) for v in value])
+    if isinstance(value, dict):
+        return (type(value), {k: _types(v) for k, v in value.items()})
+    return type(value)

@@ -17,6 +17,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind, Outpu
 
 from texir.adapters.decompositions import functional_overload
 from texir.adapters.fx_signature import signature_inputs
+from texir.adapters.op_args import leaves
 
 __all__ = ["BufferWrites", "LazyView", "NeedsRetrace", "in_place_twin", "inline_region", "invisible_twin", "retrace_inputs", "weight_meta"]
 
@@ -194,7 +195,7 @@ class BufferWrites:
         when `func` is no view or views no buffer."""
         if not any(r.alias_info is not None for r in func._schema.returns):
             return None
-        for leaf in torch.utils._pytree.tree_leaves(args):
+        for leaf in leaves(tuple(args), {}):
             if not isinstance(leaf, torch.Tensor):
                 continue
             pending = lazy.get(id(leaf))

@@ -1,12 +1,13 @@
-"""An ATen op's arguments walked as pytree walks them, faster: their containers are lists and
-tuples (a dict of keyword arguments at the top), gone over by a walk of their own; any other
-container by pytree."""
+"""An ATen op's arguments walked as pytree walks them, faster: their containers are lists, tuples
+and FX's immutable lists (a dict of keyword arguments at the top), gone over by a walk of their
+own (FX's immutable dicts of keyword arguments too); any other container by pytree."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch.utils import _pytree as pytree
 
 __all__ = ["leaves", "map_leaves"]
@@ -20,7 +21,7 @@ def leaves(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     while pending:
         item = pending.pop()
         kind = type(item)
-        if kind is list or kind is tuple:
+        if kind is list or kind is tuple or kind is immutable_list:  # (FX's lists: pytree's say the same)
             pending.extend(reversed(item))
         elif isinstance(item, (list, tuple, dict)):  # (torch.Size, a named tuple, a dict: pytree's say)
             flat.extend(pytree.tree_leaves(item))
@@ -37,8 +38,12 @@ def map_leaves(kind: type, fn: Callable[[Any], Any], value: Any) -> Any:
         return tuple([map_leaves(kind, fn, v) for v in value])
     if type(value) is list:
         return [map_leaves(kind, fn, v) for v in value]
+    if type(value) is immutable_list:  # (an FX node's list: pytree gives one back)
+        return immutable_list([map_leaves(kind, fn, v) for v in value])
     if type(value) is dict:
         return {k: map_leaves(kind, fn, v) for k, v in value.items()}
+    if type(value) is immutable_dict:  # (an FX node's keyword arguments)
+        return immutable_dict({k: map_leaves(kind, fn, v) for k, v in value.items()})
     if isinstance(value, (list, tuple, dict)):
         return pytree.tree_map_only(kind, fn, value)
     return value
