@@ -1,6 +1,6 @@
 """Deferred digests (issue #42): a payload memory-mapped from a checkpoint carries a stand-in
 digest until the `.ptd` writer hashes it as it copies it; the files written equal those written
-with every digest known first, and a layout the stand-ins got wrong is refused, not written."""
+with every digest known first, equal payloads behind different digests included."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from texir.errors import PteError
 from texir.ir.blob import Blob, deferred_blob, real_digest, resolve_digests
 from texir.serialize import pte
 from texir.serialize.pte.schema import PtdEntry, PtdFile
@@ -46,12 +45,44 @@ def test_a_ptd_with_deferred_digests_is_written_as_with_known_ones(tmp_path: Pat
     assert [e.key for e in loaded.entries] == [e.key for e in known.entries]
 
 
-def test_equal_payloads_behind_two_stand_ins_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+def test_equal_payloads_behind_two_stand_ins_are_written_as_with_known_digests(tmp_path: Path) -> None:
+    """Two weights of equal bytes, each behind its own stand-in: the streamed write finds them equal
+    only once hashed, so the file is written again by content (one segment for both, as known
+    digests lay it out); no temporary file is left behind."""
     same = _payload(4, 4096)
     one, two = deferred_blob(same, _stand_in("one")), deferred_blob(bytes(same), _stand_in("two"))
-    with pytest.raises(PteError, match="equal payloads"):
-        pte.dump_ptd(_file([(one.digest(), one), (two.digest(), two)]), tmp_path / "out.ptd")
-    assert list(tmp_path.iterdir()) == []
+    other = _payload(5, 300)
+    real = hashlib.sha256(same).hexdigest()
+    lazy = _file([("one", one), ("other", Blob(other)), ("two", two)])
+    known = _file([("one", Blob(same)), ("other", Blob(other)), ("two", Blob(same))])
+    pte.dump_ptd(lazy, tmp_path / "lazy.ptd")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lazy.ptd"]
+    assert (tmp_path / "lazy.ptd").read_bytes() == pte.dumps_ptd(known) == pte.dumps_ptd(lazy)
+    loaded = pte.loads_ptd((tmp_path / "lazy.ptd").read_bytes())
+    assert [e.data.digest() for e in loaded.entries] == [real, hashlib.sha256(other).hexdigest(), real]
+
+
+def test_a_deferred_payload_equal_to_a_known_one_shares_its_segment(tmp_path: Path) -> None:
+    """A tied weight: one use in the program (a deferred payload of the export's tensor), one in a
+    backend's named data (its own copy of the bytes, digest known): one segment, as ExecuTorch's
+    writer gives, in the `.ptd` and in a `.pte`'s named data."""
+    weight = _payload(6, 8192)
+    tied = deferred_blob(weight, _stand_in("tied"))
+    copied = Blob(bytes(weight))
+    real = hashlib.sha256(weight).hexdigest()
+    lazy = _file([("embedding.weight", tied), (real, copied)])
+    known = _file([("embedding.weight", Blob(weight)), (real, Blob(weight))])
+    pte.dump_ptd(lazy, tmp_path / "lazy.ptd")
+    assert (tmp_path / "lazy.ptd").read_bytes() == pte.dumps_ptd(known)
+    assert len(pte.dumps_ptd(known)) < len(pte.dumps_ptd(_file([("a", Blob(weight)), ("b", Blob(_payload(7, 8192)))])))
+
+    from texir.serialize.pte.schema import NamedBlob, Program, PteProgram
+
+    def program(first: Blob, second: Blob) -> PteProgram:
+        return PteProgram(program=Program(), named_data=(NamedBlob(key="a", data=first), NamedBlob(key="b", data=second)))
+
+    assert pte.dumps(program(deferred_blob(weight, _stand_in("tied again")), Blob(bytes(weight)))) == pte.dumps(
+        program(Blob(weight), Blob(bytes(weight))))
 
 
 def test_snapshot_files_name_deferred_payloads_by_their_real_digest() -> None:

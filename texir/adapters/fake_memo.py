@@ -14,9 +14,8 @@ from torch._prims_common import make_contiguous_strides_for
 from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
 from torch.utils._python_dispatch import _disable_current_modes
 
-from texir.adapters.op_args import leaves
-
 from texir.adapters.node_replay import fresh_like
+from texir.adapters.op_args import leaves
 
 __all__ = ["detached", "fake_result"]
 
@@ -170,15 +169,14 @@ _META_KERNEL: frozenset[OpOverload] = frozenset({
 """Ops whose fake result is their meta kernel's on the fake inputs themselves (static sizes, on
 the CPU, no constant): what the fake mode computes for them there, without its dispatch (the cache
 key, device and constant checks, and for a view its Python shape function: about 2 ms for each
-new shape). tests/test_fake_memo.py compares each with the fake mode's dispatch over ranks 0-4,
-sizes 1-3 and contiguous and permuted layouts."""
+new shape). Where the two part, the fake mode answers: a view to a size-1 dimension from an input
+whose strides are not a new contiguous tensor's (`_view_agrees`), an expand's new size-1
+dimensions, a clone of such an input under the Python dispatcher (without `contiguous_format`),
+a half-precision layer norm's statistics. tests/test_fake_memo.py compares each op with the fake
+mode's dispatch over ranks 0-4, sizes 1-3 and five layouts, with and without the Python
+dispatcher."""
 
 _VIEWS = frozenset({_ATEN.view.default, _ATEN._unsafe_view.default})
-"""Of those, ops whose fake result (torch's Python reshape helper) and meta kernel can give a
-size-1 dimension of the result other strides: these go to the meta kernel only from an input whose
-strides are a new contiguous tensor's, or to a shape without a dimension of size 0 or 1
-(`_view_agrees`). An expand's new size-1 dimensions, a clone of other strides (under the Python dispatcher)
-and a half-precision layer norm's statistics differ too, and are left to the fake mode."""
 
 
 def _by_meta_kernel(func: OpOverload, args: Any, kwargs: Any, fake_mode: Any) -> Any:
@@ -198,13 +196,13 @@ def _by_meta_kernel(func: OpOverload, args: Any, kwargs: Any, fake_mode: Any) ->
             return None
     if not inputs:
         return None
-    if func is _ATEN.clone.default and kwargs.get("memory_format") is not torch.contiguous_format and not _new_contiguous(inputs[0]):
-        return None  # (under the Python dispatcher a size-1 dimension keeps its stride there)
-    if func in _VIEWS and not _view_agrees(inputs[0], args[1] if len(args) > 1 else kwargs.get("size")):
+    first, size = inputs[0], args[1] if len(args) > 1 else kwargs.get("size")
+    if func is _ATEN.clone.default and kwargs.get("memory_format") is not torch.contiguous_format:
+        if not _new_contiguous(first):
+            return None  # (under the Python dispatcher a size-1 dimension keeps its stride there)
+    if (func in _VIEWS and not _view_agrees(first, size)) or (func is _ATEN.expand.default and not _expand_agrees(first, size)):
         return None
-    if func is _ATEN.expand.default and not _expand_agrees(inputs[0], args[1] if len(args) > 1 else kwargs.get("size")):
-        return None
-    if func is _ATEN.native_layer_norm.default and inputs[0].dtype != torch.float32:
+    if func is _ATEN.native_layer_norm.default and first.dtype != torch.float32:
         return None  # (the fake mode's statistics keep a half input's dtype; the meta kernel's are float)
     try:
         with _disable_current_modes(), in_kernel_invocation_manager(fake_mode), torch.no_grad():
@@ -216,8 +214,7 @@ def _by_meta_kernel(func: OpOverload, args: Any, kwargs: Any, fake_mode: Any) ->
         return None
     if any(p is i for p in parts for i in inputs):
         return None  # (an input handed back: the fake mode's to wrap)
-    device = inputs[0].device
-    made = [FakeTensor(fake_mode, p, device) for p in parts]
+    made = [FakeTensor(fake_mode, p, first.device) for p in parts]
     if isinstance(out, list):  # (a Tensor[] result is a list, as the fake mode gives it)
         return made
     return tuple(made) if isinstance(out, tuple) else made[0]
@@ -229,6 +226,8 @@ def _new_contiguous(value: torch.Tensor) -> bool:
 
 
 def _view_agrees(value: torch.Tensor, size: Any) -> bool:
+    """`value`'s strides are a new contiguous tensor's, or `size` (its -1 resolved) has no
+    dimension of size 0 or 1: torch's Python reshape helper and the meta kernel agree there."""
     if _new_contiguous(value):
         return True
     if not isinstance(size, (list, tuple)) or not all(type(d) is int for d in size):

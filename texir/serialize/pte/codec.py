@@ -159,22 +159,6 @@ def _check_logical(pte: s.PteProgram) -> None:
                 )
 
 
-def _check_deferred(segments: dict[Blob, int]) -> None:
-    """Named-data segments whose digests were deferred hold distinct payloads (else the real
-    digests would have merged them and the layout differs)."""
-    if not any(blob.deferred for blob in segments):
-        return
-    seen: dict[tuple[str, int], int] = {}
-    for blob, index in segments.items():
-        first = seen.setdefault((blob.content_digest(), blob.nbytes), index)
-        if first != index:
-            raise PteEncodeError(
-                f"named data segments {first} and {index} hold equal payloads ({blob.nbytes} bytes) that a deferred "
-                "digest kept apart; lower again with TEXIR_HASH_AT_IMPORT=1 in the environment (every weight hashed "
-                "when converted), and report the model"
-            )
-
-
 def _layout(pte: s.PteProgram, options: PteOptions) -> tuple[bytes, list[memoryview], int]:
     """(flatbuffer head incl. header and pre-segment padding, segment chunks, total file size)."""
     _check_logical(pte)
@@ -221,19 +205,22 @@ def _layout(pte: s.PteProgram, options: PteOptions) -> tuple[bytes, list[memoryv
     align_of: dict[int, int] = {}
     if pte.named_data:
         entries = []
-        named_index: dict[Blob, int] = {}
+        # One segment per distinct payload: by content (a Blob compares its bytes), or, when some
+        # digests are deferred (stand-ins compare unequal), by real digest, hashed now
+        by_digest = any(nb.data.deferred for nb in pte.named_data)
+        named_index: dict[object, int] = {}
         for nb in pte.named_data:
             if nb.alignment < 1:
                 raise PteEncodeError(f"named data {nb.key!r}: alignment must be positive, got {nb.alignment}")
-            index = named_index.get(nb.data)
+            content: object = (nb.data.content_digest(), nb.data.nbytes) if by_digest else nb.data
+            index = named_index.get(content)
             if index is None:
                 index = len(segments)
-                named_index[nb.data] = index
+                named_index[content] = index
                 segments.append(_Segment((nb.data.view(),) if nb.data.nbytes else (), nb.data.nbytes))
             align_of[index] = math.lcm(align_of.get(index, 1), nb.alignment)
             entries.append(s.NamedData(key=nb.key, segment_index=index))
         named = tuple(entries)
-        _check_deferred(named_index)
 
     table: list[s.DataSegment] = []
     chunks: list[memoryview] = []

@@ -75,15 +75,21 @@ def _check(ptd: PtdFile) -> None:
             raise PteError(f".ptd entry {e.key!r}: alignment must be >= 1, got {e.alignment}")
 
 
-def _layout(ptd: PtdFile) -> tuple[bytes, list[tuple[int, Blob]], int]:
-    """(head: header + flatbuffer padded to the segment base, [(padding, payload)], data size)."""
+def _layout(ptd: PtdFile, *, by_content: bool = False) -> tuple[bytes, list[tuple[int, Blob]], int]:
+    """(head: header + flatbuffer padded to the segment base, [(padding, payload)], data size).
+    A deferred payload of the size of a payload whose digest is known (a tied weight, one use of
+    which a backend copied) is hashed now, so that equal ones share a segment as their digests
+    would make them; with `by_content`, every deferred payload is."""
     _check(ptd)
+    known_sizes = {e.data.nbytes for e in ptd.entries if not e.data.deferred}
     # One segment per distinct payload, in order of first use.
     segment_of: dict[tuple[str, int], int] = {}
     segments: list[tuple[Blob, int]] = []  # payload, alignment
     entry_segment: list[int] = []
     for e in ptd.entries:
-        key = (e.data.digest(), e.data.nbytes)
+        data = e.data
+        hashed = data.deferred and (by_content or data.nbytes in known_sizes)
+        key = (data.content_digest() if hashed else data.digest(), data.nbytes)
         index = segment_of.get(key)
         if index is None:
             index = segment_of[key] = len(segments)
@@ -158,20 +164,21 @@ def _encode(ptd: PtdFile, entry_segment: list[int], offsets: list[int], sizes: l
     return bytes(b.Output())
 
 
+class _KeptApart(PteError):
+    """Two segments hold equal payloads that deferred digests kept apart: the layout is not the
+    one the real digests give (the writers lay the file out again by content)."""
+
+
 def _check_deferred(pieces: list[tuple[int, Blob]]) -> None:
     """Once deferred digests are known: no two segments hold equal payloads (the stand-ins kept
-    apart what digests would have merged), else the layout is not the one the real digests give."""
+    apart what digests would have merged), else `_KeptApart`."""
     if not any(blob.deferred for _, blob in pieces):
         return
     seen: dict[tuple[str, int], int] = {}
     for index, (_, blob) in enumerate(pieces):
         first = seen.setdefault((blob.content_digest(), blob.nbytes), index)
         if first != index:
-            raise PteError(
-                f".ptd segments {first} and {index} hold equal payloads ({blob.nbytes} bytes) that a deferred digest "
-                "kept apart; lower again with TEXIR_HASH_AT_IMPORT=1 in the environment (every weight hashed when "
-                "converted), and report the model"
-            )
+            raise _KeptApart(f".ptd segments {first} and {index} hold equal payloads ({blob.nbytes} bytes)")
 
 
 def _resolved_head(head: bytes, pieces: list[tuple[int, Blob]]) -> bytes | memoryview:
@@ -182,7 +189,12 @@ def _resolved_head(head: bytes, pieces: list[tuple[int, Blob]]) -> bytes | memor
 def iter_ptd_chunks(ptd: PtdFile) -> Iterator[memoryview]:
     """The file's bytes as a sequence of views (payloads are not copied)."""
     head, pieces, _ = _layout(ptd)
-    yield memoryview(_resolved_head(head, pieces))
+    try:
+        resolved = _resolved_head(head, pieces)
+    except _KeptApart:  # (every payload is hashed by now: laid out by content, as with known digests)
+        head, pieces, _ = _layout(ptd, by_content=True)
+        resolved = _resolved_head(head, pieces)
+    yield memoryview(resolved)
     for pad, blob in pieces:
         if pad:
             yield memoryview(b"\0" * pad)
@@ -198,7 +210,9 @@ def dump_ptd(ptd: PtdFile, path: str | os.PathLike[str]) -> None:
     """Write `ptd` to `path` atomically (a failure leaves `path` untouched), streaming payloads.
     Payloads with deferred digests (large weights: memory-mapped checkpoints, big models in
     memory) are hashed as they are copied, and the header, which names them by digest, is written
-    last: one read of each payload; mapped ones are read ahead of the copy (`HashingCopy`)."""
+    last: one read of each payload; mapped ones are read ahead of the copy (`HashingCopy`). Should
+    two of them turn out equal (their stand-ins kept apart what one segment holds), the file is
+    written again laid out by content: the bytes are those known digests give."""
     head, pieces, end = _layout(ptd)  # refuse bad input before a temporary file exists
     size = len(head) + end
     if not any(blob.deferred for _, blob in pieces):
@@ -217,8 +231,14 @@ def dump_ptd(ptd: PtdFile, path: str | os.PathLike[str]) -> None:
 
         try:
             atomic_write(path, chunks(), error=PteError, head=lambda: _resolved_head(head, pieces), size_hint=size)
+            return
+        except _KeptApart:
+            pass  # nothing was written; every payload is hashed now
         finally:
             copy.cancel()
+    # Equal payloads behind different stand-ins (two weights of equal bytes): written again, laid
+    # out by content as the real digests lay it out (a second copy of the payloads, this once)
+    atomic_write(path, iter_ptd_chunks(ptd), error=PteError, size_hint=size)
 
 
 # --- reading --------------------------------------------------------------------------------------
