@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from texir.ir.blob import Blob, deferred_blob, real_digest, resolve_digests
+from texir.ir import blob as blob_module
+from texir.ir.blob import Blob, deferred_blob, is_deferred, real_digest, resolve_digests
 from texir.serialize import pte
 from texir.serialize.pte.schema import PtdEntry, PtdFile
 
@@ -83,6 +84,28 @@ def test_a_deferred_payload_equal_to_a_known_one_shares_its_segment(tmp_path: Pa
 
     assert pte.dumps(program(deferred_blob(weight, _stand_in("tied again")), Blob(bytes(weight)))) == pte.dumps(
         program(Blob(weight), Blob(bytes(weight))))
+
+
+def test_a_stand_in_resolves_while_any_payload_carrying_it_lives() -> None:
+    """A tied weight's two uses may be two Blobs carrying one stand-in: it resolves to the real
+    digest while either lives (it named the 1B Llama's head weight in its files once the Blob
+    registered last was gone), and its entry goes with the last of them."""
+    import gc
+
+    weight = _payload(8, 2048)
+    stand_in = _stand_in("two uses")
+    first = deferred_blob(weight, stand_in)
+    second = deferred_blob(memoryview(weight), stand_in)
+    real = hashlib.sha256(weight).hexdigest()
+    assert second.content_digest() == real
+    del second
+    gc.collect()
+    assert resolve_digests(b"key " + stand_in.encode()) == b"key " + real.encode()
+    assert is_deferred(stand_in) and real_digest(stand_in) == real and first.content_digest() == real
+    del first
+    gc.collect()
+    assert not is_deferred(stand_in) and stand_in not in blob_module._DEFERRED
+    assert resolve_digests(b"key " + stand_in.encode()) == b"key " + stand_in.encode()
 
 
 def test_snapshot_files_name_deferred_payloads_by_their_real_digest() -> None:

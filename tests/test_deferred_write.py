@@ -110,20 +110,26 @@ def test_weights_in_memory_hashed_while_written_give_the_same_files(
     assert payloads.count(weights[0]) == 1 and weights[2] in payloads and weights[3] in payloads
 
 
-def test_a_tied_weight_a_bridged_backend_copied_is_written_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through ExecuTorch's XNNPACK backend, the tied weight's head use becomes the backend's own
-    copy of the bytes (digest known) while the embedding keeps the program's (deferred): the
-    `.ptd` holds them in one segment, as hashing first writes it (the 1B fp32 Llama through the
-    bridge failed to write here: "equal payloads that a deferred digest kept apart")."""
+@pytest.mark.parametrize("side", ["bridge", "native"])
+def test_a_tied_weight_is_written_as_hashing_first_writes_it(side: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tied embedding and head with deferred digests, in one `.ptd` with the delegate's named
+    data. Through ExecuTorch's XNNPACK backend the head's use becomes the backend's own copy of the
+    bytes (digest known) while the embedding keeps the program's (deferred): one segment, as
+    hashing first writes it (the 1B fp32 Llama through the bridge failed to write: "equal payloads
+    that a deferred digest kept apart"). Natively both uses are Blobs carrying one stand-in: the
+    named data's key is the real digest even once the Blob registered last is gone (the 1B's
+    `.ptd` and `.pte` named the head's weight by its stand-in)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     from texir.executorch import executorch_partitioner
 
     torch.manual_seed(0)
     ep = torch.export.export(_Tied().eval(), (torch.tensor([[1, 5, 9]]),))
+    partitioner = executorch_partitioner(XnnpackPartitioner()) if side == "bridge" else xnnpack.partitioner()
 
     def write(out: Path) -> list[bytes]:
-        lowered = texir.lower(ep, [executorch_partitioner(XnnpackPartitioner())], cache=None).program
+        lowered = texir.lower(ep, [partitioner], cache=None).program
         # (one file for the program's weights and the delegate's, as ExecuTorch's LLM export writes)
         shared = "_default_external_constant"
         program = emit(lowered, EmitOptions(external_constants=True, external_named_data=shared))
@@ -140,6 +146,7 @@ def test_a_tied_weight_a_bridged_backend_copied_is_written_once(tmp_path: Path, 
     (ptd,) = (tmp_path / "deferred").glob("*.ptd")
     entries = pte.loads_ptd(ptd.read_bytes()).entries
     assert len(entries) == 2 and all(bytes(e.data.view()) == weight for e in entries)  # one segment, two keys
+    assert hashlib.sha256(weight).hexdigest() in [e.key for e in entries]  # the named data's key
 
 
 def test_small_programs_in_memory_keep_digests_that_name_their_bytes() -> None:

@@ -42,8 +42,24 @@ def digest_all(blobs: Sequence["Blob"]) -> None:
 # texir.adapters.tensors), so deduplication by digest gives the same layout either way; the writers
 # check this again once the real digests are known.
 
-_DEFERRED: "weakref.WeakValueDictionary[str, Blob]" = weakref.WeakValueDictionary()
-"""Stand-in -> a live payload carrying it (payloads carrying one stand-in hold the same bytes)."""
+_DEFERRED: "dict[str, weakref.WeakValueDictionary[int, Blob]]" = {}
+"""Stand-in -> the live payloads carrying it (they hold the same bytes: a tied weight's two uses
+may be two Blobs, and the stand-in must resolve while either lives). Entries whose payloads are
+all gone are dropped as they are met (`_carrier`). By identity: Blobs of equal bytes compare equal,
+so a WeakSet would keep only the first."""
+
+
+def _carrier(stand_in: str) -> "Blob | None":
+    """A live payload carrying `stand_in`, one whose real digest is known if any (no second hash
+    of the same bytes); None, and the entry dropped, when none lives."""
+    blobs = _DEFERRED.get(stand_in)
+    if blobs is None:
+        return None
+    live = list(blobs.values())
+    if not live:
+        del _DEFERRED[stand_in]
+        return None
+    return next((b for b in live if b._content is not None), live[0])
 
 
 def deferred_blob(data: bytes | bytearray | memoryview, stand_in: str, *,
@@ -56,13 +72,13 @@ def deferred_blob(data: bytes | bytearray | memoryview, stand_in: str, *,
     blob = Blob(data, digest=stand_in)
     object.__setattr__(blob, "_deferred", True)
     object.__setattr__(blob, "_read_ahead", read_ahead)
-    _DEFERRED[stand_in] = blob
+    _DEFERRED.setdefault(stand_in, weakref.WeakValueDictionary())[id(blob)] = blob
     return blob
 
 
 def is_deferred(digest: str) -> bool:
     """Whether `digest` is the stand-in of a payload still in use."""
-    return digest in _DEFERRED
+    return _carrier(digest) is not None
 
 
 def resolve_digests(data: bytes | memoryview) -> bytes | memoryview:
@@ -72,9 +88,10 @@ def resolve_digests(data: bytes | memoryview) -> bytes | memoryview:
         return data
     raw = bytes(data)
     found = False
-    for stand_in, blob in list(_DEFERRED.items()):
+    for stand_in in list(_DEFERRED):
+        blob = _carrier(stand_in)
         needle = stand_in.encode()
-        if needle in raw:
+        if blob is not None and needle in raw:
             raw = raw.replace(needle, blob.content_digest().encode())
             found = True
     return raw if found else data
@@ -83,7 +100,7 @@ def resolve_digests(data: bytes | memoryview) -> bytes | memoryview:
 def real_digest(digest: str) -> str:
     """The real digest behind `digest` when it is a live stand-in (hashing the payload if needed),
     else `digest`."""
-    blob = _DEFERRED.get(digest) if _DEFERRED else None
+    blob = _carrier(digest) if _DEFERRED else None
     return digest if blob is None else blob.content_digest()
 
 
@@ -238,7 +255,10 @@ class Blob:
             return self.digest()
         content = self._content
         if content is None:
-            content = hashlib.sha256(self._view).hexdigest()
+            carrier = _carrier(self._digest) if self._digest is not None else None
+            content = carrier._content if carrier is not None else None  # (hashed as another Blob of it)
+            if content is None:
+                content = hashlib.sha256(self._view).hexdigest()
             object.__setattr__(self, "_content", content)
         return content
 
