@@ -118,50 +118,58 @@ def _layout(ptd: PtdFile, *, by_content: bool = False) -> tuple[bytes, list[tupl
 
 
 def _encode(ptd: PtdFile, entry_segment: list[int], offsets: list[int], sizes: list[int]) -> bytes:
+    """The FlatTensor flatbuffer as flatc builds it from ExecuTorch's JSON (its serializer's way):
+    each table's children made as its fields are reached, in schema order (the segments, then each
+    named entry's key and layout); a table's present fields added 8-byte ones first, then 4-byte
+    ones, then 1-byte ones, each group in descending field id; scalars equal to their default (0)
+    left out."""
     b = Builder(1024)
+    segs = []
+    for off, size in zip(offsets, sizes):  # DataSegment: offset (0), size (1), both uint64
+        b.StartObject(2)
+        b.PrependUint64Slot(1, size, 0)
+        b.PrependUint64Slot(0, off, 0)
+        segs.append(b.EndObject())
+    segments = _table_vector(b, segs)
     named = []
-    for e, seg in zip(ptd.entries, entry_segment):
+    for e, seg in zip(ptd.entries, entry_segment):  # NamedData: key (0), segment_index (1), tensor_layout (2)
+        key = b.CreateString(e.key)
         layout = 0
-        if e.layout is not None:
-            b.StartVector(1, len(e.layout.dim_order), 1)
-            for d in reversed(e.layout.dim_order):
-                b.PrependUint8(d)
-            dim_order = b.EndVector()
+        if e.layout is not None:  # TensorLayout: scalar_type (0, int8), sizes (1, [int32]), dim_order (2, [uint8])
             b.StartVector(4, len(e.layout.sizes), 4)
             for d in reversed(e.layout.sizes):
                 b.PrependInt32(d)
             sizes_vec = b.EndVector()
+            b.StartVector(1, len(e.layout.dim_order), 1)
+            for d in reversed(e.layout.dim_order):
+                b.PrependUint8(d)
+            dim_order = b.EndVector()
             b.StartObject(3)
-            b.PrependInt8Slot(0, int(e.layout.scalar_type), 0)
-            b.PrependUOffsetTRelativeSlot(1, sizes_vec, 0)
             b.PrependUOffsetTRelativeSlot(2, dim_order, 0)
+            b.PrependUOffsetTRelativeSlot(1, sizes_vec, 0)
+            b.PrependInt8Slot(0, int(e.layout.scalar_type), 0)
             layout = b.EndObject()
-        key = b.CreateString(e.key)
         b.StartObject(3)
-        b.PrependUOffsetTRelativeSlot(0, key, 0)
-        b.PrependUint32Slot(1, seg, 0)
         if layout:
             b.PrependUOffsetTRelativeSlot(2, layout, 0)
+        b.PrependUint32Slot(1, seg, 0)
+        b.PrependUOffsetTRelativeSlot(0, key, 0)
         named.append(b.EndObject())
-    segs = []
-    for off, size in zip(offsets, sizes):
-        b.StartObject(2)
-        b.PrependUint64Slot(0, off, 0)
-        b.PrependUint64Slot(1, size, 0)
-        segs.append(b.EndObject())
-    vectors = []
-    for tables in (segs, named):
-        b.StartVector(4, len(tables), 4)
-        for t in reversed(tables):
-            b.PrependUOffsetTRelative(t)
-        vectors.append(b.EndVector())
-    b.StartObject(3)
+    named_data = _table_vector(b, named)
+    b.StartObject(3)  # FlatTensor: version (0, uint32), segments (1), named_data (2)
+    b.PrependUOffsetTRelativeSlot(2, named_data, 0)
+    b.PrependUOffsetTRelativeSlot(1, segments, 0)
     b.PrependUint32Slot(0, _FLAT_TENSOR_VERSION, 0)
-    b.PrependUOffsetTRelativeSlot(1, vectors[0], 0)
-    b.PrependUOffsetTRelativeSlot(2, vectors[1], 0)
     root = b.EndObject()
     b.Finish(root, file_identifier=PTD_FILE_IDENTIFIER)
     return bytes(b.Output())
+
+
+def _table_vector(b: Builder, tables: list[int]) -> int:
+    b.StartVector(4, len(tables), 4)
+    for t in reversed(tables):
+        b.PrependUOffsetTRelative(t)
+    return int(b.EndVector())
 
 
 class _KeptApart(PteError):
