@@ -142,7 +142,7 @@ def _report(size: str, quant: str, runs: dict[str, dict[str, Any]], speed: float
           f"{disk:.2f} s); native floor = export {nv['export']:.1f} s + {disk:.2f} s")
     print("  ratios ExecuTorch / native:")
     print(_ratio("end to end (export -> .pte + .ptd)", _e2e(et) / _e2e(nv), _e2e(et) / (nv["export"] + disk),
-                 4 if quant == "fp32" else None))
+                 10 if quant == "fp32" else None))  # (issue 42's goal for the 1B fp32)
     et_after = _e2e(et) - et["export"]
     print(_ratio("after export (lowering + writing)", et_after / (_e2e(nv) - nv["export"]), et_after / disk))
     print(_ratio("lowering alone", _lowering(et) / _lowering(nv), None))
