@@ -13,7 +13,7 @@ from torch._ops import OpOverload
 
 from texir.adapters.symbolic_sizes import SizeOf, unbacked_sizes
 
-__all__ = ["known_value", "own_inputs", "plain_op"]
+__all__ = ["known_value", "own_inputs", "passes_again", "plain_op"]
 
 
 _BELOW_THE_RECORDER = frozenset({DispatchKey.Meta})
@@ -61,6 +61,14 @@ def own_inputs(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> bool:
         elif not isinstance(got, torch.fx.Node) or not _same_meta(got.meta.get("val"), mine):
             return False
     return True
+
+
+def passes_again(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> bool:
+    """`node`'s op returns nothing (an assertion: `_assert_tensor_metadata`) and its inputs hold the
+    program's own values: the export ran it on the same metadata, so it passes again (recorded
+    without a dispatch)."""
+    target = node.target
+    return isinstance(target, OpOverload) and not target._schema.returns and own_inputs(node, env)
 
 
 def _fresh(value: Any, bound: Mapping[int, Any]) -> bool:

@@ -58,7 +58,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_
 
 from texir.adapters.buffer_writes import BufferWrites, LazyView, NeedsRetrace as _Retrace, in_place_twin, inline_region
 from texir.adapters.buffer_writes import invisible_twin, retrace_inputs, weight_meta
-from texir.adapters.dispatch_free import known_value, own_inputs, plain_op
+from texir.adapters.dispatch_free import known_value, passes_again, plain_op
 from texir.adapters.fake_memo import detached, fake_result
 from texir.adapters.fx_export import rebuilt_exported
 from texir.adapters.op_args import leaves, map_leaves
@@ -176,9 +176,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         given: bool = False,
     ) -> Any:
         """A node for `func`; `whole` when it is the program's own node, not one of a decomposition;
-        `known` its value when the program's node already holds it (no fake-tensor dispatch), or
-        when `given` whatever it is, None included (a remembered decomposition's op; an assertion
-        the export already ran on the same metadata)."""
+        `known` its value when the program's node holds it or, with `given`, whatever it is, None too
+        (a remembered decomposition's op, an assertion that passes again): no fake-tensor dispatch."""
         if self.written and any(r.alias_info is not None for r in func._schema.returns) and any(
             id(a) in self.written for a in torch.utils._pytree.tree_leaves((args, kwargs))
         ):
@@ -240,10 +239,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             raise _Retrace(f"{func} takes a symbolic float or bool")
         if any(isinstance(a, torch.SymInt) for a in flat):  # (after every tensor's node, as before)
             node_args, node_kwargs = map_leaves(torch.SymInt, self.sym_node_of, (node_args, node_kwargs))
-        return self.graph.create_node(
-            "call_function", func, tuple(node_args), dict(node_kwargs),
-            name=self.graph._target_to_str(func.overloadpacket.__name__),
-        )
+        name = self.graph._target_to_str(func.overloadpacket.__name__)
+        return self.graph.create_node("call_function", func, tuple(node_args), dict(node_kwargs), name=name)
 
     def value_of(self, value: Any) -> torch.fx.Node | LazyView:
         """The node giving `value`, or the view of a buffer's new value not made yet."""
@@ -317,10 +314,8 @@ def _decompose_node(rec: _Recorder, node: torch.fx.Node, env: dict[torch.fx.Node
     whole = rec.whole(target) or plain_op(target, rec.table, _NOT_PLAIN)
     if whole or target in (_ALIAS, _LIFT_FRESH_COPY):  # kept whole (an alias or constant copy: the program's own)
         known = known_value(node, env, rec.nodes) if whole and not in_place and target not in _FUNCTIONALIZED else None
-        # An op returning nothing (`_assert_tensor_metadata`) on the program's own values: the
-        # export ran it on the same metadata, so it passes again; no dispatch
-        checked = known is None and whole and not in_place and not target._schema.returns and own_inputs(node, env)
-        val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True, known=known, given=checked)
+        given = known is None and whole and not in_place and passes_again(node, env)
+        val = rec.record(target, *dispatch_form(target, args, kwargs), whole=True, known=known, given=given)
     else:
         own = known_value(node, env, rec.nodes) if not in_place and target in _SHAPE_FREE else None
         val = _decomposed(rec, target, args, kwargs, in_place, own)
