@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import texir.backends  # noqa: F401 - registers texir's demo and reference backends before any page
 from texir.lowering import backend as backend_registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,6 +121,8 @@ def test_every_code_block_runs(page: Path, tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TEXIR_PROGRESS", "0")
     # A page registers backends as a user's script would: the registry is given back afterwards
+    # (texir.backends is imported above: had a page imported it first, the backends its import
+    # registers would go with that page's registry, and later pages would find none)
     monkeypatch.setattr(backend_registry, "_REGISTRY", dict(backend_registry._REGISTRY))
     monkeypatch.setattr(backend_registry, "_IMPLICIT", set(backend_registry._IMPLICIT))
     scope: dict[str, object] = {"__name__": f"docs_{page.stem}"}
