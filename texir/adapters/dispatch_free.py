@@ -13,7 +13,7 @@ from torch._ops import OpOverload
 
 from texir.adapters.symbolic_sizes import SizeOf, unbacked_sizes
 
-__all__ = ["known_value", "own_inputs", "passes_again", "plain_op"]
+__all__ = ["known_value", "passes_again", "plain_op"]
 
 
 _BELOW_THE_RECORDER = frozenset({DispatchKey.Meta})
@@ -47,10 +47,10 @@ def known_value(
     parts = known if isinstance(known, (tuple, list)) and known else (known,)
     if not all(_fresh(part, bound) for part in parts) or len({id(part) for part in parts}) != len(parts):
         return None
-    return known if own_inputs(node, env) else None
+    return known if _own_inputs(node, env) else None
 
 
-def own_inputs(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> bool:
+def _own_inputs(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> bool:
     """Every input of `node` holds the program's own value (`env`: the new node of each, of the
     metadata the program's had) or its own symbolic size: what the export computed `node` on."""
     for arg in node.all_input_nodes:
@@ -68,7 +68,7 @@ def passes_again(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> bool:
     program's own values: the export ran it on the same metadata, so it passes again (recorded
     without a dispatch)."""
     target = node.target
-    return isinstance(target, OpOverload) and not target._schema.returns and own_inputs(node, env)
+    return isinstance(target, OpOverload) and not target._schema.returns and _own_inputs(node, env)
 
 
 def _fresh(value: Any, bound: Mapping[int, Any]) -> bool:

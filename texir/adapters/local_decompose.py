@@ -179,7 +179,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         `known` its value when the program's node holds it or, with `given`, whatever it is, None too
         (a remembered decomposition's op, an assertion that passes again): no fake-tensor dispatch."""
         if self.written and any(r.alias_info is not None for r in func._schema.returns) and any(
-            id(a) in self.written for a in torch.utils._pytree.tree_leaves((args, kwargs))
+            id(a) in self.written for a in leaves(tuple(args), kwargs)
         ):
             # The retrace's functionalization replays such a view where it is read (a new node,
             # named and attributed to its reader: other names and debug handles downstream).

@@ -325,14 +325,14 @@ def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kw
         and tape.returned == Ref(True, 0) and isinstance(tape.ops[0].results, torch.Tensor)
         and not tape.ops[0].dispatch
     )
-    given: list[Any] = [None] * len(inputs)
+    held: list[Any] = [None] * len(inputs)  # this node's inputs, by their index in the recording
     for leaf in leaves(args, kwargs):
         if isinstance(leaf, torch.Tensor):
-            given[inputs[id(leaf)]] = leaf
+            held[inputs[id(leaf)]] = leaf
     made: list[Any] = []
 
     def value(ref: Ref) -> Any:
-        return made[ref.index] if ref.made else given[ref.index]
+        return made[ref.index] if ref.made else held[ref.index]
 
     for op in tape.ops:
         op_args, op_kwargs = map_leaves(Ref, value, (op.args, op.kwargs))
