@@ -202,3 +202,81 @@ def test_a_recording_that_takes_a_computed_size_is_not_kept_by_rank() -> None:
     tape = Tape({}, ops=[Made(op, (Ref(False, 0), [2, 12]), {}, None, False)], generic=True)
     assert not _sizes_free(tape, (None, 1), {})  # 2 and 12: sizes the decomposition computed
     assert _sizes_free(tape, (None, [2, 12]), {})  # the node's own arguments
+
+
+def _recordings_kept(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Each recording `node_replay` keeps for the process from here on."""
+    from texir.adapters import node_replay
+
+    kept: list[object] = []
+    portable = node_replay._portable
+
+    def spy(tape: Any) -> Any:
+        made = portable(tape)
+        if made is not None:
+            kept.append(made)
+        return made
+
+    monkeypatch.setattr(node_replay, "_portable", spy)
+    return kept
+
+
+def test_a_second_lowering_replays_the_first_ones_recordings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Recordings of static sizes outlive their lowering: decomposing the program again (or another
+    of the same layers) records nothing anew and gives the same program; the process's recordings
+    hold no fake tensor of the lowering that made them; `forget_recordings` drops them."""
+    from texir.adapters import node_replay
+
+    ep = _stack_export()
+    node_replay.forget_recordings()
+    kept = _recordings_kept(monkeypatch)
+    first, _ = _decomposed(ep, replay=True)
+    assert kept and node_replay._REMEMBERED
+    for tape in node_replay._REMEMBERED.values():
+        for op in tape.ops:
+            parts = op.results if isinstance(op.results, tuple) else (op.results,) if op.results is not None else ()
+            assert all(type(p) is torch.Tensor and p.device.type == "meta" for p in parts)
+    kept.clear()
+    second, replayed = _decomposed(ep, replay=True)
+    assert kept == [] and second == first == _decomposed(ep, replay=False)[0]
+    # `replayed` still names the nodes that repeat an earlier node of the same program
+    assert len([n for n in replayed if "scaled_dot_product_attention" in n]) == LAYERS - 1, replayed
+    torch.manual_seed(1)
+    other = torch.export.export(_Stack().eval(), (torch.randn(2, 6, 16),), strict=False)  # other weights
+    assert _decomposed(other, replay=True)[0] == _decomposed(other, replay=False)[0] and kept == []
+    node_replay.forget_recordings()
+    assert not node_replay._REMEMBERED
+    assert _decomposed(ep, replay=True)[0] == first and kept
+
+
+def test_recordings_are_kept_apart_by_what_the_decomposition_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recording made keeping `linear` whole is not replayed where `linear` is decomposed (nor
+    the functional step's where the edge decomposition runs): each program equals its decomposition
+    without any recording."""
+    from texir.adapters import node_replay
+
+    ep = _stack_export()
+    node_replay.forget_recordings()
+    for keep, functional_only in (((), False), (KEEP, False), ((), True), (KEEP, False), ((), False)):
+        local = decompose_locally(ep, keep, functional_only=functional_only, exact_names=False)
+        fresh = decompose_locally(ep, keep, functional_only=functional_only, exact_names=False, replay=False)
+        assert local is not None and fresh is not None
+        assert _converted(local) == _converted(fresh), (keep, functional_only)
+    contexts = {key[0] for key in node_replay._REMEMBERED}
+    assert contexts == {(False, frozenset()), (False, frozenset(KEEP)), (True, frozenset())}
+
+
+def test_recordings_of_symbolic_sizes_stay_with_their_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A symbol is its program's own: nodes whose inputs have symbolic sizes are replayed within
+    their program only."""
+    from texir.adapters import node_replay
+
+    node_replay.forget_recordings()
+    kept = _recordings_kept(monkeypatch)
+    seq = torch.export.Dim("seq", max=32)
+    args = (torch.randn(2, 6, 16), torch.randn(2, 6, 16))
+    torch.manual_seed(0)
+    ep = torch.export.export(_TwoLengths().eval(), args, dynamic_shapes=({1: seq}, {1: seq}), strict=False)
+    program, replayed = _decomposed(ep, replay=True, dynamic=True)
+    assert replayed and program == _decomposed(ep, replay=False, dynamic=True)[0]
+    assert kept == [] and not node_replay._REMEMBERED

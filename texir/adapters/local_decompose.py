@@ -122,6 +122,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.lazy: dict[int, LazyView] = {}  # views of buffers' new values, made where read
         self.tape: Tape | None = None  # the ops the node being decomposed makes, while recorded
         self.memo: dict[Any, Tape] | None = {}  # node_key -> a decomposition's recording; None: none kept
+        self.context = (functional_only, frozenset(kept))  # what else a recording depends on (node_replay)
         self.replayed: list[str] = []  # the program's nodes whose decomposition was replayed
 
     def bind(self, value: Any, node: torch.fx.Node) -> None:

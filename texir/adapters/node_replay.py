@@ -8,11 +8,18 @@ A node is remembered by its op, its non-tensor arguments (a symbolic size by its
 each tensor input's metadata (dtype, device, layout, sizes, strides and storage offset as
 expressions) plus which inputs are the same tensor. A recording is kept only when every op it made
 took the plain path (no constant, no alias dropped, no view of a buffer, no value from outside the
-node's inputs and its own results); anything else is recorded anew every time."""
+node's inputs and its own results); anything else is recorded anew every time.
+
+Recordings of nodes whose inputs and arguments hold no symbolic size are remembered by the process
+too (`_REMEMBERED`, by the recorder's decomposition table and kept ops besides the key): a second
+lowering, of the same model or of another with layers of the same metadata, records none of them
+again. Such a recording is kept with its results' metadata only (meta tensors: no fake mode, shape
+environment or program of the lowering that recorded it stays alive through it)."""
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol, cast
 
@@ -26,7 +33,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from texir.adapters.op_args import leaves, map_leaves
 from texir.adapters.symbolic_sizes import unbacked_sizes
 
-__all__ = ["Recording", "Tape", "decomposed", "fresh_like", "node_key"]
+__all__ = ["Recording", "Tape", "decomposed", "forget_recordings", "fresh_like", "node_key"]
 
 _PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 
@@ -246,6 +253,7 @@ class Recording(Protocol):
     source: torch.fx.Node | None
     tape: Tape | None
     memo: dict[Any, Tape] | None
+    context: tuple[bool, frozenset[str]]  # the decomposition table's choices (functional only? kept ops), for _REMEMBERED
     replayed: list[str]
 
     def in_place_source(self) -> bool: ...
@@ -275,11 +283,16 @@ def decomposed(
         if keyed is None:
             generic = False
             keyed = node_key(target, args, kwargs, extra, role)
+    portable = keyed is not None and _static(args, kwargs)
     if keyed is not None:
         found = memo.get(keyed[0])
         if found is not None:
             if rec.source is not None:
                 rec.replayed.append(rec.source.name)
+            return _replay(rec, found, keyed[1], args, kwargs, own)
+        found = _REMEMBERED.get((rec.context, torch.get_default_dtype(), keyed[0])) if portable else None
+        if found is not None:  # an earlier lowering's: this program's later nodes replay it as their own
+            memo[keyed[0]] = found
             return _replay(rec, found, keyed[1], args, kwargs, own)
         rec.tape = Tape(keyed[1], generic=generic)
     decomposition = rec.table.get(target)
@@ -293,7 +306,59 @@ def decomposed(
         tape.finish(val)
         if tape.ok and (not tape.generic or _sizes_free(tape, args, kwargs)):
             memo[keyed[0]] = tape
+            kept = _portable(tape) if portable else None
+            if kept is not None:
+                with _LOCK:
+                    if len(_REMEMBERED) >= _LIMIT:
+                        _REMEMBERED.clear()
+                    _REMEMBERED[(rec.context, torch.get_default_dtype(), keyed[0])] = kept
     return val
+
+
+_REMEMBERED: dict[Hashable, Tape] = {}
+"""(recorder context, default dtype, node key) -> a recording of static sizes, kept for the
+process's later lowerings (`_portable`)."""
+_LIMIT = 4096
+"""Recordings kept before `_REMEMBERED` starts afresh."""
+_LOCK = threading.Lock()
+
+
+def forget_recordings() -> None:
+    """Drop the recordings the process remembers (each lowering records again what it decomposes)."""
+    with _LOCK:
+        _REMEMBERED.clear()
+
+
+def _static(args: Any, kwargs: Any) -> bool:
+    """No symbolic size among the arguments, the tensors' sizes, strides and offsets included:
+    what a node key holds is then the same in any program (a symbol is its program's own)."""
+    for leaf in leaves(args, kwargs):
+        if isinstance(leaf, torch.Tensor):
+            if not all(type(n) is int for n in (*leaf.shape, *leaf.stride(), leaf.storage_offset())):
+                return False
+        elif isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return False
+    return True
+
+
+def _portable(tape: Tape) -> Tape | None:
+    """`tape` with each result a plain meta tensor of its metadata (its sizes static, on the CPU),
+    for another lowering to replay; None when something in it belongs to this one (a symbolic
+    size, a result elsewhere than on the CPU)."""
+    ops = []
+    for op in tape.ops:
+        if any(isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)) for leaf in leaves(op.args, op.kwargs)):
+            return None
+        parts = op.results if isinstance(op.results, tuple) else () if op.results is None else (op.results,)
+        metas = []
+        for part in parts:
+            if part.device.type != "cpu" or not all(type(n) is int for n in (*part.shape, *part.stride())):
+                return None
+            with _disable_current_modes():
+                metas.append(torch.empty_strided(tuple(part.shape), tuple(part.stride()), dtype=part.dtype, device="meta"))
+        results = tuple(metas) if isinstance(op.results, tuple) else metas[0] if metas else None
+        ops.append(Made(op.func, op.args, op.kwargs, results, op.dispatch))
+    return Tape({}, generic=tape.generic, ops=ops, returned=tape.returned)
 
 
 def _plain_inputs(rec: Recording, args: Any, kwargs: Any) -> bool:
@@ -345,12 +410,22 @@ def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kw
         elif op.dispatch or by_rank:  # (a view into a larger storage, or other sizes: values computed)
             val = rec.record(op.func, op_args, op_kwargs)
         elif isinstance(results, tuple):
-            val = rec.record(op.func, op_args, op_kwargs, known=tuple(fresh_like(r) for r in results), given=True)
+            val = rec.record(op.func, op_args, op_kwargs, known=tuple(_fresh(r, rec.fake_mode) for r in results), given=True)
         else:
-            known = fresh_like(results) if results is not None else None
+            known = _fresh(results, rec.fake_mode) if results is not None else None
             val = rec.record(op.func, op_args, op_kwargs, known=known, given=True)
         if isinstance(val, (tuple, list)):
             made.extend(val)
         elif val is not None:
             made.append(val)
     return map_leaves(Ref, value, tape.returned)
+
+
+def _fresh(template: torch.Tensor, fake_mode: Any) -> torch.Tensor:
+    """A new fake tensor of `fake_mode` with `template`'s metadata: a recorded result (a fake
+    tensor of this lowering's, or a meta tensor of a remembered recording's, on the CPU)."""
+    if isinstance(template, FakeTensor):
+        return fresh_like(template)
+    with _disable_current_modes():
+        made = torch.empty_strided(template.shape, template.stride(), dtype=template.dtype, device="meta")
+        return FakeTensor(fake_mode, made, torch.device("cpu"))
