@@ -13,7 +13,7 @@ node's inputs and its own results); anything else is recorded anew every time.
 Recordings of nodes whose inputs and arguments hold no symbolic size are remembered by the process
 too (`_REMEMBERED`, by the recorder's decomposition table and kept ops besides the key): a second
 lowering, of the same model or of another with layers of the same metadata, records none of them
-again. Such a recording is kept with its results' metadata only (meta tensors: no fake mode, shape
+again. Such a recording is kept with its results' metadata only (`Result`: no fake mode, shape
 environment or program of the lowering that recorded it stays alive through it)."""
 
 from __future__ import annotations
@@ -46,6 +46,14 @@ class Ref(msgspec.Struct, frozen=True):
     index: int
 
 
+class Result(msgspec.Struct, frozen=True):
+    """A recorded result's metadata, static, on the CPU (a recording the process keeps)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+
 class Made(msgspec.Struct):
     """One op of a recording: its arguments (tensors as `Ref`s, symbolic sizes as they were) and
     its results' template values (one, several with a getitem each, or none)."""
@@ -53,7 +61,7 @@ class Made(msgspec.Struct):
     func: OpOverload
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    results: tuple[torch.Tensor, ...] | torch.Tensor | None
+    results: tuple[torch.Tensor | Result, ...] | torch.Tensor | Result | None
     dispatch: bool  # a result is a view into a larger storage: its value is the fake mode's to make
 
 
@@ -342,7 +350,7 @@ def _static(args: Any, kwargs: Any) -> bool:
 
 
 def _portable(tape: Tape) -> Tape | None:
-    """`tape` with each result a plain meta tensor of its metadata (its sizes static, on the CPU),
+    """`tape` with each result its metadata (`Result`: its sizes static, on the CPU),
     for another lowering to replay; None when something in it belongs to this one (a symbolic
     size, a result elsewhere than on the CPU)."""
     ops = []
@@ -352,10 +360,13 @@ def _portable(tape: Tape) -> Tape | None:
         parts = op.results if isinstance(op.results, tuple) else () if op.results is None else (op.results,)
         metas = []
         for part in parts:
-            if part.device.type != "cpu" or not all(type(n) is int for n in (*part.shape, *part.stride())):
+            if isinstance(part, Result):  # (a recording the process kept, met again)
+                metas.append(part)
+                continue
+            shape, stride = tuple(part.shape), tuple(part.stride())
+            if part.device.type != "cpu" or not all(type(n) is int for n in (*shape, *stride)):
                 return None
-            with _disable_current_modes():
-                metas.append(torch.empty_strided(tuple(part.shape), tuple(part.stride()), dtype=part.dtype, device="meta"))
+            metas.append(Result(shape, stride, part.dtype))
         results = tuple(metas) if isinstance(op.results, tuple) else metas[0] if metas else None
         ops.append(Made(op.func, op.args, op.kwargs, results, op.dispatch))
     return Tape({}, generic=tape.generic, ops=ops, returned=tape.returned)
@@ -387,7 +398,7 @@ def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kw
     same kernels on the same metadata)."""
     single = (
         tape.generic and isinstance(own, torch.Tensor) and len(tape.ops) == 1
-        and tape.returned == Ref(True, 0) and isinstance(tape.ops[0].results, torch.Tensor)
+        and tape.returned == Ref(True, 0) and isinstance(tape.ops[0].results, (torch.Tensor, Result))
         and not tape.ops[0].dispatch
     )
     held: list[Any] = [None] * len(inputs)  # this node's inputs, by their index in the recording
@@ -421,11 +432,11 @@ def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kw
     return map_leaves(Ref, value, tape.returned)
 
 
-def _fresh(template: torch.Tensor, fake_mode: Any) -> torch.Tensor:
+def _fresh(template: torch.Tensor | Result, fake_mode: Any) -> torch.Tensor:
     """A new fake tensor of `fake_mode` with `template`'s metadata: a recorded result (a fake
-    tensor of this lowering's, or a meta tensor of a remembered recording's, on the CPU)."""
-    if isinstance(template, FakeTensor):
+    tensor of this lowering's, or the metadata of a recording the process kept, on the CPU)."""
+    if isinstance(template, torch.Tensor):
         return fresh_like(template)
     with _disable_current_modes():
-        made = torch.empty_strided(template.shape, template.stride(), dtype=template.dtype, device="meta")
+        made = torch.empty_strided(template.shape, template.stride, dtype=template.dtype, device="meta")
         return FakeTensor(fake_mode, made, torch.device("cpu"))
