@@ -280,3 +280,38 @@ def test_recordings_of_symbolic_sizes_stay_with_their_program(monkeypatch: pytes
     program, replayed = _decomposed(ep, replay=True, dynamic=True)
     assert replayed and program == _decomposed(ep, replay=False, dynamic=True)[0]
     assert kept == [] and not node_replay._REMEMBERED
+
+
+def test_a_replay_only_names_what_nothing_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch norm's decomposition makes an empty `reserve` tensor nothing reads and three getitems
+    of which one is read: a replay makes neither the dead op nor the unread getitems (dead code the
+    graph loses anyway), only takes their names, so the program and its names are the same."""
+    from texir.adapters import node_replay
+
+    torch.manual_seed(0)
+    ep = torch.export.export(_Convs().eval(), (torch.randn(2, 3, 10, 9), torch.randn(2, 4, 7)), strict=False)
+    created: list[str] = []
+    create_node = torch.fx.Graph.create_node
+
+    def counted(self: torch.fx.Graph, op: str, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        node = create_node(self, op, target, *args, **kwargs)
+        created.append(str(target))
+        return node
+
+    monkeypatch.setattr(torch.fx.Graph, "create_node", counted)
+    programs = []
+    for elide in (True, False):
+        replay = node_replay._replay
+
+        def replayed(rec: Any, *args: Any, _replay: Any = replay, _elide: bool = elide, **kwargs: Any) -> Any:
+            rec.elide_dead = rec.elide_dead and _elide
+            return _replay(rec, *args, **kwargs)
+
+        monkeypatch.setattr(node_replay, "_replay", replayed)
+        created.clear()
+        local = decompose_locally(ep, functional_only=True, exact_names=False)
+        assert local is not None
+        programs.append((_converted(local), created.count("aten.empty.memory_format"), created.count("<built-in function getitem>")))
+    (elided, empties, getitems), (full, all_empties, all_getitems) = programs
+    assert elided == full
+    assert empties < all_empties and getitems < all_getitems

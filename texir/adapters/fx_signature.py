@@ -15,7 +15,7 @@ from texir.ir.literals import literal_arg
 
 __all__ = [
     "SignatureMismatchError", "argument_spec", "input_spec", "literal_arg_at", "output_spec", "placeholder_renames",
-    "signature_inputs", "signature_outputs",
+    "output_items", "signature_inputs", "signature_outputs",
 ]
 
 
@@ -41,10 +41,15 @@ def signature_outputs(ep: ExportedProgram) -> tuple[tuple[gs.OutputSpec, Any], .
     constant), by position as `signature_inputs`."""
     (output,) = (n for n in ep.graph.nodes if n.op == "output")
     (results,) = output.args
-    items = tuple(results) if isinstance(results, (tuple, list)) else (results,)
+    items = output_items(results)
     specs = ep.graph_signature.output_specs
     _check_count(f"returns {len(items)} values", len(items), specs, "output")
     return tuple(zip(specs, items))
+
+
+def output_items(results: Any) -> tuple[Any, ...]:
+    """An output node's argument as the values it returns, one each."""
+    return tuple(results) if isinstance(results, (tuple, list)) else (results,)
 
 
 def placeholder_renames(ep: ExportedProgram) -> dict[torch.fx.Node, str]:

@@ -62,11 +62,11 @@ from texir.adapters.dispatch_free import known_value, passes_again, plain_op
 from texir.adapters.fake_memo import detached, fake_result
 from texir.adapters.fx_export import rebuilt_exported
 from texir.adapters.op_args import leaves, map_leaves
-from texir.adapters.decompositions import as_the_retrace_decomposes, has_subclass_state, lazy_edge_decomposition_table
-from texir.adapters.decompositions import KeptWhole
+from texir.adapters.decompositions import KeptWhole, as_the_retrace_decomposes, has_subclass_state
+from texir.adapters.decompositions import lazy_edge_decomposition_table
 from texir.adapters.fx_provenance import created_from
 from texir.adapters.node_replay import _SHAPE_FREE, Tape, decomposed as _decomposed
-from texir.adapters.fx_signature import signature_outputs
+from texir.adapters.fx_signature import output_items, signature_outputs
 from texir.adapters.symbolic_sizes import SYM_SIZE, SizeNodes, SizeOf
 from texir.adapters.targets import canonical_target, dispatch_form, resolve_target
 from texir.adapters.torch_patches import run_decompositions
@@ -79,9 +79,7 @@ retrace copies these from the node it decomposes onto every node it creates for 
 
 _METADATA_OPS = frozenset({torch.ops.aten.size.default, torch.ops.aten.stride.default, torch.ops.aten.storage_offset.default})
 
-_ALIAS = torch.ops.aten.alias.default
-_LIFT_FRESH_COPY = torch.ops.aten.lift_fresh_copy.default
-_COPY = torch.ops.aten.copy.default
+_ALIAS, _LIFT_FRESH_COPY, _COPY = torch.ops.aten.alias.default, torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.copy.default
 
 _FUNCTIONALIZED = frozenset({_ALIAS, torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default})
 """Ops the retrace's functionalization drops or rewrites depending on where they come from."""
@@ -124,6 +122,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.memo: dict[Any, Tape] | None = {}  # node_key -> a decomposition's recording; None: none kept
         self.context = (functional_only, frozenset(kept))  # what else a recording depends on (node_replay)
         self.replayed: list[str] = []  # the program's nodes whose decomposition was replayed
+        self.elide_dead = False  # replays only name the nodes nothing reads (the graph's dead code is removed)
 
     def bind(self, value: Any, node: torch.fx.Node) -> None:
         self.nodes[id(value)] = node
@@ -174,11 +173,13 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
 
     def record(
         self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None,
-        given: bool = False,
+        given: bool = False, live: tuple[bool, ...] | None = None,
     ) -> Any:
         """A node for `func`; `whole` when it is the program's own node, not one of a decomposition;
         `known` its value when the program's node holds it or, with `given`, whatever it is, None too
-        (a remembered decomposition's op, an assertion that passes again): no fake-tensor dispatch."""
+        (a remembered decomposition's op, an assertion that passes again): no fake-tensor dispatch.
+        `live`: which results of a multi-result op anything reads (the others' getitems, which dead
+        code elimination would remove, are only named: `elide_dead`)."""
         if self.written and any(r.alias_info is not None for r in func._schema.returns) and any(
             id(a) in self.written for a in leaves(tuple(args), kwargs)
         ):
@@ -225,6 +226,9 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             self.fresh.add(id(val))
         elif isinstance(val, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in val):
             for i, item in enumerate(val):  # tracing gives every result its getitem
+                if live is not None and not live[i]:
+                    self.graph._graph_namespace.create_name("getitem", None)
+                    continue
                 got = self.graph.create_node("call_function", operator.getitem, (node, i), {}, name="getitem")
                 self.annotate(got, item)
                 self.bind(item, got)
@@ -402,7 +406,7 @@ def _rewrite(
         raise _Retrace("no fake values on the inputs")
     table = {} if functional_only else lazy_edge_decomposition_table(kept)
     rec = _Recorder(table, kept, fake_mode, functional_only=functional_only)
-    rec.memo = {} if replay else None
+    rec.memo, rec.elide_dead = ({} if replay else None), True  # (eliminate_dead_code below)
     env: dict[torch.fx.Node, Any] = dict(regions)
     # Inputs take their final names after the calls are named, as export renames the retrace's
     # placeholders at the end.
@@ -460,7 +464,7 @@ def _rewrite(
         results = (*(n for _, n in mutations), *results)
     out = rec.graph.output(torch.fx.node.map_arg(results, lambda n: n if n.graph is rec.graph else env[n]))
     specs = [o for o, _ in mutations] + [o for o, _ in signature_outputs(ep)]
-    for o, value in zip(specs, _items(out.args[0])):
+    for o, value in zip(specs, output_items(out.args[0])):
         if o.kind is OutputKind.BUFFER_MUTATION and isinstance(value, torch.fx.Node) and value.target is _COPY:
             # (torch's _remove_unnecessary_copy_op_pass: a buffer overwritten whole takes the value)
             value.replace_all_uses_with(cast(torch.fx.Node, value.args[1]))
@@ -476,7 +480,7 @@ def _rewrite(
     output_specs = [
         OutputSpec(kind=o.kind, arg=TensorArgument(name=value.name), target=o.target)
         if isinstance(o.arg, TensorArgument) else o
-        for o, value in zip(specs, _items(out.args[0]))
+        for o, value in zip(specs, output_items(out.args[0]))
     ]
     return rebuilt_exported(
         ep,
@@ -484,10 +488,6 @@ def _rewrite(
         graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
         verifiers=[Verifier],  # ATen, what run_decompositions gives back, whatever `ep`'s dialect
     )
-
-
-def _items(results: Any) -> tuple[Any, ...]:
-    return tuple(results) if isinstance(results, (tuple, list)) else (results,)
 
 
 def functional_program(ep: ExportedProgram, *, why: list[str] | None = None) -> ExportedProgram:

@@ -26,6 +26,7 @@ from typing import Any, Protocol, cast
 import msgspec
 import torch
 from torch._dispatch.python import enable_python_dispatcher
+from torch._library.utils import is_impure
 from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
@@ -76,6 +77,7 @@ class Tape(msgspec.Struct):
     ok: bool = True
     count: int = 0
     returned: Any = None
+    read: frozenset[int] | None = None  # the results a later op or the node reads (`_read`), once asked
 
     def ref(self, value: torch.Tensor) -> Ref | None:
         index = self.inputs.get(id(value))
@@ -263,12 +265,14 @@ class Recording(Protocol):
     memo: dict[Any, Tape] | None
     context: tuple[bool, frozenset[str]]  # the decomposition table's choices (functional only? kept ops), for _REMEMBERED
     replayed: list[str]
+    elide_dead: bool  # a replay may leave out what nothing reads, naming it only (its graph's dead code is removed)
+    graph: torch.fx.Graph
 
     def in_place_source(self) -> bool: ...
 
     def record(
         self, func: OpOverload, args: Any, kwargs: Any, *, whole: bool = False, known: object = None,
-        given: bool = False,
+        given: bool = False, live: tuple[bool, ...] | None = None,
     ) -> Any: ...
 
     def __enter__(self) -> Any: ...
@@ -410,18 +414,34 @@ def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kw
     def value(ref: Ref) -> Any:
         return made[ref.index] if ref.made else held[ref.index]
 
+    read = _read(tape) if rec.elide_dead else None
     for op in tape.ops:
-        op_args, op_kwargs = map_leaves(Ref, value, (op.args, op.kwargs))
         results = op.results
+        live = None
+        if read is not None and results is not None:
+            count = len(results) if isinstance(results, tuple) else 1
+            flags = tuple(len(made) + k in read for k in range(count))
+            if not any(flags) and not op.dispatch and not is_impure(op.func):
+                # Nothing reads it (the empty `reserve` batch norm's decomposition makes): dead
+                # code once the graph is done, only named here, as its node and getitems would be
+                # (not a dispatched one: an alias the recorder drops makes no node)
+                rec.graph._graph_namespace.create_name(rec.graph._target_to_str(op.func.overloadpacket.__name__), None)
+                for _ in range(count if isinstance(results, tuple) else 0):
+                    rec.graph._graph_namespace.create_name("getitem", None)
+                made.extend([None] * count)
+                continue
+            live = flags if isinstance(results, tuple) and not all(flags) else None
+        op_args, op_kwargs = map_leaves(Ref, value, (op.args, op.kwargs))
         # By rank, an op's value is computed anew, but for the node's own result and for an op
         # taking no tensor (a factory: its recorded arguments hold no size of the inputs)
         by_rank = tape.generic and any(isinstance(leaf, Ref) for leaf in leaves(op.args, op.kwargs))
         if single:
             val = rec.record(op.func, op_args, op_kwargs, known=own, given=True)
         elif op.dispatch or by_rank:  # (a view into a larger storage, or other sizes: values computed)
-            val = rec.record(op.func, op_args, op_kwargs)
+            val = rec.record(op.func, op_args, op_kwargs, live=live)
         elif isinstance(results, tuple):
-            val = rec.record(op.func, op_args, op_kwargs, known=tuple(_fresh(r, rec.fake_mode) for r in results), given=True)
+            fresh = tuple(_fresh(r, rec.fake_mode) for r in results)
+            val = rec.record(op.func, op_args, op_kwargs, known=fresh, given=True, live=live)
         else:
             known = _fresh(results, rec.fake_mode) if results is not None else None
             val = rec.record(op.func, op_args, op_kwargs, known=known, given=True)
@@ -440,3 +460,11 @@ def _fresh(template: torch.Tensor | Result, fake_mode: Any) -> torch.Tensor:
     with _disable_current_modes():
         made = torch.empty_strided(template.shape, template.stride, dtype=template.dtype, device="meta")
         return FakeTensor(fake_mode, made, torch.device("cpu"))
+
+
+def _read(tape: Tape) -> frozenset[int]:
+    """The indices of the results of `tape` that one of its ops takes or the node returns."""
+    if tape.read is None:
+        flat = [*leaves((tape.returned,), {}), *(leaf for op in tape.ops for leaf in leaves(op.args, op.kwargs))]
+        tape.read = frozenset(leaf.index for leaf in flat if isinstance(leaf, Ref) and leaf.made)
+    return tape.read
