@@ -295,13 +295,14 @@ def decomposed(
         if keyed is None:
             generic = False
             keyed = node_key(target, args, kwargs, extra, role)
-    portable = keyed is not None and _static(args, kwargs)
+    portable = False
     if keyed is not None:
         found = memo.get(keyed[0])
         if found is not None:
             if rec.source is not None:
                 rec.replayed.append(rec.source.name)
             return _replay(rec, found, keyed[1], args, kwargs, own)
+        portable = _static(args, kwargs)
         found = _REMEMBERED.get((rec.context, torch.get_default_dtype(), keyed[0])) if portable else None
         if found is not None:  # an earlier lowering's: this program's later nodes replay it as their own
             memo[keyed[0]] = found
