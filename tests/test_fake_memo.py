@@ -249,3 +249,62 @@ def test_meta_kernel_path_declines_what_it_does_not_cover() -> None:
     assert fake_memo._by_meta_kernel(aten.view.default, (x, [7]), {}, mode) is None  # refused: torch's error
     with pytest.raises(RuntimeError):
         fake_memo.fake_result(aten.view.default, (x, [7]), {}, mode)
+
+
+def _conv_case(mode: FakeTensorMode, case: tuple[object, ...]) -> tuple[object, ...]:
+    spatial, batch, cin, cout, groups, transposed, stride, dtype, layout, bias = case
+    assert isinstance(spatial, tuple) and isinstance(dtype, torch.dtype)
+    rank = len(spatial)
+    kernel = (3,) * rank if min(spatial) >= 3 else (1,) * rank
+    with mode:
+        x = torch.empty((batch, cin, *spatial), dtype=dtype)
+        w_shape = (cin, cout // groups, *kernel) if transposed else (cout, cin // groups, *kernel)
+        w = torch.empty(w_shape, dtype=dtype)
+        if layout == "channels_last" and rank == 2:
+            x = x.to(memory_format=torch.channels_last)
+        elif layout == "weight_channels_last" and rank == 2:
+            w = w.to(memory_format=torch.channels_last)
+        elif layout == "odd_strides":  # a size-1 dimension's stride is not the usual one
+            x = torch.empty_strided(x.shape, [7 if n == 1 else s for n, s in zip(x.shape, x.stride())], dtype=dtype)
+        b = torch.empty(cout, dtype=dtype) if bias else None
+    return (x, w, b, [stride] * rank, [1] * rank, [1] * rank, transposed, [0] * rank, groups)
+
+
+def test_convolution_rule_gives_the_metadata_of_the_fake_dispatch() -> None:
+    """The rule for `convolution` against the fake mode's own dispatch (its conv rule: the meta
+    kernel's output in the CPU backend's memory format) over 1-, 2- and 3-D convolutions, batches
+    and channels of 1, depthwise groups, transposed ones, strides, dtypes, input and weight memory
+    formats and size-1 dimensions' strides; where the rule declines (inputs not laid out as new
+    contiguous tensors) the fake mode answers."""
+    op = torch.ops.aten.convolution.default
+    cases = [
+        (spatial, batch, cin, cout, groups, transposed, stride, dtype, layout, bias)
+        for spatial in [(7,), (5, 6), (1, 1), (4, 1), (3, 4, 4)]
+        for batch, cin, cout, groups in [(1, 3, 8, 1), (2, 1, 4, 1), (2, 4, 4, 4), (1, 6, 2, 2)]
+        for transposed in (False, True)
+        for stride in (1, 2)
+        for dtype in (torch.float32, torch.float16, torch.bfloat16)
+        for layout in ("contiguous", "channels_last", "weight_channels_last", "odd_strides")
+        for bias in (True, False)
+        if (dtype == torch.float32 or (layout == "contiguous" and stride == 1))
+    ]
+    declined = 0
+    for case in cases:
+        mode = FakeTensorMode()
+        args = _conv_case(mode, case)
+        ruled = fake_memo._by_rule(op, args, {}, mode)
+        try:
+            with mode, torch.no_grad():
+                dispatched = op(*args)
+        except RuntimeError:  # (sizes no convolution takes: torch's error, from the fake mode)
+            assert ruled is None, case
+            continue
+        if ruled is None:
+            x, w = args[0], args[1]
+            assert isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)
+            assert not (fake_memo._new_contiguous(x) and fake_memo._new_contiguous(w)), case
+            declined += 1
+            continue
+        assert _meta(ruled) == _meta(dispatched), case
+        assert isinstance(ruled, FakeTensor) and ruled.fake_mode is mode
+    assert 0 < declined < len(cases)
