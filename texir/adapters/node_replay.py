@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import msgspec
 import torch
@@ -77,7 +77,7 @@ class Tape(msgspec.Struct):
     ok: bool = True
     count: int = 0
     returned: Any = None
-    read: frozenset[int] | None = None  # the results a later op or the node reads (`_read`), once asked
+    unread: list[_Unread] | None = None  # per op, what of its results nothing reads (`_unread`), once asked
 
     def ref(self, value: torch.Tensor) -> Ref | None:
         index = self.inputs.get(id(value))
@@ -246,9 +246,12 @@ def fresh_like(template: torch.Tensor) -> torch.Tensor:
     """A new fake tensor of `template`'s metadata (its sizes' expressions too; no storage offset)
     in its fake mode, sharing nothing with it, made without a dispatch through the fake mode."""
     fake = cast(FakeTensor, template)  # (a Tape keeps only fake tensors: _replayable)
+    return _fake(fake.fake_mode, fake.shape, fake.stride(), fake.dtype, fake.device)
+
+
+def _fake(fake_mode: Any, shape: Any, stride: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     with _disable_current_modes():
-        made = torch.empty_strided(fake.shape, fake.stride(), dtype=fake.dtype, device="meta")
-        return FakeTensor(fake.fake_mode, made, fake.device)
+        return FakeTensor(fake_mode, torch.empty_strided(shape, stride, dtype=dtype, device="meta"), device)
 
 
 class Recording(Protocol):
@@ -365,9 +368,8 @@ def _portable(tape: Tape) -> Tape | None:
         parts = op.results if isinstance(op.results, tuple) else () if op.results is None else (op.results,)
         metas = []
         for part in parts:
-            if isinstance(part, Result):  # (a recording the process kept, met again)
-                metas.append(part)
-                continue
+            if not isinstance(part, torch.Tensor):  # (only recordings made here are kept)
+                return None
             shape, stride = tuple(part.shape), tuple(part.stride())
             if part.device.type != "cpu" or not all(type(n) is int for n in (*shape, *stride)):
                 return None
@@ -415,23 +417,21 @@ def _replay(rec: Recording, tape: Tape, inputs: Mapping[int, int], args: Any, kw
     def value(ref: Ref) -> Any:
         return made[ref.index] if ref.made else held[ref.index]
 
-    read = _read(tape) if rec.elide_dead else None
-    for op in tape.ops:
+    unread = _unread(tape) if rec.elide_dead else None
+    for i, op in enumerate(tape.ops):
         results = op.results
         live = None
-        if read is not None and results is not None:
-            count = len(results) if isinstance(results, tuple) else 1
-            flags = tuple(len(made) + k in read for k in range(count))
-            if not any(flags) and not op.dispatch and not is_impure(op.func):
-                # Nothing reads it (the empty `reserve` batch norm's decomposition makes): dead
-                # code once the graph is done, only named here, as its node and getitems would be
-                # (not a dispatched one: an alias the recorder drops makes no node)
-                rec.graph._graph_namespace.create_name(rec.graph._target_to_str(op.func.overloadpacket.__name__), None)
+        if unread is not None and unread[i] is not None:
+            plan = unread[i]
+            if plan == "dead":  # dead code once the graph is done: only named, as its node and getitems would be
+                names = rec.graph._graph_namespace
+                names.create_name(rec.graph._target_to_str(op.func.overloadpacket.__name__), None)
+                count = len(results) if isinstance(results, tuple) else 1
                 for _ in range(count if isinstance(results, tuple) else 0):
-                    rec.graph._graph_namespace.create_name("getitem", None)
+                    names.create_name("getitem", None)
                 made.extend([None] * count)
                 continue
-            live = flags if isinstance(results, tuple) and not all(flags) else None
+            live = plan
         op_args, op_kwargs = map_leaves(Ref, value, (op.args, op.kwargs))
         # By rank, an op's value is computed anew, but for the node's own result and for an op
         # taking no tensor (a factory: its recorded arguments hold no size of the inputs)
@@ -458,14 +458,32 @@ def _fresh(template: torch.Tensor | Result, fake_mode: Any) -> torch.Tensor:
     tensor of this lowering's, or the metadata of a recording the process kept, on the CPU)."""
     if isinstance(template, torch.Tensor):
         return fresh_like(template)
-    with _disable_current_modes():
-        made = torch.empty_strided(template.shape, template.stride, dtype=template.dtype, device="meta")
-        return FakeTensor(fake_mode, made, torch.device("cpu"))
+    return _fake(fake_mode, template.shape, template.stride, template.dtype, torch.device("cpu"))
 
 
-def _read(tape: Tape) -> frozenset[int]:
-    """The indices of the results of `tape` that one of its ops takes or the node returns."""
-    if tape.read is None:
+_Unread = tuple[bool, ...] | Literal["dead"] | None
+
+
+def _unread(tape: Tape) -> list[_Unread]:
+    """For each op of `tape`: "dead" when no later op nor the node reads any of its results and
+    it is pure and not dispatched (the empty `reserve` tensor batch norm's decomposition makes: an
+    alias the recorder drops makes no node, so a dispatched op is never left out); for a
+    multi-result op some of whose results are read, which are; else None."""
+    if tape.unread is None:
         flat = [*leaves((tape.returned,), {}), *(leaf for op in tape.ops for leaf in leaves(op.args, op.kwargs))]
-        tape.read = frozenset(leaf.index for leaf in flat if isinstance(leaf, Ref) and leaf.made)
-    return tape.read
+        read = {leaf.index for leaf in flat if isinstance(leaf, Ref) and leaf.made}
+        plan: list[_Unread] = []
+        start = 0
+        for op in tape.ops:
+            results = op.results
+            count = 0 if results is None else len(results) if isinstance(results, tuple) else 1
+            flags = tuple(start + k in read for k in range(count))
+            start += count
+            if count and not any(flags) and not op.dispatch and not is_impure(op.func):
+                plan.append("dead")
+            elif isinstance(results, tuple) and not all(flags):
+                plan.append(flags)
+            else:
+                plan.append(None)
+        tape.unread = plan
+    return tape.unread
