@@ -181,7 +181,7 @@ def _executorch(ep: Any, exportable: Any, spec: dict[str, Any], out: Path, st: S
         manager.write_tensor_data_to_file(str(out))
 
 
-def _texir(ep: Any, spec: dict[str, Any], out: Path, st: Stages, native: bool) -> None:
+def _texir(ep: Any, spec: dict[str, Any], out: Path, st: Stages, native: bool, draft: Any = None) -> None:
     import contextlib
 
     from texir.adapters import constant_methods
@@ -207,7 +207,7 @@ def _texir(ep: Any, spec: dict[str, Any], out: Path, st: Stages, native: bool) -
                        constant_methods=constant_methods(spec["metadata"]))
     with st("write"):
         for data in emitted.external:
-            pte.dump_ptd(data, out / f"{data.tag}.ptd")
+            pte.dump_ptd(data, out / f"{data.tag}.ptd", draft=draft if data.tag == TAG else None)
         pte.dump(emitted, out / "model.pte")
     del program, emitted
 
@@ -242,6 +242,15 @@ def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
     exportable = build(spec["config"], spec["max_cache"], spec["dtype"], spec["quant"])
     built = time.perf_counter() - start
     model_rss = status("VmRSS")  # the built model in memory: what every peak below is over
+    draft, predict_s = None, 0.0
+    if side == "native" and spec.get("draft") and spec.get("weightless"):
+        # texir's own time: the prediction, then the export while the draft writes the weights
+        from texir.adapters.ptd_prediction import predicted_ptd
+        from texir.serialize.pte import PtdDraft
+
+        start = time.perf_counter()
+        draft = PtdDraft(out / f"{TAG}.ptd", predicted_ptd(exportable.model))  # the module torch.export traces
+        predict_s = time.perf_counter() - start
     print(f"{STAGE}export", file=sys.stderr, flush=True)
     reset_peak()
     start = time.perf_counter()
@@ -249,10 +258,16 @@ def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
     export_s = time.perf_counter() - start
     export_peak = status("VmHWM") - model_rss
     st = Stages()
+    if draft is not None:
+        st.seconds["predict"] = predict_s
     if side == "executorch":
         _executorch(ep, exportable, spec, out, st)
     else:
-        _texir(ep, spec, out, st, native=side == "native")
+        try:
+            _texir(ep, spec, out, st, native=side == "native", draft=draft)
+        finally:
+            if draft is not None:
+                draft.close()
     files = sorted(p.name for p in out.iterdir() if p.suffix in (".pte", ".ptd"))
     result: dict[str, Any] = {
         "build": built, "export": export_s, "weights": weight_bytes(ep), "base_rss": st.base,
@@ -260,6 +275,9 @@ def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
         "extra_peak": max(st.peak.values()), "peak_rss": max(st.base + max(st.peak.values()), model_rss + export_peak),
         "export_peak": export_peak, "run_peak": max(export_peak, st.base - model_rss + max(st.peak.values())),
         "weightless": bool(spec.get("weightless", False)), "phases": dict(PHASES),
+        "draft": None if draft is None else {"used": draft.outcome.used, "kept": draft.outcome.kept,
+                                             "rewritten": draft.outcome.rewritten, "why": draft.outcome.why,
+                                             "waited": draft.outcome.waited},
         "sizes": {f: (out / f).stat().st_size for f in files},
         "digests": {f: sha256_file(out / f) for f in files},
         "executorch_imported_before_check": any(m.split(".")[0] == "executorch" for m in sys.modules),

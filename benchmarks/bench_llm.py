@@ -84,12 +84,16 @@ SIDES = ("executorch", "bridge", "native")
 LABELS = {"executorch": "ExecuTorch", "bridge": "bridge", "native": "native"}
 
 
+DRAFT = True
+"""Whether texir's native side drafts its `.ptd` during the export (`--no-draft`: written after lowering)."""
+
+
 def _spec(size: str, dtype: str, quant: str, out: Path, *, limit: int = 0, logits: bool = True,
           weightless: bool = False) -> dict[str, Any]:
     metadata = {"get_max_seq_len": MAX_CACHE, "get_vocab_size": CONFIGS[size]["vocab_size"], "use_kv_cache": True,
                 "enable_dynamic_shape": True}
     return {"config": CONFIGS[size], "max_cache": MAX_CACHE, "dtype": dtype, "quant": quant, "metadata": metadata,
-            "out": str(out), "limit": limit, "logits": logits, "weightless": weightless}
+            "out": str(out), "limit": limit, "logits": logits, "weightless": weightless, "draft": DRAFT}
 
 
 def _child_args(side: str, spec: dict[str, Any]) -> list[str]:
@@ -217,6 +221,16 @@ def scale(sizes: list[str], limit: int, sides: tuple[str, ...] = ("executorch", 
                   f"{r['extra_peak'] / GIB:6.2f} GiB ({r['extra_peak'] / r['weights']:.1%} of the weights), "
                   f"export included {r['run_peak'] / GIB:6.2f} GiB ({r['run_peak'] / r['weights']:.1%}; "
                   f"{'weightless' if r['weightless'] else 'plain'} export)  files {files / GIB:.2f} GiB")
+            if side == "native":
+                own = _e2e(r) - r["export"]
+                d = r.get("draft")
+                drafted = ("no draft" if not d else f"draft kept {d['kept'] / GIB:.2f} GiB, rewrote "
+                           f"{d['rewritten'] / GIB:.2f} GiB, waited {d['waited']:.2f} s for it" if d["used"]
+                           else f"draft dropped: {d['why']}")
+                print(f"  {size:<6} {LABELS[side]:<11} texir's own time (after the export returns) {own:.1f} s = "
+                      f"{own / r['export']:.2f}x the export (goal 0.5x: {'met' if own <= 0.5 * r['export'] else 'not met'}; "
+                      f"{drafted}; prediction {r['seconds'].get('predict', 0.0):.2f} s, counted as own time); sha256 "
+                      + ", ".join(f"{name} {digest[:16]}" for name, digest in sorted(r["digests"].items())))
             if r.get("phases"):
                 print(f"  {size:<6} {LABELS[side]:<11} lowering phases (s): "
                       + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items())
@@ -287,8 +301,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="--checkpoint ends a lowering whose RssAnon passes this (default 8 GiB)")
     parser.add_argument("--workdir", type=Path, default=None, metavar="DIR",
                         help="where --checkpoint writes its checkpoint and files (default: the temp directory)")
+    parser.add_argument("--no-draft", action="store_true",
+                        help="native side: write the .ptd after lowering, not drafted during the export")
     parser.add_argument("--child", nargs=2, metavar=("SIDE", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global DRAFT
+    DRAFT = not args.no_draft
     if args.child and args.child[0] in ("write", "checkpoint"):
         sys.path.insert(0, ROOT)
         from _checkpoint_child import lower_checkpoint, write_checkpoint  # the child's imports stay out of the parent

@@ -98,6 +98,30 @@ def removed_on_sigterm(path: str) -> Iterator[None]:
         yield
 
 
+def writable_mode(target: Path, error: type[TexirError] = TexirError) -> int:
+    """The permission bits a file written to `target` gets: an existing file's own, else what a
+    plain open() would give; a read-only destination is `error`."""
+    mode = _default_file_mode()
+    with contextlib.suppress(FileNotFoundError):
+        existing = target.stat()
+        if stat.S_ISREG(existing.st_mode):
+            if not existing.st_mode & stat.S_IWUSR or not os.access(target, os.W_OK):
+                raise error(f"cannot write {target}: the file is read-only; make it writable or choose another output")
+            mode = stat.S_IMODE(existing.st_mode)
+    return mode
+
+
+def temp_beside(target: Path, error: type[TexirError] = TexirError) -> tuple[int, str]:
+    """A new temporary file (descriptor, path) in `target`'s directory, named so that a killed
+    writer's leftovers are found and removed (which this does first for `target`)."""
+    directory = target.parent if str(target.parent) else Path(".")
+    _remove_stale(directory, target)
+    try:
+        return tempfile.mkstemp(prefix=_temp_prefix(target), suffix=_TMP_SUFFIX, dir=directory)
+    except OSError as exc:
+        raise error(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
 def atomic_write(
     path: str | os.PathLike[str],
     chunks: Iterable[bytes | memoryview],
@@ -119,19 +143,8 @@ def atomic_write(
     page cache where the file system allows it (`_write_direct`).
     """
     target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    mode = _default_file_mode()
-    with contextlib.suppress(FileNotFoundError):
-        existing = target.stat()
-        if stat.S_ISREG(existing.st_mode):
-            if not existing.st_mode & stat.S_IWUSR or not os.access(target, os.W_OK):
-                raise error(f"cannot write {target}: the file is read-only; make it writable or choose another output")
-            mode = stat.S_IMODE(existing.st_mode)
-    _remove_stale(directory, target)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=_TMP_SUFFIX, dir=directory)
-    except OSError as exc:
-        raise error(f"cannot write {target}: {exc.strerror or exc}") from None
+    mode = writable_mode(target, error)
+    fd, tmp = temp_beside(target, error)
     try:
         with _sigterm_cleanup(tmp), os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), mode)
@@ -161,6 +174,21 @@ _DIRECT_BYTES = 64 << 20
 """Files from this size up are written with O_DIRECT (`_write_direct`)."""
 _DIRECT_BLOCK = 16 << 20
 """The bounce buffer of a direct write: page-aligned, a multiple of any device's logical block."""
+
+
+def _releasing_copy(into: memoryview) -> Callable[[int, memoryview], None]:
+    """`copy(at, view)` puts `view`'s bytes into `into[at:]` with the GIL released (numpy's copy
+    releases it; a memoryview slice assignment holds it for the whole copy, stalling every other
+    thread: a `.ptd` drafted beside `torch.export` would slow the export)."""
+    # numpy loads in ~0.1 s: only large files, which need the copy, pay for it
+    import numpy as np
+
+    target = np.frombuffer(into, dtype=np.uint8)
+
+    def copy(at: int, view: memoryview) -> None:
+        np.copyto(target[at : at + view.nbytes], np.frombuffer(view, dtype=np.uint8))
+
+    return copy
 
 
 def _set_direct(fd: int, on: bool) -> bool:
@@ -197,6 +225,7 @@ def _write_direct(fd: int, chunks: Iterable[bytes | memoryview]) -> None:
     refuse a direct write (EINVAL): the rest is then written through the page cache."""
     buffer = mmap.mmap(-1, _DIRECT_BLOCK)
     whole = memoryview(buffer)
+    copy = _releasing_copy(whole)
     fill = 0
     direct = True
     try:
@@ -207,7 +236,7 @@ def _write_direct(fd: int, chunks: Iterable[bytes | memoryview]) -> None:
             pos = 0
             while pos < view.nbytes:
                 take = min(view.nbytes - pos, _DIRECT_BLOCK - fill)
-                whole[fill : fill + take] = view[pos : pos + take]
+                copy(fill, view[pos : pos + take])
                 fill += take
                 pos += take
                 if fill == _DIRECT_BLOCK:
@@ -228,6 +257,7 @@ def _write_direct(fd: int, chunks: Iterable[bytes | memoryview]) -> None:
     finally:
         # A failed write's traceback may still hold a slice of the buffer: then the collector frees
         # it, and the failure, not a BufferError, is what the caller sees.
+        del copy  # its array views the buffer
         with contextlib.suppress(BufferError):
             whole.release()
             buffer.close()

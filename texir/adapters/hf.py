@@ -22,7 +22,9 @@ import torch
 from torch.export import ExportedProgram
 
 from texir.adapters.checkpoints import checkpoint_files, mapped_tensors
+from texir.adapters.ptd_prediction import predicted_ptd
 from texir.adapters.weights import attach_weights, weightless
+from texir.serialize.pte import PtdDraft
 from texir.errors import CheckpointError
 
 __all__ = ["ARCHITECTURES", "DEFAULT_MAX_SEQ_LEN", "TextGeneration", "export_text_generation", "load_causal_lm",
@@ -46,6 +48,9 @@ class TextGeneration(msgspec.Struct, frozen=True):
     program: ExportedProgram
     metadata: dict[str, object]
     max_seq_len: int
+    draft: PtdDraft | None = None
+    """With `export_text_generation(..., ptd=PATH)`: the `.ptd` drafted while the model exported,
+    for `dump_ptd(..., draft=...)`; its owner closes it (`close()`, or `with`)."""
 
 
 def _config(directory: Path) -> Any:
@@ -122,12 +127,15 @@ def load_causal_lm(directory: Path) -> Any:
 
 
 def export_text_generation(directory: Path, *, max_seq_len: int | None = None,
-                           prepare: Callable[[torch.nn.Module], None] | None = None) -> TextGeneration:
+                           prepare: Callable[[torch.nn.Module], None] | None = None,
+                           ptd: Path | None = None) -> TextGeneration:
     """The checkpoint in `directory` exported for text generation with a static KV cache of
     `max_seq_len` positions (default `DEFAULT_MAX_SEQ_LEN`, at most the model's
     `max_position_embeddings`). `prepare` changes the loaded model in place before the export
     (`texir.recipes.quantize_in_place`): the weights it replaces are no longer memory-mapped but
-    held in memory; their originals are dropped."""
+    held in memory; their originals are dropped. With `ptd`, the path the lowered program's weights
+    will be written to, the `.ptd` is drafted during the export (`texir.adapters.ptd_prediction`):
+    the result's `draft`, which the caller passes to `dump_ptd` and closes."""
     # transformers loads in seconds: only a checkpoint directory pays for it
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
@@ -147,13 +155,22 @@ def export_text_generation(directory: Path, *, max_seq_len: int | None = None,
     config._attn_implementation = "sdpa"
     exportable = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=length).eval()
     seq = torch.export.Dim("seq", min=1, max=length - 1)
-    with weightless(exportable) as weights:
-        # strict: torch's non-strict export lifts the cache tensors a second time as constants
-        ep = exportable.export(
-            input_ids=torch.tensor([list(_PROMPT)]), cache_position=torch.arange(len(_PROMPT)), strict=True,
-            dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
-        )
-    return TextGeneration(program=attach_weights(ep, weights), metadata=text_generation_metadata(config, length), max_seq_len=length)
+    # the weights go to disk while torch traces (the module torch.export is given: the wrapper's)
+    draft = PtdDraft(ptd, predicted_ptd(exportable.model)) if ptd is not None else None
+    try:
+        with weightless(exportable) as weights:
+            # strict: torch's non-strict export lifts the cache tensors a second time as constants
+            ep = exportable.export(
+                input_ids=torch.tensor([list(_PROMPT)]), cache_position=torch.arange(len(_PROMPT)), strict=True,
+                dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
+            )
+        program = attach_weights(ep, weights)
+    except BaseException:
+        if draft is not None:
+            draft.close()
+        raise
+    return TextGeneration(program=program, metadata=text_generation_metadata(config, length), max_seq_len=length,
+                          draft=draft)
 
 
 def text_generation_metadata(config: Any, length: int) -> dict[str, object]:

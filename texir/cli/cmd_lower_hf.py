@@ -11,6 +11,7 @@ optimum-executorch's `to_executorch(do_quant_fusion_and_const_prop=True)` does."
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -81,12 +82,17 @@ def run_checkpoint(args: argparse.Namespace) -> int:
     ptd = args.output.with_suffix(".ptd") if args.output is not None else None
     declared = [("--external-data", ptd), ("-o", args.output)]
     refuse_clobbering("texir lower", [], declared)
-    with Outputs() as outputs, Progress("texir lower") as progress:
+    with Outputs() as outputs, Progress("texir lower") as progress, contextlib.ExitStack() as drafts:
         for flag, path in declared:  # every output checked before any work
             outputs.add(flag, path)
-        done, metadata = _lower(directory, args, recipe, progress)
-        written = _write(args.output, done.program, metadata, outputs, progress) if args.output is not None else []
+        done, metadata, draft = _lower(directory, args, recipe, progress, ptd)
+        if draft is not None:
+            drafts.callback(draft.close)
+        written = (_write(args.output, done.program, metadata, outputs, progress, draft)
+                   if args.output is not None else [])
         outputs.commit()
+    if draft is not None:
+        _say_drafted(draft.outcome)
     explained = explain_rows(done.report) if args.explain else None
     if args.json:
         print_json(sys.stdout, done.report, explained, written)
@@ -97,8 +103,17 @@ def run_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lower(directory: Path, args: argparse.Namespace, recipe: Any,
-           progress: Progress) -> tuple[Any, dict[str, object]]:
+def _say_drafted(outcome: Any) -> None:
+    if outcome.used:
+        print(f"texir lower: the .ptd was written during the export: {outcome.kept / 2**20:,.1f} MiB of weights in "
+              f"place, {outcome.rewritten / 2**20:,.1f} MiB written after lowering", file=sys.stderr)
+    else:
+        print(f"texir lower: the .ptd drafted during the export was not used ({outcome.why}); written after "
+              "lowering", file=sys.stderr)
+
+
+def _lower(directory: Path, args: argparse.Namespace, recipe: Any, progress: Progress,
+           ptd: Path | None) -> tuple[Any, dict[str, object], Any]:
     # the adapters and transformers import torch (seconds): only a MODEL pays for it
     from texir.adapters.hf import export_text_generation
     from texir.adapters.torch_patches import make_torchvision_importable
@@ -108,15 +123,22 @@ def _lower(directory: Path, args: argparse.Namespace, recipe: Any,
     make_torchvision_importable()  # transformers imports torchvision
     prepare = None if recipe is None else functools.partial(_quantize, recipe)
     what = "weights memory-mapped" if recipe is None else f"quantized in memory with {recipe.describe()}"
+    # a recipe's quantized weights are packed by the lowering: the draft predicts float weights only
+    draft_to = ptd if recipe is None else None
     with progress.phase(f"exporting {directory} ({what})"):
-        model = export_text_generation(directory, max_seq_len=args.max_seq_len, prepare=prepare)
-    # no preprocess cache: its entries would copy every weight (the named data) into it
-    with progress.phase("lowering with texir's native XNNPACK"), xnnpack.registered():
-        done = lower(model.program, [xnnpack.partitioner()], cache=None, jobs=args.jobs)
-    if recipe is not None and recipe.qembedding:
-        with progress.phase("fusing the quantized embeddings (ExecuTorch's quant_fusion_and_const_prop_pass)"):
-            done = _fuse_embeddings(done)
-    return done, model.metadata
+        model = export_text_generation(directory, max_seq_len=args.max_seq_len, prepare=prepare, ptd=draft_to)
+    try:
+        # no preprocess cache: its entries would copy every weight (the named data) into it
+        with progress.phase("lowering with texir's native XNNPACK"), xnnpack.registered():
+            done = lower(model.program, [xnnpack.partitioner()], cache=None, jobs=args.jobs)
+        if recipe is not None and recipe.qembedding:
+            with progress.phase("fusing the quantized embeddings (ExecuTorch's quant_fusion_and_const_prop_pass)"):
+                done = _fuse_embeddings(done)
+    except BaseException:
+        if model.draft is not None:
+            model.draft.close()
+        raise
+    return done, model.metadata, model.draft
 
 
 def _fuse_embeddings(done: Any) -> Any:
@@ -152,7 +174,7 @@ def _quantize(recipe: Any, model: Any) -> None:
 
 
 def _write(output: Path, lowered: Any, metadata: dict[str, object], outputs: Outputs,
-           progress: Progress) -> list[tuple[str, str, int]]:
+           progress: Progress, draft: Any) -> list[tuple[str, str, int]]:
     # the emitter loads only when -o asks for a file
     from texir.adapters import constant_methods
     from texir.emit import DEFAULT_EXTERNAL_TAG, EmitOptions, emit
@@ -165,15 +187,15 @@ def _write(output: Path, lowered: Any, metadata: dict[str, object], outputs: Out
         program = emit(lowered, options, constant_methods=constant_methods(metadata))
         ptd = output.with_suffix(".ptd")  # one tag, DEFAULT_EXTERNAL_TAG: X.ptd beside X.pte
         for data in program.external:
-            outputs.write(ptd, functools.partial(_dump_ptd, data))
+            outputs.write(ptd, functools.partial(_dump_ptd, data, draft))
             written.append((str(ptd), f".ptd: {len(data.entries)} entries", outputs.size(ptd)))
         outputs.write(output, lambda tmp: pte.dump(program, tmp))
         written.append((str(output), ".pte", outputs.size(output)))
     return written
 
 
-def _dump_ptd(data: Any, path: Path) -> None:
+def _dump_ptd(data: Any, draft: Any, path: Path) -> None:
     # the serializer loads only when -o asks for a file
     from texir.serialize import pte
 
-    pte.dump_ptd(data, path)
+    pte.dump_ptd(data, path, draft=draft)

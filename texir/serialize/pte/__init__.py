@@ -25,6 +25,7 @@ from texir.serialize.pte.ptd import (
     load_ptd,
     loads_ptd,
 )
+from texir.serialize.pte.ptd_draft import DraftOutcome, PtdDraft
 from texir.serialize.pte.schema import *  # noqa: F403
 from texir.serialize.pte.schema import __all__ as _schema_all
 
@@ -38,6 +39,8 @@ __all__ = [
     "PteOptions",
     "check_external",
     "dump",
+    "DraftOutcome",
+    "PtdDraft",
     "dump_ptd",
     "dumps_ptd",
     "dumps",

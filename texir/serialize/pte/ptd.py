@@ -16,7 +16,7 @@ import math
 import os
 import struct
 from collections.abc import Iterator, Sequence
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 import flatbuffers
 
@@ -214,13 +214,25 @@ def dumps_ptd(ptd: PtdFile) -> bytes:
     return b"".join(iter_ptd_chunks(ptd))
 
 
-def dump_ptd(ptd: PtdFile, path: str | os.PathLike[str]) -> None:
+class Draft(Protocol):
+    """What `dump_ptd` asks of a draft (`texir.serialize.pte.PtdDraft`, which builds on this module)."""
+
+    def finish(self, ptd: PtdFile, path: str | os.PathLike[str]) -> bool: ...
+
+
+def dump_ptd(ptd: PtdFile, path: str | os.PathLike[str], *, draft: Draft | None = None) -> None:
     """Write `ptd` to `path` atomically (a failure leaves `path` untouched), streaming payloads.
+    With a `draft` (`texir.serialize.pte.PtdDraft`, begun before the program existed), the file is
+    the draft's, finished: only what it did not put in place is written now (`draft.outcome`).
     Payloads with deferred digests (large weights: memory-mapped checkpoints, big models in
     memory) are hashed as they are copied, and the header, which names them by digest, is written
     last: one read of each payload; mapped ones are read ahead of the copy (`HashingCopy`). Should
     two of them turn out equal (their stand-ins kept apart what one segment holds), the file is
     written again laid out by content: the bytes are those known digests give."""
+    if draft is not None:
+        _check(ptd)  # refuse bad input before touching the draft's file
+        if draft.finish(ptd, path):
+            return
     head, pieces, end = _layout(ptd)  # refuse bad input before a temporary file exists
     size = len(head) + end
     if not any(blob.deferred for _, blob in pieces):
