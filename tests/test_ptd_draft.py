@@ -174,3 +174,38 @@ def test_a_large_draft_goes_past_the_page_cache(tmp_path: Path) -> None:
         dump_ptd(ptd, tmp_path / "m.ptd", draft=draft)
     assert hashlib.sha256((tmp_path / "m.ptd").read_bytes()).digest() == hashlib.sha256(dumps_ptd(ptd)).digest()
     assert draft.outcome.used and draft.outcome.kept == 3_000
+
+
+def test_a_missing_directory_is_a_pte_error(tmp_path: Path, payloads: list[bytearray]) -> None:
+    with pytest.raises(PteError, match="cannot write"):
+        PtdDraft(tmp_path / "nowhere" / "m.ptd", _guess(_real(payloads)))
+
+
+def test_a_draft_is_used_once(tmp_path: Path, payloads: list[bytearray]) -> None:
+    """A second `dump_ptd` with a used draft writes its file afresh, with the same bytes."""
+    entries = _real(payloads)
+    ptd = PtdFile(entries=tuple(entries))
+    with PtdDraft(tmp_path / "m.ptd", _guess(entries)) as draft:
+        dump_ptd(ptd, tmp_path / "m.ptd", draft=draft)
+        dump_ptd(ptd, tmp_path / "again.ptd", draft=draft)
+    assert (tmp_path / "again.ptd").read_bytes() == (tmp_path / "m.ptd").read_bytes() == dumps_ptd(ptd)
+    assert draft.outcome.used
+
+
+def test_a_full_disk_while_finishing_is_a_pte_error_and_leaves_no_file(
+    tmp_path: Path, payloads: list[bytearray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from texir.serialize.pte import ptd_draft
+
+    entries = _real(payloads)
+    guess = [*entries[:2], entries[3], entries[2], *entries[4:]]  # something to write after lowering
+
+    def full(fd: int, data: object, at: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    with PtdDraft(tmp_path / "m.ptd", _guess(guess)) as draft:
+        draft._thread.join()
+        monkeypatch.setattr(ptd_draft.os, "pwrite", full)
+        with pytest.raises(PteError, match="No space left on device"):
+            dump_ptd(PtdFile(entries=tuple(entries)), tmp_path / "m.ptd", draft=draft)
+    assert list(tmp_path.iterdir()) == []

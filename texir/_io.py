@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
 
@@ -216,51 +217,69 @@ def _write_all(fd: int, view: memoryview) -> None:
 
 
 def _write_direct(fd: int, chunks: Iterable[bytes | memoryview]) -> None:
-    """Write `chunks` from the start of `fd` (O_DIRECT set), through a page-aligned bounce buffer
-    in whole `_DIRECT_BLOCK`s, then the tail with O_DIRECT off (it need not be a whole block);
-    O_DIRECT is off when this returns. Why: a write through the page cache first has the kernel
-    find fresh pages for the file (on this project's VMs 350-700 MiB/s), while a direct write
-    goes from the buffer to the device (1.5 GB/s there); a file of many GB passes through the
-    page cache at the disk's speed anyway once dirty pages are throttled. The file system may
-    refuse a direct write (EINVAL): the rest is then written through the page cache."""
-    buffer = mmap.mmap(-1, _DIRECT_BLOCK)
-    whole = memoryview(buffer)
-    copy = _releasing_copy(whole)
-    fill = 0
-    direct = True
+    """Write `chunks` from the start of `fd` (O_DIRECT set), through two page-aligned bounce
+    buffers in whole `_DIRECT_BLOCK`s (one filled while the other is written, on a thread of its
+    own), then the tail with O_DIRECT off (it need not be a whole block); O_DIRECT is off when
+    this returns. Why: a write through the page cache first has the kernel find fresh pages for
+    the file (on this project's VMs 350-700 MiB/s), while a direct write goes from the buffer to
+    the device (1.5-2 GB/s there); a file of many GB passes through the page cache at the disk's
+    speed anyway once dirty pages are throttled. The file system may refuse a direct write
+    (EINVAL): the rest is then written through the page cache."""
+    buffers = [mmap.mmap(-1, _DIRECT_BLOCK) for _ in range(2)]
+    views = [memoryview(b) for b in buffers]
+    copies = [_releasing_copy(v) for v in views]
+    direct = [True]
+
+    def write(whole: memoryview) -> None:
+        if direct[0]:
+            try:
+                _write_all(fd, whole)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL or os.lseek(fd, 0, os.SEEK_CUR) % _DIRECT_BLOCK:
+                    raise
+                direct[0] = not _set_direct(fd, False)  # refused: the page cache then
+        _write_all(fd, whole)
+
+    k = fill = 0
+    pending: Future[None] | None = None
     try:
-        for chunk in chunks:
-            view = memoryview(chunk)
-            if view.ndim != 1 or view.format != "B":
-                view = view.cast("B")
-            pos = 0
-            while pos < view.nbytes:
-                take = min(view.nbytes - pos, _DIRECT_BLOCK - fill)
-                copy(fill, view[pos : pos + take])
-                fill += take
-                pos += take
-                if fill == _DIRECT_BLOCK:
-                    if direct:
-                        try:
-                            _write_all(fd, whole)
-                        except OSError as exc:
-                            if exc.errno != errno.EINVAL or os.lseek(fd, 0, os.SEEK_CUR) % _DIRECT_BLOCK:
-                                raise
-                            direct = not _set_direct(fd, False)  # refused: the page cache then
-                            _write_all(fd, whole)
-                    else:
-                        _write_all(fd, whole)
-                    fill = 0
-        if direct:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="texir-write") as writer:
+            try:
+                for chunk in chunks:
+                    view = memoryview(chunk)
+                    if view.ndim != 1 or view.format != "B":
+                        view = view.cast("B")
+                    pos = 0
+                    while pos < view.nbytes:
+                        take = min(view.nbytes - pos, _DIRECT_BLOCK - fill)
+                        copies[k](fill, view[pos : pos + take])
+                        fill += take
+                        pos += take
+                        if fill == _DIRECT_BLOCK:
+                            if pending is not None:
+                                pending.result()  # the other buffer is free again
+                            pending = writer.submit(write, views[k])
+                            k, fill = 1 - k, 0
+                if pending is not None:
+                    pending.result()
+                    pending = None
+            finally:
+                if pending is not None:  # a failed copy: the write in flight ends before the buffers go
+                    pending.cancel()
+                    with contextlib.suppress(BaseException):
+                        pending.result()
+        if direct[0]:
             _set_direct(fd, False)
-        _write_all(fd, whole[:fill])
+        _write_all(fd, views[k][:fill])
     finally:
-        # A failed write's traceback may still hold a slice of the buffer: then the collector frees
+        # A failed write's traceback may still hold a slice of a buffer: then the collector frees
         # it, and the failure, not a BufferError, is what the caller sees.
-        del copy  # its array views the buffer
-        with contextlib.suppress(BufferError):
-            whole.release()
-            buffer.close()
+        del copies  # their arrays view the buffers
+        for whole, buffer in zip(views, buffers):
+            with contextlib.suppress(BufferError):
+                whole.release()
+                buffer.close()
 
 
 _PAGE = mmap.PAGESIZE

@@ -38,8 +38,8 @@ def predicted_ptd(module: torch.nn.Module) -> PtdFile:
     linear: dict[int, torch.Tensor] = {}
     for path, sub in module.named_modules(remove_duplicate=False):
         for name, param in sub._parameters.items():
-            if param is None:
-                continue
+            if param is None or type(param.data) is not torch.Tensor or param.device.type != "cpu":
+                continue  # a tensor subclass (torchao's packed weights) or no data: not predicted
             if isinstance(sub, torch.nn.Linear):
                 linear.setdefault(id(param), param)
             else:

@@ -86,7 +86,9 @@ class _Stopped(Exception):
 class PtdDraft:
     """Writes the predicted `.ptd` for `path` into a temporary file beside it, in a background
     thread, from construction on. Use it as a context manager (leaving the block removes a draft
-    `dump_ptd` did not use) or call `close()`."""
+    `dump_ptd` did not use) or call `close()`, on the thread that made it. The predicted payloads'
+    memory must hold the same bytes until `dump_ptd` (a model's weights while it is exported and
+    lowered): a payload whose real digest is deferred takes the draft's hash of it unchecked."""
 
     def __init__(self, path: str | os.PathLike[str], predicted: PtdFile) -> None:
         self.path = Path(path)
@@ -170,12 +172,17 @@ class PtdDraft:
         start = time.perf_counter()
         self._thread.join()
         self._waited = time.perf_counter() - start
+        if self._fd < 0:
+            return False  # used or closed already: written afresh
         try:
             if self._error is not None:
                 return self._drop(f"drafting failed: {type(self._error).__name__}: {self._error}")
             return self._finish(ptd, Path(path))
         except _KeptApart:
             return self._drop("two payloads turned out equal: laid out by content")
+        except OSError as exc:
+            self.close()
+            raise PteError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}") from None
         except BaseException:
             self.close()
             raise
