@@ -35,7 +35,9 @@ from typing import Final
 import msgspec
 import numpy as np
 
-from texir._io import _DIRECT_BYTES, _set_direct, _write_direct, removed_on_sigterm, temp_beside, writable_mode
+from texir._io import (
+    _DIRECT_BYTES, _set_direct, _write_all, _write_direct, removed_on_sigterm, temp_beside, writable_mode,
+)
 from texir.errors import PteError
 from texir.ir.blob import Blob
 from texir.serialize.pte.ptd import _KeptApart, _layout, _resolved_head
@@ -336,11 +338,6 @@ def _write_ranges(fd: int, spans: list[tuple[int, memoryview]], ranges: list[tup
         del whole
         with contextlib.suppress(BufferError):
             buffer.close()
-
-
-def _write_all(fd: int, view: memoryview) -> None:
-    while view.nbytes:
-        view = view[os.write(fd, view):]
 
 
 def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
