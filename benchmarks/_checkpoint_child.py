@@ -105,7 +105,8 @@ def lower_checkpoint(spec: dict[str, Any]) -> dict[str, Any]:
         anon[name] = watch.peak - base
         return result
 
-    model = stage("export", lambda: export_text_generation(directory, max_seq_len=spec["max_seq_len"]))
+    ptd = out / f"{TAG}.ptd" if spec.get("draft", True) else None  # drafted during the export, as the CLI does
+    model = stage("export", lambda: export_text_generation(directory, max_seq_len=spec["max_seq_len"], ptd=ptd))
 
     def lowering() -> Any:
         with xnnpack.registered():
@@ -119,12 +120,20 @@ def lower_checkpoint(spec: dict[str, Any]) -> dict[str, Any]:
 
     def write() -> None:
         for data in emitted.external:
-            pte.dump_ptd(data, out / f"{data.tag}.ptd")
+            pte.dump_ptd(data, out / f"{data.tag}.ptd", draft=model.draft if data.tag == TAG else None)
         pte.dump(emitted, out / "model.pte")
 
-    stage("write", write)
+    try:
+        stage("write", write)
+    finally:
+        if model.draft is not None:
+            model.draft.close()
+    outcome = model.draft.outcome if model.draft is not None else None
     files = sorted(p.name for p in out.iterdir() if p.suffix in (".pte", ".ptd"))
     return {"seconds": seconds, "phases": {p.name: p.seconds for p in done.report.phases}, "anon": anon, "anon_base": base, "total_peak": status("VmHWM"),
             "weights": sum(p.stat().st_size for p in directory.glob("*.safetensors")),
             "sizes": {f: (out / f).stat().st_size for f in files},
-            "pte_sha256": sha256_file(out / "model.pte")}
+            "pte_sha256": sha256_file(out / "model.pte"),
+            "draft": None if outcome is None else {"used": outcome.used, "kept": outcome.kept,
+                                                   "rewritten": outcome.rewritten, "why": outcome.why,
+                                                   "waited": outcome.waited}}

@@ -258,7 +258,8 @@ def checkpoint(sizes: list[str], anon_limit: int, workdir: Path | None) -> None:
                           f"writing the {size} checkpoint")
             start = time.perf_counter()
             r, why = try_spawn(__file__, ["--child", "checkpoint", json.dumps(
-                {"checkpoint": str(ckpt), "out": str(out), "max_seq_len": MAX_CACHE, "anon_limit": anon_limit})])
+                {"checkpoint": str(ckpt), "out": str(out), "max_seq_len": MAX_CACHE, "anon_limit": anon_limit,
+                 "draft": DRAFT})])
             wall = time.perf_counter() - start
             print(f"  {size:<5} checkpoint {wrote['bytes'] / GIB:.2f} GiB in {wrote['files']} shards, written in "
                   f"{wrote['seconds']:.0f} s")
@@ -273,6 +274,12 @@ def checkpoint(sizes: list[str], anon_limit: int, workdir: Path | None) -> None:
         print(f"  {size:<5} native      export {sec['export']:.1f} s  lower {sec['lower']:.1f} s  emit {sec['emit']:.1f} s  "
               f"write {sec['write']:.1f} s  e2e {e2e:.1f} s (wall {wall:.0f} s with the child's imports); floor "
               f"{floor:.1f} s = export + {files / GIB:.2f} GiB at {speed / MIB:.0f} MiB/s; e2e - floor {e2e - floor:.1f} s")
+        d = r.get("draft")
+        print(f"  {size:<5} native      texir's own time (after the export returns) {e2e - sec['export']:.1f} s = "
+              f"{(e2e - sec['export']) / sec['export']:.2f}x the export; "
+              + ("no draft" if not d else f"draft kept {d['kept'] / GIB:.2f} GiB, rewrote {d['rewritten'] / GIB:.2f} GiB, "
+                 f"waited {d['waited']:.2f} s for it" if d["used"] else f"draft dropped: {d['why']}")
+              + f"; model.pte sha256 {r['pte_sha256'][:16]}")
         print(f"  {size:<5} native      lowering phases: " + ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items()))
         print(f"  {size:<5} native      RssAnon peak over the start {max(r['anon'].values()) / GIB:.2f} GiB ("
               + ", ".join(f"{k} {v / GIB:.2f}" for k, v in r["anon"].items())
