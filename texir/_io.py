@@ -216,10 +216,11 @@ def _write_all(fd: int, view: memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
-def _write_direct(fd: int, chunks: Iterable[bytes | memoryview]) -> None:
+def _write_direct(fd: int, chunks: Iterable[bytes | memoryview], *, overlap: bool = True) -> None:
     """Write `chunks` from the start of `fd` (O_DIRECT set), through two page-aligned bounce
-    buffers in whole `_DIRECT_BLOCK`s (one filled while the other is written, on a thread of its
-    own), then the tail with O_DIRECT off (it need not be a whole block); O_DIRECT is off when
+    buffers in whole `_DIRECT_BLOCK`s (with `overlap`, one filled while the other is written, on a
+    thread of its own; else filled and written in turn, half the pace of memory traffic: what a
+    write beside other work wants), then the tail with O_DIRECT off (it need not be a whole block); O_DIRECT is off when
     this returns. Why: a write through the page cache first has the kernel find fresh pages for
     the file (on this project's VMs 350-700 MiB/s), while a direct write goes from the buffer to
     the device (1.5-2 GB/s there); a file of many GB passes through the page cache at the disk's
@@ -259,7 +260,10 @@ def _write_direct(fd: int, chunks: Iterable[bytes | memoryview]) -> None:
                         if fill == _DIRECT_BLOCK:
                             if pending is not None:
                                 pending.result()  # the other buffer is free again
-                            pending = writer.submit(write, views[k])
+                            if overlap:
+                                pending = writer.submit(write, views[k])
+                            else:
+                                write(views[k])
                             k, fill = 1 - k, 0
                 if pending is not None:
                     pending.result()

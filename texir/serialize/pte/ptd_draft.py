@@ -48,6 +48,9 @@ __all__ = ["DraftOutcome", "PtdDraft"]
 _HASH_AHEAD: Final = 512 << 20
 """Bytes of payloads hashed ahead of the one being copied (bounded memory for mapped payloads)."""
 _SLICE: Final = 16 << 20
+_OVERLAP = False
+"""Whether the draft copies while it writes (`_write_direct(overlap=)`): no, the work it runs
+beside (an export, in Python) loses more to the memory traffic than the draft gains."""
 _NICER: Final = 10
 """How much nicer than the caller the draft's threads run."""
 _BLOCK: Final = 4096
@@ -133,7 +136,7 @@ class PtdDraft:
                 try:
                     chunks = self._chunks(pool, futures)
                     if self._size >= _DIRECT_BYTES and _set_direct(self._fd, True):
-                        _write_direct(self._fd, chunks)
+                        _write_direct(self._fd, chunks, overlap=_OVERLAP)
                     else:
                         for chunk in chunks:
                             _write_all(self._fd, chunk)
