@@ -483,3 +483,20 @@ def test_deferred_digests_write_the_bytes_hashing_first_writes(tmp_path: Path, m
     payloads = [bytes(e.data.view()) for e in ptd.entries]
     equal = weights["model.layers.0.mlp.up_proj.weight"].numpy().tobytes()
     assert payloads.count(equal) == 1 and near.numpy().tobytes() in payloads
+
+
+def test_a_checkpoint_beyond_half_the_available_memory_is_not_drafted(tiny: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drafting reads every weight during the export: a checkpoint the page cache cannot keep
+    (more than half of MemAvailable) is written after lowering instead."""
+    from texir.adapters import hf
+
+    size = sum(p.stat().st_size for p in tiny.glob("*.safetensors"))
+    meminfo = tmp_path / "meminfo"
+    monkeypatch.setattr(hf, "_MEMINFO", str(meminfo))
+    meminfo.write_text(f"MemTotal: 99 kB\nMemAvailable: {2 * size // 1024 - 1} kB\n", encoding="ascii")
+    assert not hf._draft_fits(tiny)
+    model = hf.export_text_generation(tiny, max_seq_len=MAX_SEQ_LEN, ptd=tmp_path / "m.ptd")
+    assert model.draft is None and list(tmp_path.iterdir()) == [meminfo]
+    meminfo.write_text(f"MemAvailable: {2 * size // 1024 + 2} kB\n", encoding="ascii")
+    assert hf._draft_fits(tiny)

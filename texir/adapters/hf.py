@@ -36,6 +36,7 @@ run in ExecuTorch's runtime against transformers' logits)."""
 DEFAULT_MAX_SEQ_LEN: Final = 128
 """The KV cache's length when none is given (ExecuTorch's Llama export's default), at most the
 model's `max_position_embeddings`."""
+_MEMINFO: Final = "/proc/meminfo"
 _PROMPT: Final = (1, 2, 3, 4)
 """Token ids export traces the prefill with (any ids: the sequence length is dynamic)."""
 
@@ -135,7 +136,8 @@ def export_text_generation(directory: Path, *, max_seq_len: int | None = None,
     (`texir.recipes.quantize_in_place`): the weights it replaces are no longer memory-mapped but
     held in memory; their originals are dropped. With `ptd`, the path the lowered program's weights
     will be written to, the `.ptd` is drafted during the export (`texir.adapters.ptd_prediction`):
-    the result's `draft`, which the caller passes to `dump_ptd` and closes."""
+    the result's `draft`, which the caller passes to `dump_ptd` and closes; None when the checkpoint
+    takes more than half the available memory (`_draft_fits`)."""
     # transformers loads in seconds: only a checkpoint directory pays for it
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
@@ -156,7 +158,7 @@ def export_text_generation(directory: Path, *, max_seq_len: int | None = None,
     exportable = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=length).eval()
     seq = torch.export.Dim("seq", min=1, max=length - 1)
     # the weights go to disk while torch traces (the module torch.export is given: the wrapper's)
-    draft = PtdDraft(ptd, predicted_ptd(exportable.model)) if ptd is not None else None
+    draft = PtdDraft(ptd, predicted_ptd(exportable.model)) if ptd is not None and _draft_fits(directory) else None
     try:
         with weightless(exportable) as weights:
             # strict: torch's non-strict export lifts the cache tensors a second time as constants
@@ -171,6 +173,21 @@ def export_text_generation(directory: Path, *, max_seq_len: int | None = None,
         raise
     return TextGeneration(program=program, metadata=text_generation_metadata(config, length), max_seq_len=length,
                           draft=draft)
+
+
+def _draft_fits(directory: Path) -> bool:
+    """Whether the checkpoint's files take at most half the memory the system has available: a
+    draft reads every weight during the export, and a checkpoint the page cache cannot keep is then
+    read from disk twice over while the export competes for the memory (a 24 GiB checkpoint on a
+    23.5 GiB machine: its export took twice as long)."""
+    try:
+        with open(_MEMINFO, encoding="ascii") as fh:
+            available = next((int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")), None)
+    except (OSError, ValueError, IndexError):
+        available = None
+    if available is None:
+        return True  # not Linux: nothing says it does not fit
+    return sum(p.stat().st_size for p in checkpoint_files(directory)) <= available // 2
 
 
 def text_generation_metadata(config: Any, length: int) -> dict[str, object]:
