@@ -207,6 +207,8 @@ def scale(sizes: list[str], limit: int, sides: tuple[str, ...] = ("executorch", 
                                                                       logits=False,
                                                                       weightless=_weightless(side, "none"))))
                 wall = time.perf_counter() - start
+                # the floor's write: this disk's speed now, measured after the child (nothing else running)
+                speed = write_speed(Path(tmp), max(256 * MIB, min(2 * GIB, sum(r["sizes"].values())))) if r else 0.0
             if r is None:
                 failed.add(side)
                 oom = any(m in why for m in OOM_SIGNS)
@@ -227,6 +229,9 @@ def scale(sizes: list[str], limit: int, sides: tuple[str, ...] = ("executorch", 
                 drafted = ("no draft" if not d else f"draft kept {d['kept'] / GIB:.2f} GiB, rewrote "
                            f"{d['rewritten'] / GIB:.2f} GiB, waited {d['waited']:.2f} s for it" if d["used"]
                            else f"draft dropped: {d['why']}")
+                floor = r["export"] + files / speed
+                print(f"  {size:<6} {LABELS[side]:<11} floor {floor:.1f} s = export + {files / GIB:.2f} GiB at "
+                      f"{speed / MIB:.0f} MiB/s; end to end {_e2e(r):.1f} s, {_e2e(r) - floor:.1f} s above it")
                 print(f"  {size:<6} {LABELS[side]:<11} texir's own time (after the export returns) {own:.1f} s = "
                       f"{own / r['export']:.2f}x the export (goal 0.5x: {'met' if own <= 0.5 * r['export'] else 'not met'}; "
                       f"{drafted}; prediction {r['seconds'].get('predict', 0.0):.2f} s, counted as own time); sha256 "
