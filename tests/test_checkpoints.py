@@ -500,3 +500,12 @@ def test_a_checkpoint_beyond_half_the_available_memory_is_not_drafted(tiny: Path
     assert model.draft is None and list(tmp_path.iterdir()) == [meminfo]
     meminfo.write_text(f"MemAvailable: {2 * size // 1024 + 2} kB\n", encoding="ascii")
     assert hf._draft_fits(tiny)
+
+
+def test_a_draft_that_cannot_start_leaves_the_export_alone(tiny: Path, tmp_path: Path) -> None:
+    """A `.ptd` destination the draft cannot write (its directory missing) is no export error: the
+    program exports without a draft, and writing it later says what is wrong, as without one."""
+    from texir.adapters.hf import export_text_generation
+
+    model = export_text_generation(tiny, max_seq_len=MAX_SEQ_LEN, ptd=tmp_path / "missing" / "m.ptd")
+    assert model.draft is None and model.program.graph_signature.parameters

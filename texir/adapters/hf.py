@@ -25,7 +25,7 @@ from texir.adapters.checkpoints import checkpoint_files, mapped_tensors
 from texir.adapters.ptd_prediction import predicted_ptd
 from texir.adapters.weights import attach_weights, weightless
 from texir.serialize.pte import PtdDraft
-from texir.errors import CheckpointError
+from texir.errors import CheckpointError, TexirError
 
 __all__ = ["ARCHITECTURES", "DEFAULT_MAX_SEQ_LEN", "TextGeneration", "export_text_generation", "load_causal_lm",
            "text_generation_metadata"]
@@ -158,7 +158,7 @@ def export_text_generation(directory: Path, *, max_seq_len: int | None = None,
     exportable = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=length).eval()
     seq = torch.export.Dim("seq", min=1, max=length - 1)
     # the weights go to disk while torch traces (the module torch.export is given: the wrapper's)
-    draft = PtdDraft(ptd, predicted_ptd(exportable.model)) if ptd is not None and _draft_fits(directory) else None
+    draft = _draft(ptd, exportable.model) if ptd is not None and _draft_fits(directory) else None
     try:
         with weightless(exportable) as weights:
             # strict: torch's non-strict export lifts the cache tensors a second time as constants
@@ -173,6 +173,15 @@ def export_text_generation(directory: Path, *, max_seq_len: int | None = None,
         raise
     return TextGeneration(program=program, metadata=text_generation_metadata(config, length), max_seq_len=length,
                           draft=draft)
+
+
+def _draft(ptd: Path, module: torch.nn.Module) -> PtdDraft | None:
+    """The draft of `ptd`, or None when it cannot start (a destination it cannot write: the write
+    after lowering then says why, as without a draft)."""
+    try:
+        return PtdDraft(ptd, predicted_ptd(module))
+    except TexirError:
+        return None
 
 
 def _draft_fits(directory: Path) -> bool:

@@ -98,8 +98,8 @@ class PtdDraft:
     def __init__(self, path: str | os.PathLike[str], predicted: PtdFile) -> None:
         self.path = Path(path)
         self.outcome = DraftOutcome(used=False, why="not used")
-        # Stand-in digests that name the memory, not the bytes: the layout dedups payloads that are
-        # the same memory (a tied weight) without hashing anything now.
+        # Stand-in digests that name the memory (a small payload's: its bytes), so the layout shares a
+        # segment among uses of one memory (a tied weight) without hashing the large payloads now.
         entries = tuple(msgspec.structs.replace(e, data=_by_memory(e.data)) for e in predicted.entries)
         head, pieces, end = _layout(msgspec.structs.replace(predicted, entries=entries))
         self._head_size = len(head)
