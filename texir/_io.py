@@ -245,7 +245,9 @@ def _write_direct(fd: int, chunks: Iterable[bytes | memoryview], *, overlap: boo
     k = fill = 0
     pending: Future[None] | None = None
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="texir-write") as writer:
+        # a writer thread only to overlap: filled and written in turn, the buffers simply alternate
+        overlapping = ThreadPoolExecutor(max_workers=1, thread_name_prefix="texir-write") if overlap else None
+        with overlapping or contextlib.nullcontext():
             try:
                 for chunk in chunks:
                     view = memoryview(chunk)
@@ -260,8 +262,8 @@ def _write_direct(fd: int, chunks: Iterable[bytes | memoryview], *, overlap: boo
                         if fill == _DIRECT_BLOCK:
                             if pending is not None:
                                 pending.result()  # the other buffer is free again
-                            if overlap:
-                                pending = writer.submit(write, views[k])
+                            if overlapping is not None:
+                                pending = overlapping.submit(write, views[k])
                             else:
                                 write(views[k])
                             k, fill = 1 - k, 0

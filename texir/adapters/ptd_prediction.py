@@ -16,14 +16,13 @@ from __future__ import annotations
 import torch
 
 from texir.adapters.tensors import DTYPE_FROM_TORCH, _byte_view
+from texir.backends.xnnpack.backend import NAMED_DATA_ALIGNMENT
 from texir.ir.blob import Blob
 from texir.serialize.pte import PtdEntry, PtdFile, TensorLayout
 from texir.serialize.pte.dtypes import DTYPE_TO_SCALAR_TYPE
 
 __all__ = ["predicted_ptd"]
 
-_NAMED_DATA_ALIGNMENT = 16
-"""XNNPACK's named data alignment (texir.backends.xnnpack.backend)."""
 _DIGEST_LENGTH = 64
 _UNREAD = ("original_inv_freq",)
 """Buffers transformers' rotary embeddings keep for dynamic RoPE scaling, which a static-cache export
@@ -49,7 +48,7 @@ def predicted_ptd(module: torch.nn.Module) -> PtdFile:
         if id(buffer) not in cache and fqn.rpartition(".")[2] not in _UNREAD:
             external.setdefault(id(buffer), (fqn, buffer))
     entries = [PtdEntry(key=fqn, data=_blob(t, fqn), layout=_layout(t, fqn)) for fqn, t in external.values()]
-    entries += [PtdEntry(key=f"{k:0{_DIGEST_LENGTH}x}", data=_blob(t, "linear weight"), alignment=_NAMED_DATA_ALIGNMENT)
+    entries += [PtdEntry(key=f"{k:0{_DIGEST_LENGTH}x}", data=_blob(t, "linear weight"), alignment=NAMED_DATA_ALIGNMENT)
                 for k, t in enumerate(linear.values())]
     return PtdFile(entries=tuple(entries))
 
